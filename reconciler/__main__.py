@@ -1,0 +1,5 @@
+"""``python -m reconciler`` is the ``reconcile`` command."""
+
+from reconciler.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,196 @@
+"""The ``reconcile`` command line (SHELL): argparse, dispatch, exit codes.
+
+Each command's work lives in ``reconciler/commands/<module>.py`` as
+``run(args) -> int`` and is imported only when that command runs, so that
+``reconcile validate`` never pays for httpx or psutil.
+
+Exit codes, for every command: 0 ok, 1 error (including bad usage and
+invalid manifests), 2 ``plan --detailed-exitcode`` with changes, 3 a role
+needs an operator (gave-up, stopped-exposed, unplaceable, refused).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from typing import Sequence
+
+EXIT_OK, EXIT_ERROR, EXIT_CHANGES, EXIT_OPERATOR = 0, 1, 2, 3
+
+_TOP_HELP = """\
+Make this machine's local LLM inference servers match YAML manifests.
+
+Typical use:
+  reconcile validate manifests/          check manifests (CI of your manifests repo)
+  reconcile plan                         show what would change, and why
+  reconcile --once                       converge once (cron)
+  reconcile watch                        converge continuously
+  reconcile status                       what every role is doing
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors exit 1 like every other error (2 means "changes" for plan)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+
+
+def _add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """Global options, accepted before or after the command name."""
+    default = (lambda v: argparse.SUPPRESS) if suppress else (lambda v: v)
+    g = parser.add_argument_group("global options")
+    g.add_argument(
+        "-f", "--manifests", metavar="DIR", default=default("manifests"),
+        help="directory (or file) of manifests (default: ./manifests)",
+    )
+    g.add_argument(
+        "--state-dir", metavar="DIR", default=default(None),
+        help="state directory (default: $RECONCILER_STATE_DIR, $XDG_STATE_HOME/reconciler, "
+        "or /var/lib/reconciler as root)",
+    )
+    g.add_argument(
+        "--log-format", choices=("text", "json"), default=default("text"),
+        help="log line format on stderr (default: text)",
+    )
+    g.add_argument(
+        "--lock-timeout", metavar="SECONDS", type=float, default=default(0.0),
+        help="wait this long for another reconciler's lock, then exit 1 (default: 0)",
+    )
+
+
+def _add_apply_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the plan and outcomes as JSON")
+    p.add_argument("--dry-run", action="store_true", help="plan only; change nothing")
+    p.add_argument(
+        "--allow-empty", action="store_true",
+        help="allow an empty manifest set to stop running managed servers",
+    )
+    p.add_argument(
+        "--metrics-file", metavar="PATH",
+        help="write Prometheus metrics here after the pass (atomic replace)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="reconcile", description=_TOP_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--once", action="store_true",
+        help="converge once and exit (the same as 'reconcile apply')",
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    _add_globals(parser, suppress=False)
+    _add_apply_options(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def command(name: str, help_text: str, target: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(target=target)
+        _add_globals(p, suppress=True)
+        return p
+
+    p = command("validate", "check manifests and report every problem as FILE:LINE: $.path: message",
+                "validate:run")
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="files or directories (default: the -f directory)")
+    p.add_argument("--json", action="store_true", help="print problems as a JSON list")
+
+    p = command("plan", "show what a pass would do, one line per role with its reason",
+                "apply:run_plan")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--detailed-exitcode", action="store_true",
+                   help="exit 0 with no changes, 2 with changes, 1 on error")
+    p.add_argument("--allow-empty", action="store_true",
+                   help="plan stops even when the manifest set is empty")
+
+    p = command("apply", "converge once: observe, plan, act, record (same as --once)",
+                "apply:run_apply")
+    _add_apply_options(p)
+
+    p = command("watch", "converge continuously: on manifest edits, server exits and a timer",
+                "watch:run")
+    p.add_argument("--resync", metavar="SECONDS", type=float, default=30.0,
+                   help="reconcile at least this often (default: 30)")
+    p.add_argument("--metrics-addr", metavar="HOST:PORT",
+                   help="serve Prometheus /metrics here (loopback only)")
+    p.add_argument("--metrics-file", metavar="PATH", help="also write metrics to this file")
+    p.add_argument("--stop-on-exit", action="store_true",
+                   help="stop managed servers when the daemon exits")
+    p.add_argument("--allow-empty", action="store_true",
+                   help="allow an empty manifest set to stop running managed servers")
+
+    p = command("status", "what every role is doing now", "status:run_status")
+    p.add_argument("name", nargs="?", help="one role")
+    p.add_argument("--json", action="store_true", help="print as JSON")
+
+    p = command("start", "clear gave-up / stopped-exposed, reset restarts, reconcile the role now",
+                "apply:run_start")
+    p.add_argument("name", help="the role")
+    p.add_argument("--json", action="store_true", help="print the plan and outcomes as JSON")
+
+    p = command("health", "probe one role and report (with --deep, ask for one token)",
+                "health:run_health")
+    p.add_argument("name", help="the role")
+    p.add_argument("--deep", action="store_true", help="ask the server for one token")
+    p.add_argument("--json", action="store_true", help="print as JSON")
+
+    p = command("capabilities", "what this node can run, and why not", "health:run_capabilities")
+    p.add_argument("--json", action="store_true", help="print as JSON")
+
+    p = command("events", "the event log", "status:run_events")
+    p.add_argument("name", nargs="?", help="one role")
+    p.add_argument("--since", metavar="DURATION", help="only events newer than this (e.g. 1h)")
+    p.add_argument("--json", action="store_true", help="print as JSON lines")
+
+    models = command("models", "write and verify Model manifests", "")
+    msub = models.add_subparsers(dest="models_command", metavar="SUBCOMMAND", required=True,
+                                 parser_class=_Parser)
+    p = msub.add_parser("add", help="hash a model in place and print its Model document")
+    p.set_defaults(target="models:run_add")
+    _add_globals(p, suppress=True)
+    p.add_argument("path", nargs="?", help="a GGUF file or a model directory")
+    p.add_argument("--name", help="the Model name (default: from the path)")
+    p.add_argument("--format", choices=("gguf", "mlx", "safetensors", "ollama"),
+                   help="the model format (default: detected)")
+    p.add_argument("--ollama", metavar="NAME:TAG",
+                   help="describe an Ollama model from Ollama's own store")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the document here")
+    p = msub.add_parser("verify", help="verify models against their manifests")
+    p.set_defaults(target="models:run_verify")
+    _add_globals(p, suppress=True)
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("--full", action="store_true", help="re-hash every byte")
+    p.add_argument("--json", action="store_true", help="print as JSON")
+    return parser
+
+
+def _version() -> str:
+    from reconciler import __version__
+
+    return f"reconcile {__version__}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        if not args.once:
+            parser.print_help()
+            return EXIT_ERROR
+        args.target = "apply:run_apply"
+    module_name, func_name = args.target.split(":")
+    module = importlib.import_module(f"reconciler.commands.{module_name}")
+    try:
+        return int(getattr(module, func_name)(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `reconcile events | head`: not an error worth a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
