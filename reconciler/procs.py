@@ -1,0 +1,146 @@
+"""The process table (SHELL; the only module that imports psutil).
+
+Ownership is the safety rule everything else leans on (BEHAVIOUR §3): a
+process is ours only when the pid the store recorded is alive, its create
+time matches the recorded one, and its environment carries our
+``RECONCILER_INSTANCE`` marker. A recycled pid fails the create time; a
+foreign server on our port fails all three.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Iterable
+
+import psutil
+
+from reconciler.identity import MARKER_ENV
+from reconciler.model import ProcessFacts
+
+# psutil derives create_time from /proc ticks (10 ms); a stored float compared
+# with a fresh reading can differ in the last digits.
+_CREATE_TIME_SLACK = 0.05
+
+
+def create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def _marker(proc: psutil.Process) -> str | None:
+    try:
+        return proc.environ().get(MARKER_ENV)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        return None
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+
+
+def is_owned(pid: int | None, recorded_create_time: float | None, instance_id: str) -> bool:
+    """pid + create time + marker: the check made before every signal."""
+    if not pid or recorded_create_time is None:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - recorded_create_time) > _CREATE_TIME_SLACK:
+            return False
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+    return _alive(proc) and _marker(proc) == instance_id
+
+
+def process_facts(
+    pid: int | None, recorded_create_time: float | None, instance_id: str
+) -> ProcessFacts | None:
+    """What the table says about a recorded pid; None when nothing was recorded."""
+    if not pid:
+        return None
+    ctime = recorded_create_time or 0.0
+    owned = is_owned(pid, recorded_create_time, instance_id)
+    listen = listening_addresses(pid) if owned else ()
+    return ProcessFacts(pid=pid, create_time=ctime, alive=owned, owned=owned, listen=listen)
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Every live process in a process group (our servers lead their own)."""
+    out = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                out.append(proc.pid)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return out
+
+
+def listening_addresses(pgid: int) -> tuple[str, ...]:
+    """``host:port`` of every TCP listener held by the process group, sorted."""
+    pids = set(group_pids(pgid))
+    if not pids:
+        return ()
+    found = set()
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.AccessDenied:
+        return ()
+    for conn in conns:
+        if conn.status == psutil.CONN_LISTEN and conn.pid in pids and conn.laddr:
+            host = conn.laddr.ip
+            found.add(f"[{host}]:{conn.laddr.port}" if ":" in host else f"{host}:{conn.laddr.port}")
+    return tuple(sorted(found))
+
+
+def find_marked(instance_ids: Iterable[str]) -> dict[str, list[tuple[int, float]]]:
+    """Live processes carrying one of our markers, by instance id.
+
+    Used to re-adopt a server whose spawn the store did not get to record
+    (the reconciler was killed between spawn and record), so a rerun does
+    not start a second one.
+    """
+    wanted = set(instance_ids)
+    out: dict[str, list[tuple[int, float]]] = {}
+    if not wanted:
+        return out
+    for proc in psutil.process_iter():
+        marker = _marker(proc)
+        if marker in wanted and _alive(proc):
+            try:
+                # Only the group leader (the process we spawned) counts.
+                if os.getpgid(proc.pid) != proc.pid:
+                    continue
+                out.setdefault(marker, []).append((proc.pid, proc.create_time()))
+            except (psutil.NoSuchProcess, ProcessLookupError):
+                continue
+    return out
+
+
+def accepts_connections(host: str, port: int, timeout: float = 0.3) -> bool:
+    """A plain TCP connect, no bytes sent: is anything listening there?"""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def interface_addresses() -> tuple[str, ...]:
+    """Non-loopback addresses of this machine's interfaces (for the §5 fallback)."""
+    out = []
+    for addrs in psutil.net_if_addrs().values():
+        for addr in addrs:
+            if addr.family in (socket.AF_INET, socket.AF_INET6):
+                ip = addr.address.split("%")[0]
+                if not (ip.startswith("127.") or ip == "::1"):
+                    out.append(ip)
+    return tuple(sorted(set(out)))
