@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# Testbed: a real llama.cpp HTTP server (llama.cpp's own C++ server, embedded
+# in the PyPI wheel `xllamacpp`) behind a `llama-server`-compatible launcher,
+# plus a tiny random-weight GGUF model generated offline. Test/demo support,
+# not the product. Idempotent; a re-run with nothing to do takes well under a
+# second.
+#
+#   $TB/venv/                  venv from Debian's /usr/bin/python3, so an
+#                              unprivileged uid (e.g. 65534) can execute it
+#   $TB/bin/llama-server       testbed/llama_server_shim.py, shebang -> venv
+#   $TB/models/tiny.gguf       testbed/make_tiny_gguf.py --seed 0
+#
+# TB = ${RECONCILER_TESTBED:-/opt/reconciler-testbed}; everything is 0755/0644,
+# root-owned when run as root, never group/other writable (the reconciler
+# refuses such launchers). Other sections (e.g. setup_mlx.sh) share $TB, $TB/bin
+# and $TB/models: this script touches only the paths listed above.
+#
+# Usage: testbed/setup.sh     (prints one summary line on stdout at the end)
+set -euo pipefail
+umask 022
+
+TB="${RECONCILER_TESTBED:-/opt/reconciler-testbed}"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+SYSTEM_PYTHON=/usr/bin/python3
+
+# What was verified: xllamacpp 2026.10.11549 embeds llama.cpp's server with the
+# endpoints and flags the reconciler relies on. Override to try another one.
+XLLAMACPP_SPEC="${XLLAMACPP_SPEC:-xllamacpp==2026.10.11549}"
+LLAMA_PKGS=("$XLLAMACPP_SPEC" "gguf==0.19.0" "numpy>=1.26")
+LLAMA_VENV="$TB/venv"
+LLAMA_PY="$LLAMA_VENV/bin/python"
+LLAMA_STAMP="$LLAMA_VENV/.reconciler-installed"
+TINY_GGUF="$TB/models/tiny.gguf"
+TINY_SEED=0
+
+READY=()          # each section appends what it made ready; printed at the end
+T_START=$SECONDS
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
+is_root() { [[ $EUID -eq 0 ]]; }
+
+# A directory others can read and enter but not write; root-owned as root.
+mkdir_ro() {
+    local d
+    for d in "$@"; do
+        mkdir -p "$d"
+        chmod 0755 "$d"
+        if is_root; then chown root:root "$d"; fi
+    done
+}
+
+# Install file $1 (a temporary file in the target directory) as $2 with mode
+# $3, only if the content changed; atomic rename.
+install_if_changed() {
+    local tmp="$1" dest="$2" mode="$3"
+    chmod "$mode" "$tmp"
+    if is_root; then chown root:root "$tmp"; fi
+    if [[ -f "$dest" ]] && cmp -s "$tmp" "$dest"; then
+        rm -f "$tmp"
+        chmod "$mode" "$dest"
+        if is_root; then chown root:root "$dest"; fi
+        return 1
+    fi
+    mv -f "$tmp" "$dest"
+    return 0
+}
+
+pip_quiet() {
+    # pip.conf may name local index dirs that do not exist; drop that noise.
+    "$@" 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || true; } >&2
+    return "${PIPESTATUS[0]}"
+}
+
+# --- 0. a venv from Debian's python ----------------------------------------
+apt_install() {
+    is_root || die "need root to apt-get install $*"
+    log "apt-get install $*"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq "$@" >&2
+}
+
+# make_venv DIR: $SYSTEM_PYTHON -m venv DIR, installing python3-venv with
+# apt-get only if that fails (Debian ships ensurepip separately).
+make_venv() {
+    local dir="$1"
+    [[ -x "$SYSTEM_PYTHON" ]] || apt_install python3 python3-venv
+    if "$SYSTEM_PYTHON" -m venv "$dir" >&2; then
+        return 0
+    fi
+    rm -rf "$dir"
+    apt_install python3-venv
+    "$SYSTEM_PYTHON" -m venv "$dir" >&2 || die "$SYSTEM_PYTHON -m venv $dir failed"
+}
+
+# --- 1. llama.cpp venv (xllamacpp + gguf + numpy) ----------------------------
+setup_llama_venv() {
+    local want
+    want="$(printf '%s\n' "${LLAMA_PKGS[@]}" "python=$(readlink -f "$SYSTEM_PYTHON")")"
+    if [[ -x "$LLAMA_PY" && -f "$LLAMA_STAMP" && "$(cat "$LLAMA_STAMP")" == "$want" ]]; then
+        log "venv up to date ($LLAMA_VENV)"
+        return 0
+    fi
+    rm -f "$LLAMA_STAMP"
+    if ! [[ -x "$LLAMA_PY" ]] || ! "$LLAMA_PY" -c 'import sys' 2>/dev/null \
+        || [[ "$(readlink -f "$LLAMA_PY")" != "$(readlink -f "$SYSTEM_PYTHON")" ]]; then
+        rm -rf "$LLAMA_VENV"
+        log "creating venv $LLAMA_VENV"
+        make_venv "$LLAMA_VENV"
+    fi
+    log "installing ${LLAMA_PKGS[*]}"
+    local t0=$SECONDS
+    pip_quiet "$LLAMA_PY" -m pip install --quiet --no-input --disable-pip-version-check \
+        "${LLAMA_PKGS[@]}"
+    # Fail here, not in the server, if the wheel does not work on this CPU.
+    "$LLAMA_PY" -c 'import xllamacpp, gguf, numpy; xllamacpp.CommonParams()'
+    log "installed in $((SECONDS - t0)) s"
+    chmod -R go-w,a+rX "$LLAMA_VENV"
+    if is_root; then chown -R root:root "$LLAMA_VENV"; fi
+    printf '%s\n' "$want" > "$LLAMA_STAMP"
+    chmod 0644 "$LLAMA_STAMP"
+}
+
+# --- 2. $TB/bin/llama-server -------------------------------------------------
+setup_llama_server() {
+    local dest="$TB/bin/llama-server" tmp
+    tmp="$(mktemp "$TB/bin/.llama-server.XXXXXX")"
+    # -I: ignore PYTHON* variables and the user site; the reconciler passes
+    # through whatever environment a NodeConfig names.
+    { printf '#!%s -I\n' "$LLAMA_PY"; tail -n +2 "$HERE/llama_server_shim.py"; } > "$tmp"
+    if install_if_changed "$tmp" "$dest" 0755; then
+        log "wrote $dest"
+    fi
+}
+
+# --- 3. $TB/models/tiny.gguf -------------------------------------------------
+setup_tiny_gguf() {
+    local gen="$HERE/make_tiny_gguf.py" stamp="$TB/models/.tiny.gguf.stamp" want tmp
+    want="$(sha256sum < "$gen" | cut -d' ' -f1) seed=$TINY_SEED $(cat "$LLAMA_STAMP" | tr '\n' ' ')"
+    if [[ -f "$TINY_GGUF" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        chmod 0644 "$TINY_GGUF"
+        log "model up to date ($TINY_GGUF)"
+        return 0
+    fi
+    tmp="$(mktemp "$TB/models/.tiny.gguf.XXXXXX")"
+    "$LLAMA_PY" -I "$gen" "$tmp" --seed "$TINY_SEED"
+    install_if_changed "$tmp" "$TINY_GGUF" 0644 || true
+    printf '%s\n' "$want" > "$stamp"
+    chmod 0644 "$stamp"
+    log "generated $TINY_GGUF ($(stat -c %s "$TINY_GGUF") bytes)"
+}
+
+section_llamacpp() {
+    setup_llama_venv
+    setup_llama_server
+    setup_tiny_gguf
+    local ver
+    ver="$("$LLAMA_PY" -I -c 'from importlib.metadata import version; print(version("xllamacpp"))')"
+    READY+=("llama-server (xllamacpp $ver) at $TB/bin/llama-server, model $TINY_GGUF")
+}
+
+main() {
+    if [[ $# -gt 0 ]]; then
+        case "$1" in
+            -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+            *) die "unknown argument: $1" ;;
+        esac
+    fi
+    mkdir_ro "$TB" "$TB/bin" "$TB/models"
+    # One setup at a time per testbed (parallel CI jobs, make -j).
+    exec 9>"$TB/.setup.lock"
+    flock 9
+
+    section_llamacpp
+
+    local IFS=';'
+    echo "testbed ready in $((SECONDS - T_START)) s at $TB: ${READY[*]}"
+}
+
+main "$@"
