@@ -1,0 +1,41 @@
+# Every target sets itself up: on a fresh machine `make demo` alone runs the
+# demo and `make test` alone runs the tests.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export RECONCILER_TESTBED ?= /opt/reconciler-testbed
+
+.PHONY: test test-quick demo bench testbed clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+# Real servers for the end-to-end tests and the demo (llama.cpp via xllamacpp,
+# mlx-lm on MLX's CPU backend), built once per machine outside the checkout.
+testbed:
+	bash testbed/setup.sh
+	bash testbed/setup_mlx.sh
+
+test: $(STAMP) testbed
+	$(BIN)/python -m pytest
+
+# The pure and fast part only: no real servers.
+test-quick: $(STAMP)
+	$(BIN)/python -m pytest -m "not e2e and not mlx"
+
+demo: $(STAMP)
+	bash testbed/setup.sh
+	$(BIN)/python demo/demo.py
+
+bench: $(STAMP) testbed
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,123 @@
+"""``reconcile --once`` / ``apply``, ``plan`` and ``start`` (SHELL)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import attrs
+
+from reconciler.cli import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, EXIT_OPERATOR
+from reconciler.commands import common
+from reconciler.model import NEEDS_OPERATOR, Decision
+
+
+def run_plan(args) -> int:
+    """Observe and plan; change nothing. Reads the store without taking the lock."""
+    from reconciler import loop, render
+
+    with common.open_store(args) as store:
+        result = loop.run_pass(paths=common.manifest_paths(args), store=store,
+                               state_dir=common.state_dir(args),
+                               allow_empty=args.allow_empty, dry_run=True)
+    if result.problems:
+        return common.report_problems(result.problems)
+    common.report_warnings(result.warnings)
+    if args.json:
+        print(json.dumps({"plan": render.as_json(result.plan),
+                          "git_commit": result.git_commit}, indent=2))
+    else:
+        print(render.text(result.plan))
+    if args.detailed_exitcode and result.plan.changes:
+        return EXIT_CHANGES
+    return EXIT_OK
+
+
+def run_apply(args) -> int:
+    """One pass under the lock: ``reconcile --once``."""
+    if args.dry_run:
+        args.detailed_exitcode = False
+        return run_plan(args)
+    with common.locked(args) as store:
+        if store is None:
+            return EXIT_ERROR
+        return _pass_and_report(args, store, frozenset())
+
+
+def run_start(args) -> int:
+    """Operator start: clear a terminal state, reset restarts, reconcile now."""
+    from reconciler import sources
+
+    args.allow_empty = False
+    args.metrics_file = None
+    loaded = sources.load_desired(common.manifest_paths(args))
+    if loaded.problems:
+        return common.report_problems(loaded.problems)
+    if loaded.desired.role(args.name) is None:
+        print(f"reconcile: error: no role {args.name!r} in the manifests", file=sys.stderr)
+        return EXIT_ERROR
+    with common.locked(args) as store:
+        if store is None:
+            return EXIT_ERROR
+        record = store.role(args.name)
+        if record is not None:
+            # BEHAVIOUR §4: an operator start is the one thing besides
+            # stable_after that gives a role its restarts back.
+            store.put_role(attrs.evolve(record, terminal=None, terminal_detail="", restarts=0,
+                                        exited_at=None))
+            store.record_event(args.name, "operator-start", "operator",
+                               f"cleared {record.terminal or 'no terminal state'}, "
+                               f"restarts {record.restarts} → 0")
+        return _pass_and_report(args, store, frozenset({args.name}))
+
+
+def _pass_and_report(args, store, operator_starts: frozenset[str]) -> int:
+    from reconciler import loop, render
+
+    result = loop.run_pass(paths=common.manifest_paths(args), store=store,
+                           state_dir=common.state_dir(args),
+                           allow_empty=getattr(args, "allow_empty", False),
+                           operator_starts=operator_starts)
+    if getattr(args, "metrics_file", None):
+        from reconciler import metrics
+
+        metrics.write_file(args.metrics_file, result, store)
+    if result.problems:
+        return common.report_problems(result.problems)
+    common.report_warnings(result.warnings)
+    if args.json:
+        print(json.dumps({
+            "plan": render.as_json(result.plan),
+            "outcomes": [_outcome_json(o) for o in result.outcomes],
+            "git_commit": result.git_commit,
+        }, indent=2))
+    else:
+        print(render.text(result.plan))
+        for line in _outcome_lines(result.outcomes):
+            print(line)
+    if not result.ok:
+        return EXIT_ERROR
+    if any(_needs_operator(d) for d in result.plan.decisions):
+        return EXIT_OPERATOR
+    return EXIT_OK
+
+
+def _needs_operator(decision: Decision) -> bool:
+    return decision.status in NEEDS_OPERATOR
+
+
+def _outcome_lines(outcomes) -> list[str]:
+    lines = []
+    for o in outcomes:
+        if o.skipped:
+            mark = "skipped"
+        else:
+            mark = "done" if o.ok else "FAILED"
+        extra = f" pid {o.pid}" if o.pid and o.ok else ""
+        lines.append(f"  {o.role}: {o.verb} {mark}{extra}" + (f" ({o.detail})" if o.detail else ""))
+    return lines
+
+
+def _outcome_json(o) -> dict:
+    return {"role": o.role, "verb": str(o.verb), "ok": o.ok, "skipped": o.skipped,
+            "detail": o.detail, "pid": o.pid}

@@ -1,0 +1,68 @@
+"""What every command shares: the state dir, the store, the lock, problem output (SHELL)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from typing import Iterator
+
+from reconciler.cli import EXIT_ERROR
+
+
+def state_dir(args) -> str:
+    from reconciler.store import default_state_dir
+
+    return getattr(args, "state_dir", None) or default_state_dir()
+
+
+def manifest_paths(args) -> list[str]:
+    return [getattr(args, "manifests", None) or "manifests"]
+
+
+@contextlib.contextmanager
+def open_store(args) -> Iterator:
+    from reconciler.store import Store
+
+    store = Store(state_dir(args))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@contextlib.contextmanager
+def locked(args) -> Iterator:
+    """The lock for a whole pass, then the store; yields None (after saying why) if held."""
+    from reconciler.store import Lock, LockHeld
+
+    lock = Lock(state_dir(args))
+    try:
+        lock.acquire(timeout=getattr(args, "lock_timeout", 0.0) or 0.0)
+    except LockHeld as exc:
+        print(f"reconcile: {exc}", file=sys.stderr)
+        yield None
+        return
+    try:
+        with open_store(args) as store:
+            yield store
+    finally:
+        lock.release()
+
+
+def report_problems(problems) -> int:
+    """Every manifest problem, one per line, on stderr; nothing was done."""
+    for problem in problems:
+        print(str(problem), file=sys.stderr)
+    print(f"reconcile: {len(problems)} manifest problem(s); nothing was changed",
+          file=sys.stderr)
+    return EXIT_ERROR
+
+
+def report_warnings(warnings) -> None:
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+
+
+def print_json(value) -> None:
+    print(json.dumps(value, indent=2, sort_keys=False))

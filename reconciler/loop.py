@@ -1,0 +1,270 @@
+"""One reconcile pass: load → observe → plan → execute → record (SHELL).
+
+``run_pass`` is what ``reconcile --once``, ``plan``, ``start`` and every
+iteration of ``watch`` do. It is level-triggered: each pass re-reads every
+manifest and re-observes every server; nothing carries over but what the
+state store remembers. An invalid manifest set acts on nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from typing import Callable, Sequence
+
+import attrs
+
+from reconciler import records
+from reconciler.model import (
+    Decision, Desired, ModelCheck, ModelState, Observed, Plan, PlanContext, Remembered,
+    RoleRecord, Runtime, Verb,
+)
+
+
+@attrs.frozen(kw_only=True)
+class PassResult:
+    """What a pass saw, decided and did."""
+
+    problems: tuple = ()  # manifest problems: nothing was done
+    warnings: tuple = ()
+    desired: Desired | None = None
+    observed: Observed | None = None
+    plan: Plan | None = None
+    outcomes: tuple = ()  # execute.Outcome, in plan order
+    git_commit: str | None = None
+    started: float = 0.0
+    duration: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(o.ok or o.skipped for o in self.outcomes)
+
+
+def manifests_commit(paths: Sequence[str]) -> str | None:
+    """The git commit of the manifests' checkout, if they live in one."""
+    for path in paths:
+        folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
+        try:
+            out = subprocess.run(
+                ["git", "-C", folder, "rev-parse", "HEAD"], capture_output=True, text=True,
+                timeout=5, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if out.returncode == 0:
+            return out.stdout.strip()
+    return None
+
+
+def data_root(desired: Desired, state_dir: str) -> str:
+    return desired.node.data_root or os.path.join(state_dir, "instances")
+
+
+def readopt(store, desired: Desired) -> None:
+    """Record our own servers that a killed reconciler spawned but never recorded.
+
+    A process carrying a desired role's instance marker was started by a
+    reconciler; if the store does not own it, recording it now means the
+    next plan keeps it instead of starting a second server beside it.
+    """
+    from reconciler import identity, procs
+
+    wanted = {}
+    for role in desired.roles:
+        if role.managed and role.runtime is not Runtime.OLLAMA:
+            record = store.role(role.name)
+            iid = identity.instance_id(role)
+            if record is None or not procs.is_owned(record.pid, record.create_time, iid):
+                wanted[iid] = (role, record)
+    if not wanted:
+        return
+    for iid, found in procs.find_marked(wanted).items():
+        role, record = wanted[iid]
+        pid, ctime = found[0]
+        base = record or records.new_record(role, Decision(
+            role=role.name, verb=Verb.START, reason=records.Reason.MISSING, instance_id=iid))
+        store.put_role(attrs.evolve(base, instance_id=iid, pid=pid, create_time=ctime,
+                                    exited_at=None))
+        store.record_event(role.name, "adopt", "readopted",
+                           f"found our own server pid {pid} that was never recorded")
+
+
+def model_checks(desired: Desired, store) -> tuple[ModelCheck, ...]:
+    """Cheap facts about the models managed roles use; full hashing waits for a start.
+
+    A sticky mismatch is refused; a root that has vanished is a detached
+    store; everything else is verified right before the spawn that uses it.
+    """
+    names = set()
+    for role in desired.roles:
+        if role.managed:
+            names.update(n for n in (role.model, role.serve.draft_model) if n)
+    checks = []
+    for name in sorted(names):
+        spec = desired.model(name)
+        if spec is None:
+            continue
+        sticky = store.get_sticky(name)
+        if sticky:
+            checks.append(ModelCheck(name=name, state=ModelState.MISMATCH, detail=sticky))
+        elif spec.root is not None and not os.path.isdir(spec.root):
+            state = ModelState.MISMATCH if os.path.exists(spec.root) else ModelState.DETACHED
+            detail = ("model store is detached" if state is ModelState.DETACHED
+                      else f"model {name}: root {spec.root} is not a directory")
+            checks.append(ModelCheck(name=name, state=state, detail=detail))
+        else:
+            checks.append(ModelCheck(name=name, state=ModelState.UNVERIFIED))
+    return tuple(checks)
+
+
+class _Hooks:
+    """The executor's callbacks: verify before a spawn, record right after it."""
+
+    def __init__(self, store, desired: Desired, verifier, now: Callable[[], float]) -> None:
+        self.store, self.desired, self.verifier, self.now = store, desired, verifier, now
+
+    def before_start(self, decision: Decision) -> str | None:
+        spec = self.desired.role(decision.role)
+        if spec is None or spec.runtime is Runtime.OLLAMA:
+            return None
+        for name in (spec.model, spec.serve.draft_model):
+            model = self.desired.model(name)
+            if model is None:
+                continue
+            check = self.verifier.verify(model)
+            if check.state is not ModelState.VERIFIED:
+                return f"refused: {check.detail or check.state}"
+        return None
+
+    def after_spawn(self, decision: Decision, result) -> None:
+        # Recorded at once: a reconciler killed right after this line still
+        # knows the pid; one killed before it re-adopts by marker (readopt).
+        if not result.ok:
+            return
+        spec = self.desired.role(decision.role)
+        record = self.store.role(decision.role)
+        if record is None and spec is not None:
+            record = records.new_record(spec, decision)
+        if record is not None:
+            self.store.put_role(attrs.evolve(
+                record, pid=result.pid, create_time=result.create_time,
+                instance_id=decision.instance_id or record.instance_id))
+
+    def after_action(self, outcome) -> None:
+        pass
+
+
+def run_pass(
+    *,
+    paths: Sequence[str],
+    store,
+    state_dir: str,
+    allow_empty: bool = False,
+    operator_starts: frozenset[str] = frozenset(),
+    dry_run: bool = False,
+    verifier=None,
+    desired_override: Desired | None = None,
+    clock: Callable[[], float] = time.time,
+) -> PassResult:
+    """One whole pass. The caller holds the lock (unless it only plans)."""
+    from reconciler import sources
+
+    started = clock()
+    t0 = time.monotonic()
+    commit = manifests_commit(paths)
+    if desired_override is not None:
+        desired, warnings = desired_override, ()
+    else:
+        loaded = sources.load_desired(paths)
+        if loaded.problems or loaded.desired is None:
+            return PassResult(problems=tuple(loaded.problems), warnings=tuple(loaded.warnings),
+                              git_commit=commit, started=started)
+        desired, warnings = loaded.desired, tuple(loaded.warnings)
+    return _converge(desired, warnings, commit, store, state_dir, allow_empty,
+                     operator_starts, dry_run, verifier, clock, started, t0)
+
+
+def _converge(desired, warnings, commit, store, state_dir, allow_empty, operator_starts,
+              dry_run, verifier, clock, started, t0) -> PassResult:
+    from reconciler import observe, plan as planner
+
+    if not dry_run:
+        readopt(store, desired)
+    remembered = Remembered(roles=store.roles())
+    observed = observe.observe(desired, remembered, probe_timeout=desired.node.probe_timeout)
+    observed = attrs.evolve(observed, models=model_checks(desired, store))
+    ctx = PlanContext(
+        allow_empty=allow_empty, operator_starts=frozenset(operator_starts),
+        environ=tuple(sorted(os.environ.items())), data_root=data_root(desired, state_dir),
+    )
+    now = clock()
+    the_plan = planner.plan(desired, observed, remembered, ctx, now)
+    if dry_run:
+        return PassResult(warnings=warnings, desired=desired, observed=observed, plan=the_plan,
+                          git_commit=commit, started=started,
+                          duration=time.monotonic() - t0)
+
+    from reconciler import execute, modelstore
+
+    if verifier is None:
+        verifier = modelstore.Verifier(store)
+    outcomes = execute.apply(
+        the_plan, node=desired.node, allowed=desired.node.port_allowed,
+        hooks=_Hooks(store, desired, verifier, clock),
+    )
+    _record(store, desired, observed, remembered, the_plan, outcomes, commit, clock())
+    return PassResult(warnings=warnings, desired=desired, observed=observed, plan=the_plan,
+                      outcomes=tuple(outcomes), git_commit=commit, started=started,
+                      duration=time.monotonic() - t0)
+
+
+def _record(store, desired, observed, remembered, the_plan, outcomes, commit, now) -> None:
+    by_role = {o.role: o for o in outcomes}
+    for decision in the_plan.decisions:
+        outcome = by_role.get(decision.role)
+        facts = None
+        if outcome is not None and decision.acts:
+            facts = records.ActionFacts(ok=outcome.ok and not outcome.skipped,
+                                        exited=outcome.exited, pid=outcome.pid,
+                                        create_time=outcome.create_time)
+        # The spawn hook may have written a fresher record than `remembered`.
+        before = store.role(decision.role)
+        spec = desired.role(decision.role)
+        after = records.after_decision(before, spec, decision, observed.role(decision.role),
+                                       facts, now)
+        if after is None:
+            if before is not None:
+                store.delete_role(decision.role)
+                _remove_instance_dir(desired, before, decision)
+        elif after != before:
+            store.put_role(after)
+        if decision.acts or before is None or _changed_status(before, after):
+            detail = decision.why or decision.detail
+            if outcome is not None and outcome.detail:
+                detail = f"{detail}; {outcome.detail}" if detail else outcome.detail
+            store.record_event(
+                decision.role, str(decision.verb), str(decision.reason), detail,
+                ok=None if outcome is None else (outcome.ok and not outcome.skipped),
+                git_commit=commit, at=now,
+            )
+
+
+def _changed_status(before: RoleRecord, after: RoleRecord | None) -> bool:
+    if after is None:
+        return True
+    return (before.terminal, before.restarts, before.exited_at is None) != (
+        after.terminal, after.restarts, after.exited_at is None)
+
+
+def _remove_instance_dir(desired: Desired, record: RoleRecord, decision: Decision) -> None:
+    """A removed role's working directory goes with it (BEHAVIOUR §6)."""
+    if decision.launch is not None:
+        path = decision.launch.cwd
+    elif desired.node.data_root:
+        path = os.path.join(desired.node.data_root, record.instance_id)
+    else:
+        return
+    if os.path.basename(path) == record.instance_id:
+        shutil.rmtree(path, ignore_errors=True)

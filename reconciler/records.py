@@ -1,0 +1,155 @@
+"""How the store's memory of a role follows from a decision and its outcome (PURE).
+
+The planner decides; the executor acts; this module says what the state
+store must remember afterwards so that the *next* pass decides correctly:
+when an exit was first observed (the backoff clock), the restart count
+(including the stable_after reset the planner already applied), terminal
+states, reservations in the ledger and Ollama ``we_loaded``.
+
+``None`` means "forget this role": nothing of it is left to remember.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from reconciler.model import (
+    Decision, Health, Mode, Reason, RoleObservation, RoleRecord, RoleSpec, Runtime,
+    Status, Terminal, Verb,
+)
+
+
+@attrs.frozen(kw_only=True)
+class ActionFacts:
+    """What the executor reports about one acted decision."""
+
+    ok: bool
+    exited: bool = False  # a stopped process is really gone
+    pid: int | None = None
+    create_time: float | None = None
+
+
+def new_record(spec: RoleSpec, decision: Decision) -> RoleRecord:
+    """The first record of a role the reconciler starts to remember."""
+    return RoleRecord(
+        name=spec.name,
+        instance_id=decision.instance_id or spec.name,
+        runtime=spec.runtime,
+        mode=spec.mode,
+        host=spec.serve.host,
+        port=spec.serve.port,
+        model_tag=decision.model_tag,
+    )
+
+
+def after_decision(
+    record: RoleRecord | None,
+    spec: RoleSpec | None,
+    decision: Decision,
+    observation: RoleObservation,
+    facts: ActionFacts | None,
+    now: float,
+) -> RoleRecord | None:
+    """The record to store after ``decision`` (and, when it acted, ``facts``)."""
+    if record is None:
+        if spec is None:
+            return None
+        if decision.verb in (Verb.START, Verb.LOAD) or (
+            spec.mode is Mode.ADOPTED and decision.verb is Verb.KEEP
+        ):
+            record = new_record(spec, decision)
+        else:
+            return None  # refusals and waits of never-started roles leave no trace
+    elif spec is not None:
+        # Keep the address current: a stop after an edit must find the server.
+        record = attrs.evolve(record, host=spec.serve.host, port=spec.serve.port)
+
+    verb, reason = decision.verb, decision.reason
+    if verb in (Verb.START, Verb.RESTART):
+        assert facts is not None
+        launch = decision.launch
+        if not facts.ok:
+            # A failed spawn is a crash at once: the backoff clock starts now,
+            # so a broken launcher is retried with delays, not in a hot loop.
+            return attrs.evolve(
+                record, pid=None, create_time=None, exited_at=now, healthy_since=None,
+                restarts=decision.restarts, reserved=decision.reserve,
+            )
+        return attrs.evolve(
+            record,
+            pid=facts.pid, create_time=facts.create_time,
+            launch_digest=launch.digest if launch else record.launch_digest,
+            launch_argv=launch.argv if launch else record.launch_argv,
+            instance_id=decision.instance_id or record.instance_id,
+            started_at=now, exited_at=None, healthy_since=None,
+            terminal=None, terminal_detail="",
+            restarts=decision.restarts, reserved=decision.reserve,
+        )
+    if verb is Verb.STOP:
+        assert facts is not None
+        if not (facts.ok and facts.exited):
+            return record  # still there: keep everything, memory included
+        if reason is Reason.REMOVED:
+            return None
+        stopped = attrs.evolve(
+            record, pid=None, create_time=None, exited_at=None, healthy_since=None, reserved=0,
+        )
+        if reason is Reason.EXPOSED:
+            return attrs.evolve(
+                stopped, terminal=Terminal.STOPPED_EXPOSED,
+                terminal_detail=decision.why or decision.detail,
+            )
+        return stopped
+    if verb is Verb.LOAD:
+        assert facts is not None
+        if not facts.ok:
+            # A failed Ollama load releases its reservation (BEHAVIOUR §7).
+            return attrs.evolve(record, exited_at=now, reserved=0, restarts=decision.restarts)
+        return attrs.evolve(
+            record, we_loaded=True, model_tag=decision.model_tag, started_at=now,
+            exited_at=None, healthy_since=None, terminal=None, terminal_detail="",
+            restarts=decision.restarts, reserved=decision.reserve,
+        )
+    if verb is Verb.UNLOAD:
+        assert facts is not None
+        if not facts.ok:
+            return record
+        if reason is Reason.REMOVED:
+            return None
+        return attrs.evolve(record, we_loaded=False, reserved=0, exited_at=None)
+    if verb is Verb.FORGET:
+        return None
+    if verb is Verb.GIVE_UP:
+        return attrs.evolve(
+            record, pid=None, create_time=None, reserved=0,
+            exited_at=record.exited_at or now,
+            terminal=Terminal.GAVE_UP, terminal_detail=decision.detail or decision.why,
+        )
+    return _observed(record, decision, observation, now)
+
+
+def _observed(
+    record: RoleRecord, decision: Decision, observation: RoleObservation, now: float
+) -> RoleRecord:
+    """Keep / wait / refuse: nothing acted, but the clocks may move."""
+    process = observation.process
+    dead = record.pid is not None and (process is None or not (process.owned and process.alive))
+    ollama_gone = (
+        record.runtime is Runtime.OLLAMA and record.we_loaded
+        and decision.reason in (Reason.EVICTED, Reason.BACKOFF)
+    )
+    if decision.reason is Reason.TERMINAL:
+        return record
+    if dead or ollama_gone or decision.reason is Reason.BACKOFF:
+        # The backoff clock starts when the exit is first observed.
+        return attrs.evolve(
+            record, pid=None, create_time=None, healthy_since=None,
+            exited_at=record.exited_at or (observation.process.exit_observed_at
+                                           if observation.process else None) or now,
+            restarts=decision.restarts,
+        )
+    probe = observation.probe
+    answering = probe is not None and probe.health is Health.UP
+    if decision.status is Status.RUNNING and answering and record.healthy_since is None:
+        record = attrs.evolve(record, healthy_since=now)
+    return attrs.evolve(record, restarts=decision.restarts)

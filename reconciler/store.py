@@ -1,0 +1,317 @@
+"""The state store and the lock (SHELL; the only module that imports sqlite3).
+
+``state.db`` (SQLite, WAL) in the state directory remembers, per role, what
+the reconciler needs between passes and across its own crashes (BEHAVIOUR §3):
+the pid and create time it started, the launch digest, the restart count and
+the clocks of the restart policy, terminal states, Ollama ``we_loaded`` and
+the memory reserved in the ledger. Beside it: an append-only event log, and
+the model verification stamps of §1.1.
+
+The schema is versioned with ``PRAGMA user_version``; ``_MIGRATIONS[i]``
+takes a database from version ``i`` to ``i + 1``.
+
+One writer at a time: ``Lock`` holds ``<state dir>/lock`` (flock) for a whole
+pass or the daemon's life.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import attrs
+
+from reconciler.model import Mode, RoleRecord, Runtime, Terminal
+from reconciler.modelstore import Stamp
+
+_MIGRATIONS: tuple[str, ...] = (
+    # 0 → 1: the first schema.
+    """
+    CREATE TABLE roles (
+        name TEXT PRIMARY KEY,
+        instance_id TEXT NOT NULL,
+        runtime TEXT NOT NULL,
+        mode TEXT NOT NULL,
+        host TEXT NOT NULL,
+        port INTEGER NOT NULL,
+        model_tag TEXT,
+        pid INTEGER,
+        create_time REAL,
+        launch_digest TEXT,
+        launch_argv TEXT NOT NULL DEFAULT '[]',
+        restarts INTEGER NOT NULL DEFAULT 0,
+        started_at REAL,
+        exited_at REAL,
+        healthy_since REAL,
+        terminal TEXT,
+        terminal_detail TEXT NOT NULL DEFAULT '',
+        we_loaded INTEGER NOT NULL DEFAULT 0,
+        reserved INTEGER NOT NULL DEFAULT 0,
+        updated_at REAL NOT NULL
+    );
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at REAL NOT NULL,
+        role TEXT NOT NULL,
+        verb TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        detail TEXT NOT NULL DEFAULT '',
+        ok INTEGER,
+        git_commit TEXT
+    );
+    CREATE INDEX events_by_role ON events (role, at);
+    CREATE TABLE stamps (
+        model TEXT NOT NULL,
+        path TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        mtime_ns INTEGER NOT NULL,
+        inode INTEGER NOT NULL,
+        sha256 TEXT NOT NULL,
+        PRIMARY KEY (model, path)
+    );
+    CREATE TABLE sticky_mismatch (
+        model TEXT PRIMARY KEY,
+        detail TEXT NOT NULL
+    );
+    """,
+)
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+_ROLE_FIELDS = [f.name for f in attrs.fields(RoleRecord)]
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    id: int
+    at: float
+    role: str
+    verb: str
+    reason: str
+    detail: str
+    ok: bool | None
+    git_commit: str | None
+
+
+def default_state_dir(environ: dict[str, str] | None = None) -> str:
+    """``$RECONCILER_STATE_DIR``, else /var/lib/reconciler as root, else XDG."""
+    env = os.environ if environ is None else environ
+    if env.get("RECONCILER_STATE_DIR"):
+        return env["RECONCILER_STATE_DIR"]
+    if os.geteuid() == 0:
+        return "/var/lib/reconciler"
+    xdg = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return str(Path(xdg) / "reconciler")
+
+
+class Store:
+    """The SQLite state of one state directory."""
+
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.path = self.state_dir / "state.db"
+        self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._migrate()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _migrate(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(
+                f"{self.path} has schema version {version}; this reconciler knows "
+                f"up to {SCHEMA_VERSION} (a newer reconciler wrote it)"
+            )
+        for step in range(version, SCHEMA_VERSION):
+            with self._transaction():
+                self._db.executescript(
+                    "SAVEPOINT migrate;" + _MIGRATIONS[step] + "RELEASE migrate;"
+                )
+                self._db.execute(f"PRAGMA user_version = {step + 1}")
+
+    def _transaction(self):
+        return _Transaction(self._db)
+
+    # ------------------------------------------------------------ roles
+
+    def roles(self) -> tuple[RoleRecord, ...]:
+        rows = self._db.execute("SELECT * FROM roles ORDER BY name").fetchall()
+        return tuple(_record(row) for row in rows)
+
+    def role(self, name: str) -> RoleRecord | None:
+        row = self._db.execute("SELECT * FROM roles WHERE name = ?", (name,)).fetchone()
+        return _record(row) if row else None
+
+    def put_role(self, record: RoleRecord) -> None:
+        values = attrs.asdict(record, recurse=False)
+        values["launch_argv"] = json.dumps(list(record.launch_argv))
+        values["we_loaded"] = int(record.we_loaded)
+        values["runtime"] = str(record.runtime)
+        values["mode"] = str(record.mode)
+        values["terminal"] = str(record.terminal) if record.terminal else None
+        values["updated_at"] = time.time()
+        cols = ", ".join(values)
+        marks = ", ".join(f":{k}" for k in values)
+        self._db.execute(f"INSERT OR REPLACE INTO roles ({cols}) VALUES ({marks})", values)
+
+    def delete_role(self, name: str) -> None:
+        self._db.execute("DELETE FROM roles WHERE name = ?", (name,))
+
+    # ------------------------------------------------------------ events
+
+    def record_event(
+        self, role: str, verb: str, reason: str, detail: str = "",
+        ok: bool | None = None, git_commit: str | None = None, at: float | None = None,
+    ) -> None:
+        self._db.execute(
+            "INSERT INTO events (at, role, verb, reason, detail, ok, git_commit) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (time.time() if at is None else at, role, verb, reason, detail,
+             None if ok is None else int(ok), git_commit),
+        )
+
+    def events(self, role: str | None = None, since: float | None = None) -> list[Event]:
+        query, args = "SELECT * FROM events WHERE 1=1", []
+        if role is not None:
+            query += " AND role = ?"
+            args.append(role)
+        if since is not None:
+            query += " AND at >= ?"
+            args.append(since)
+        rows = self._db.execute(query + " ORDER BY id", args).fetchall()
+        return [
+            Event(id=r["id"], at=r["at"], role=r["role"], verb=r["verb"], reason=r["reason"],
+                  detail=r["detail"], ok=None if r["ok"] is None else bool(r["ok"]),
+                  git_commit=r["git_commit"])
+            for r in rows
+        ]
+
+    # ------------------------------------------------------------ model stamps
+    # (the StampStore protocol of reconciler.modelstore)
+
+    def get_stamps(self, model: str) -> dict[str, Stamp]:
+        rows = self._db.execute("SELECT * FROM stamps WHERE model = ?", (model,)).fetchall()
+        return {
+            r["path"]: Stamp(size=r["size"], mtime_ns=r["mtime_ns"], inode=r["inode"],
+                             sha256=r["sha256"])
+            for r in rows
+        }
+
+    def put_stamps(self, model: str, stamps: dict[str, Stamp]) -> None:
+        with self._transaction():
+            self._db.execute("DELETE FROM stamps WHERE model = ?", (model,))
+            self._db.executemany(
+                "INSERT INTO stamps (model, path, size, mtime_ns, inode, sha256) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [(model, p, s.size, s.mtime_ns, s.inode, s.sha256) for p, s in stamps.items()],
+            )
+
+    def get_sticky(self, model: str) -> str | None:
+        row = self._db.execute(
+            "SELECT detail FROM sticky_mismatch WHERE model = ?", (model,)
+        ).fetchone()
+        return row["detail"] if row else None
+
+    def set_sticky(self, model: str, detail: str | None) -> None:
+        if detail is None:
+            self._db.execute("DELETE FROM sticky_mismatch WHERE model = ?", (model,))
+        else:
+            self._db.execute(
+                "INSERT OR REPLACE INTO sticky_mismatch (model, detail) VALUES (?, ?)",
+                (model, detail),
+            )
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type, *rest: object) -> None:
+        self._db.execute("ROLLBACK" if exc_type else "COMMIT")
+
+
+def _record(row: sqlite3.Row) -> RoleRecord:
+    values = {k: row[k] for k in _ROLE_FIELDS}
+    values["runtime"] = Runtime(values["runtime"])
+    values["mode"] = Mode(values["mode"])
+    values["terminal"] = Terminal(values["terminal"]) if values["terminal"] else None
+    values["launch_argv"] = tuple(json.loads(values["launch_argv"] or "[]"))
+    values["we_loaded"] = bool(values["we_loaded"])
+    return RoleRecord(**values)
+
+
+# ---------------------------------------------------------------- the lock
+
+
+class LockHeld(Exception):
+    """Another reconciler holds the state directory's lock."""
+
+
+class Lock:
+    """An exclusive flock on ``<state dir>/lock``; the file names the holder's pid."""
+
+    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        self.path = Path(state_dir) / "lock"
+        self._fd: int | None = None
+
+    def acquire(self, timeout: float = 0.0, *, poll: float = 0.05) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    os.close(fd)
+                    raise
+                if time.monotonic() >= deadline:
+                    holder = _read_holder(fd)
+                    os.close(fd)
+                    who = f"pid {holder}" if holder else "another process"
+                    raise LockHeld(
+                        f"another reconciler holds {self.path} ({who}); "
+                        f"waited {timeout:g}s (--lock-timeout)"
+                    ) from None
+                time.sleep(poll)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+    def __enter__(self) -> "Lock":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        return os.pread(fd, 32, 0).decode().strip()
+    except OSError:
+        return ""
+
