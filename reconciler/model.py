@@ -480,6 +480,8 @@ class Decision:
     runtime: Runtime | None = None
     port: int | None = None
     pid: int | None = None  # the owned pid a stop/restart targets
+    create_time: float | None = None  # that pid's recorded create time (ownership re-check)
+    host: str | None = None  # serve host for start's port check and Ollama calls
     instance_id: str | None = None
     launch: Launch | None = None  # for start/restart
     model_tag: str | None = None  # for load/unload
