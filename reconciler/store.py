@@ -113,7 +113,9 @@ class Store:
 
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
         self.state_dir = Path(state_dir)
-        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # 0711: other users may not list the state, but the unprivileged uid a
+        # managed server runs as must traverse it to reach <state>/instances/<id>.
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o711)
         self.path = self.state_dir / "state.db"
         self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         self._db.row_factory = sqlite3.Row
