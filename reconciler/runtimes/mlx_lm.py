@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
-from reconciler.model import ModelSpec, RoleSpec
+from typing import Mapping, Sequence
+
+import attrs
+
+from reconciler.model import Health, ModelSpec, ProbeFacts, RoleSpec
+from reconciler.runtimes.common import (
+    ErrorKind,
+    Exchange,
+    ProbeAnswer,
+    ProbeContext,
+    ProbeRequest,
+    error_message,
+    failure_detail,
+    hi_messages,
+    unreachable,
+)
 
 
 def argv(role: RoleSpec, model: ModelSpec | None) -> tuple[str, ...]:
@@ -10,3 +25,75 @@ def argv(role: RoleSpec, model: ModelSpec | None) -> tuple[str, ...]:
     root = model.root if model is not None and model.root else "<model not declared>"
     serve = role.serve
     return ("--model", root, "--host", serve.host, "--port", str(serve.port), *serve.extra_args)
+
+
+# ---------------------------------------------------------------- probes
+
+HEALTH = ProbeRequest(method="GET", path="/health")
+#: Readiness after a start: /health is 200 before the model has loaded, a
+#: one-token completion without ``model`` is not (SERVERS.md).
+COMPLETION = ProbeRequest(
+    method="POST", path="/v1/completions", body={"prompt": "hi", "max_tokens": 1}
+)
+
+_THREAD_DIED = "generation thread died"
+
+
+def exchange(ctx: ProbeContext) -> Exchange:
+    """``/health``; while awaiting readiness after a start, also one completion.
+
+    The POST is never sent to an adopted server.
+    """
+    (health,) = yield (HEALTH,)
+    out = {HEALTH.path: health}
+    if ctx.readiness and not ctx.adopted and health.ok:
+        (completion,) = yield (COMPLETION,)
+        out[COMPLETION.path] = completion
+    return out
+
+
+def read(answers: Mapping[str, ProbeAnswer], ctx: ProbeContext) -> ProbeFacts:
+    """mlx_lm.server's answers → facts. Identity is the launched ``--model``."""
+    health = answers[HEALTH.path]
+    if not health.answered:
+        return unreachable(HEALTH, health, ctx, identity=ctx.argv_model)
+    base = ProbeFacts(
+        health=Health.UP, detail="healthy", identity=ctx.argv_model, latency=health.latency
+    )
+    if health.status == 503:
+        return attrs.evolve(
+            base, health=Health.UNHEALTHY, detail=f"{_THREAD_DIED} (/health answered 503)"
+        )
+    if not health.ok:
+        return attrs.evolve(base, health=Health.UNHEALTHY, detail=failure_detail(HEALTH, health))
+    completion = answers.get(COMPLETION.path)
+    if completion is None:
+        return base
+    if completion.ok:
+        return attrs.evolve(base, detail="ready: answered a one-token completion")
+    if completion.error is ErrorKind.TIMEOUT:
+        return attrs.evolve(
+            base, health=Health.LOADING,
+            detail=f"loading model (no one-token completion {completion.error_detail})",
+        )
+    if completion.error is not None:
+        return unreachable(COMPLETION, completion, ctx, identity=ctx.argv_model)
+    if _THREAD_DIED in error_message(completion).lower():
+        return attrs.evolve(base, health=Health.UNHEALTHY, detail=_THREAD_DIED)
+    return attrs.evolve(
+        base, health=Health.UNHEALTHY, detail=failure_detail(COMPLETION, completion)
+    )
+
+
+def argv_model(argv: Sequence[str]) -> str | None:
+    """The ``--model`` value of a launch argv (separate arguments, as launched)."""
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "--model":
+            return argv[i + 1]
+    return None
+
+
+def deep_request() -> ProbeRequest:
+    """One token, WITHOUT ``model``: mlx-lm would load whatever a request names."""
+    body = {"messages": hi_messages(), "max_tokens": 1, "stream": False}
+    return ProbeRequest(method="POST", path="/v1/chat/completions", body=body)

@@ -1,0 +1,265 @@
+"""Reading the world: servers and processes → ``Observed`` (SHELL).
+
+Every pass observes every desired role and every remembered one (a removed
+role still has a process to stop). For each role:
+
+* the port allowlist is checked **first**: a port outside it gets
+  ``ProbeFacts(health=NOT_PROBED)`` and not a single packet;
+* the HTTP probes its runtime module describes are sent (``probe.py``), all
+  roles concurrently; Ollama roles sharing a host:port share one set of
+  probes per pass;
+* the process table (``procs.py``) gives the facts of the pid the store
+  recorded, or of an unrecorded process carrying our marker;
+* ``exposed``: non-loopback listeners of our process group (§5);
+* ``port_taken``: a managed role's port accepts connections and the listener
+  is not our process (§4: never start over it).
+
+Probes never raise: every failure is a value in ``ProbeFacts``. Model checks
+are not made here (``Observed.models`` stays empty).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Callable, Mapping
+
+import attrs
+
+from reconciler import probe, procs
+from reconciler.identity import instance_id
+from reconciler.model import (
+    OLLAMA_DEFAULT_PORT,
+    Desired,
+    Health,
+    Mode,
+    Observed,
+    ProbeFacts,
+    ProcessFacts,
+    Remembered,
+    RoleObservation,
+    RoleRecord,
+    RoleSpec,
+    Runtime,
+)
+from reconciler.runtimes import llamacpp, mlx_lm, ollama
+from reconciler.runtimes.common import Exchange, ProbeAnswer, ProbeContext
+
+_RUNTIMES: dict[Runtime, tuple[Callable[[ProbeContext], Exchange], Callable]] = {
+    Runtime.LLAMACPP: (llamacpp.exchange, llamacpp.read),
+    Runtime.MLX_LM: (mlx_lm.exchange, mlx_lm.read),
+    Runtime.OLLAMA: (ollama.exchange, ollama.read),
+}
+
+
+@attrs.frozen(kw_only=True)
+class Target:
+    """One role to observe, from its spec (desired) or its record (removed)."""
+
+    name: str
+    runtime: Runtime
+    managed: bool
+    host: str
+    port: int
+    ctx: ProbeContext
+    spec: RoleSpec | None = None
+    record: RoleRecord | None = None
+
+    @property
+    def endpoint(self) -> tuple[str, int]:
+        return (self.host, self.port)
+
+
+def _wanted(spec: RoleSpec | None, record: RoleRecord | None, desired: Desired) -> str | None:
+    if spec is None:
+        return record.model_tag if record is not None else None
+    if spec.runtime is Runtime.OLLAMA:
+        model = desired.model(spec.model)
+        tag = model.ollama_tag if model is not None else None
+        return tag or (record.model_tag if record is not None else None)
+    if spec.runtime is Runtime.LLAMACPP:
+        # The alias the launch passes (identity.launch); adopted: the declared model.
+        return spec.model or spec.name if spec.managed else spec.model
+    return None  # mlx-lm: /v1/models says nothing about what is loaded
+
+
+def target(name: str, desired: Desired, remembered: Remembered) -> Target:
+    """What to probe for one role and how (pure; exposed for tests and commands)."""
+    spec = desired.role(name)
+    record = remembered.role(name)
+    if spec is not None:
+        runtime, managed = spec.runtime, spec.managed
+        host, port = spec.serve.host, spec.serve.port
+    else:
+        assert record is not None, name
+        runtime, managed = record.runtime, record.mode is Mode.MANAGED
+        host, port = record.host, record.port
+    if runtime is Runtime.OLLAMA and not port:
+        port = OLLAMA_DEFAULT_PORT
+    started = record is not None and record.started_at is not None
+    starting = managed and started and record is not None and record.healthy_since is None
+    ctx = ProbeContext(
+        wanted=_wanted(spec, record, desired),
+        adopted=not managed,
+        starting=starting and runtime is not Runtime.OLLAMA,
+        # mlx-lm readiness POST: only for a desired managed role after a start.
+        readiness=runtime is Runtime.MLX_LM and spec is not None and starting,
+        argv_model=mlx_lm.argv_model(record.launch_argv) if record is not None else None,
+        keep_alive=spec.keep_alive if spec is not None else None,
+    )
+    return Target(
+        name=name, runtime=runtime, managed=managed, host=host, port=port, ctx=ctx,
+        spec=spec, record=record,
+    )
+
+
+def targets(desired: Desired, remembered: Remembered) -> list[Target]:
+    names = sorted({r.name for r in desired.roles} | {r.name for r in remembered.roles})
+    return [target(n, desired, remembered) for n in names]
+
+
+def not_probed(port: int, desired: Desired) -> ProbeFacts:
+    return ProbeFacts(
+        health=Health.NOT_PROBED,
+        detail=f"port {port} is outside allowed_ports {desired.node.allowed_ports}: not probed",
+    )
+
+
+# ---------------------------------------------------------------- HTTP side
+
+
+async def _exchange(t: Target, timeout: float) -> Mapping[str, ProbeAnswer]:
+    make, _ = _RUNTIMES[t.runtime]
+
+    async def sender(request):  # type: ignore[no-untyped-def]
+        return await probe.send(t.host, t.port, request, timeout=timeout)
+
+    return await probe.run_exchange(make(t.ctx), sender)
+
+
+async def probe_all(allowed: list[Target], timeout: float) -> dict[str, ProbeFacts]:
+    """Probe every target concurrently; one exchange per shared Ollama endpoint."""
+    jobs: dict[object, Target] = {}
+    for t in allowed:
+        key = ("ollama", t.endpoint) if t.runtime is Runtime.OLLAMA else ("role", t.name)
+        jobs.setdefault(key, t)
+    results = await asyncio.gather(*(_exchange(t, timeout) for t in jobs.values()))
+    answers = dict(zip(jobs, results))
+    out = {}
+    for t in allowed:
+        key = ("ollama", t.endpoint) if t.runtime is Runtime.OLLAMA else ("role", t.name)
+        _, read = _RUNTIMES[t.runtime]
+        out[t.name] = read(answers[key], t.ctx)
+    return out
+
+
+# ---------------------------------------------------------------- process side
+
+
+def _is_loopback(address: str) -> bool:
+    host = address.rsplit(":", 1)[0].strip("[]")
+    return host.startswith("127.") or host == "::1"
+
+
+def _listen_port(address: str) -> int | None:
+    port = address.rsplit(":", 1)[-1]
+    return int(port) if port.isdigit() else None
+
+
+def _marked(candidates: list[Target]) -> dict[str, ProcessFacts]:
+    """Unrecorded processes carrying a managed role's marker (spawned, not recorded)."""
+    ids: dict[str, str] = {}
+    for t in candidates:
+        if t.record is not None:
+            ids[t.record.instance_id] = t.name
+        if t.spec is not None:
+            ids[instance_id(t.spec)] = t.name
+    found = procs.find_marked(ids)
+    out: dict[str, ProcessFacts] = {}
+    for marker, hits in sorted(found.items()):
+        pid, ctime = max(hits, key=lambda h: h[1])
+        out.setdefault(ids[marker], ProcessFacts(
+            pid=pid, create_time=ctime, alive=True, owned=True,
+            listen=procs.listening_addresses(pid),
+        ))
+    return out
+
+
+def _exposed(t: Target, facts: ProcessFacts | None, allowed: bool) -> tuple[str, ...]:
+    if facts is None or not facts.owned or not facts.alive:
+        return ()
+    if facts.listen:
+        return tuple(a for a in facts.listen if not _is_loopback(a))
+    if not allowed:
+        return ()
+    # The listeners could not be read: connect to each interface address (§5).
+    return tuple(
+        f"[{ip}]:{t.port}" if ":" in ip else f"{ip}:{t.port}"
+        for ip in procs.interface_addresses()
+        if procs.accepts_connections(ip, t.port, timeout=0.3)
+    )
+
+
+def _port_taken(t: Target, facts: ProcessFacts | None) -> bool:
+    if not t.managed or t.spec is None:
+        return False  # adopted servers are not ours by design; removed roles never start
+    ours = facts is not None and facts.owned and facts.alive and any(
+        _listen_port(a) == t.port for a in facts.listen
+    )
+    return not ours and procs.accepts_connections(t.host, t.port)
+
+
+def process_side(
+    all_targets: list[Target], allowed: set[str]
+) -> dict[str, tuple[ProcessFacts | None, tuple[str, ...], bool]]:
+    """Process facts, exposure and port_taken per role (blocking; run in a thread)."""
+    facts: dict[str, ProcessFacts | None] = {}
+    for t in all_targets:
+        r = t.record
+        facts[t.name] = (
+            procs.process_facts(r.pid, r.create_time, r.instance_id)
+            if r is not None and r.pid else None
+        )
+    lost = [
+        t for t in all_targets
+        if t.managed and (facts[t.name] is None or not facts[t.name].alive)  # type: ignore[union-attr]
+    ]
+    if lost:
+        facts.update(_marked(lost))
+    out = {}
+    for t in all_targets:
+        f = facts[t.name]
+        ok = t.name in allowed
+        out[t.name] = (f, _exposed(t, f, ok), ok and _port_taken(t, f))
+    return out
+
+
+# ---------------------------------------------------------------- entry points
+
+
+async def observe_async(
+    desired: Desired, remembered: Remembered, *, probe_timeout: float | None = None
+) -> Observed:
+    """Observe every desired and remembered role once (see the module docstring)."""
+    timeout = desired.node.probe_timeout if probe_timeout is None else probe_timeout
+    all_targets = targets(desired, remembered)
+    allowed = [t for t in all_targets if desired.node.port_allowed(t.port)]
+    allowed_names = {t.name for t in allowed}
+    probes, sides = await asyncio.gather(
+        probe_all(allowed, timeout),
+        asyncio.to_thread(process_side, all_targets, allowed_names),
+    )
+    roles = []
+    for t in all_targets:
+        process, exposed, taken = sides[t.name]
+        facts = probes.get(t.name) or not_probed(t.port, desired)
+        roles.append(RoleObservation(
+            name=t.name, process=process, probe=facts, port_taken=taken, exposed=exposed,
+        ))
+    return Observed(roles=tuple(roles))
+
+
+def observe(
+    desired: Desired, remembered: Remembered, *, probe_timeout: float | None = None
+) -> Observed:
+    """Blocking ``observe_async`` (for callers without a running event loop)."""
+    return asyncio.run(observe_async(desired, remembered, probe_timeout=probe_timeout))
