@@ -30,9 +30,9 @@ from reconciler.model import Mode, RoleRecord, Runtime, Terminal
 from reconciler.modelstore import Stamp
 
 _MIGRATIONS: tuple[str, ...] = (
-    # 0 → 1: the first schema.
+    # 0 → 1: the first schema (IF NOT EXISTS: two first runs may race to create it).
     """
-    CREATE TABLE roles (
+    CREATE TABLE IF NOT EXISTS roles (
         name TEXT PRIMARY KEY,
         instance_id TEXT NOT NULL,
         runtime TEXT NOT NULL,
@@ -54,7 +54,7 @@ _MIGRATIONS: tuple[str, ...] = (
         reserved INTEGER NOT NULL DEFAULT 0,
         updated_at REAL NOT NULL
     );
-    CREATE TABLE events (
+    CREATE TABLE IF NOT EXISTS events (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         at REAL NOT NULL,
         role TEXT NOT NULL,
@@ -64,8 +64,8 @@ _MIGRATIONS: tuple[str, ...] = (
         ok INTEGER,
         git_commit TEXT
     );
-    CREATE INDEX events_by_role ON events (role, at);
-    CREATE TABLE stamps (
+    CREATE INDEX IF NOT EXISTS events_by_role ON events (role, at);
+    CREATE TABLE IF NOT EXISTS stamps (
         model TEXT NOT NULL,
         path TEXT NOT NULL,
         size INTEGER NOT NULL,
@@ -74,7 +74,7 @@ _MIGRATIONS: tuple[str, ...] = (
         sha256 TEXT NOT NULL,
         PRIMARY KEY (model, path)
     );
-    CREATE TABLE sticky_mismatch (
+    CREATE TABLE IF NOT EXISTS sticky_mismatch (
         model TEXT PRIMARY KEY,
         detail TEXT NOT NULL
     );
@@ -140,11 +140,10 @@ class Store:
                 f"up to {SCHEMA_VERSION} (a newer reconciler wrote it)"
             )
         for step in range(version, SCHEMA_VERSION):
-            with self._transaction():
-                self._db.executescript(
-                    "SAVEPOINT migrate;" + _MIGRATIONS[step] + "RELEASE migrate;"
-                )
-                self._db.execute(f"PRAGMA user_version = {step + 1}")
+            # One script, one transaction: a migration applies whole or not at all.
+            self._db.executescript(
+                f"BEGIN IMMEDIATE;{_MIGRATIONS[step]}PRAGMA user_version = {step + 1};COMMIT;"
+            )
 
     def _transaction(self):
         return _Transaction(self._db)
