@@ -1,0 +1,105 @@
+"""What the store remembers after each kind of decision (reconciler.records)."""
+
+from __future__ import annotations
+
+import attrs
+
+from reconciler.model import (
+    Decision, Health, Launch, Mode, ProbeFacts, ProcessFacts, Reason, RoleObservation,
+    RoleRecord, RoleSpec, Runtime, ServeSpec, Status, Terminal, Verb,
+)
+from reconciler.records import ActionFacts, after_decision
+
+SPEC = RoleSpec(name="chat", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="tiny",
+                serve=ServeSpec(port=8090))
+LAUNCH = Launch(argv=("/srv", "--port", "8090"), env=(), cwd="/d/chat-1", run_as=None,
+                digest="new")
+RUNNING = RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
+                     mode=Mode.MANAGED, port=8090, pid=10, create_time=1.0,
+                     launch_digest="old", restarts=1, started_at=5.0, reserved=100)
+NOTHING = RoleObservation(name="chat")
+
+
+def decide(verb, reason, **kw) -> Decision:
+    return Decision(role="chat", verb=verb, reason=reason, instance_id="chat-1", **kw)
+
+
+def test_start_records_pid_launch_and_reservation():
+    """A successful start remembers pid, create time, digest, argv and its reservation."""
+    d = decide(Verb.START, Reason.MISSING, launch=LAUNCH, reserve=100, restarts=0)
+    after = after_decision(None, SPEC, d, NOTHING, ActionFacts(ok=True, pid=42, create_time=9.5), 50.0)
+    assert (after.pid, after.create_time, after.launch_digest, after.launch_argv) == (
+        42, 9.5, "new", LAUNCH.argv)
+    assert (after.started_at, after.exited_at, after.reserved, after.restarts) == (50.0, None, 100, 0)
+
+
+def test_failed_spawn_starts_the_backoff_clock():
+    """A spawn that failed counts as an exit observed now, so it is retried with backoff."""
+    d = decide(Verb.RESTART, Reason.CRASHED, launch=LAUNCH, reserve=100, restarts=2)
+    after = after_decision(RUNNING, SPEC, d, NOTHING, ActionFacts(ok=False), 60.0)
+    assert after.pid is None and after.exited_at == 60.0 and after.restarts == 2
+
+
+def test_stop_of_a_removed_role_forgets_it_but_only_once_gone():
+    """A removed role is forgotten after its process is gone, kept while it lingers."""
+    d = decide(Verb.STOP, Reason.REMOVED, pid=10)
+    assert after_decision(RUNNING, None, d, NOTHING, ActionFacts(ok=True, exited=True), 1.0) is None
+    lingering = after_decision(RUNNING, None, d, NOTHING, ActionFacts(ok=False), 1.0)
+    assert lingering == RUNNING and lingering.reserved == 100
+
+
+def test_exposed_stop_is_terminal_and_releases_memory():
+    """Stopping an exposed server holds the role as stopped-exposed with nothing reserved."""
+    d = decide(Verb.STOP, Reason.EXPOSED, why="listening on 0.0.0.0:8090")
+    after = after_decision(RUNNING, SPEC, d, NOTHING, ActionFacts(ok=True, exited=True), 1.0)
+    assert after.terminal is Terminal.STOPPED_EXPOSED and after.reserved == 0 and after.pid is None
+    assert "0.0.0.0" in after.terminal_detail
+
+
+def test_give_up_is_terminal_and_releases_memory():
+    """gave-up keeps the count, releases the reservation and is terminal."""
+    dead = attrs.evolve(RUNNING, pid=None, exited_at=7.0)
+    d = decide(Verb.GIVE_UP, Reason.MAX_RESTARTS, restarts=1, detail="crashed 1 times")
+    after = after_decision(dead, SPEC, d, NOTHING, None, 9.0)
+    assert after.terminal is Terminal.GAVE_UP and after.reserved == 0 and after.exited_at == 7.0
+
+
+def test_first_observed_exit_sets_the_clock_once():
+    """The backoff clock starts when the exit is first seen and is not moved later."""
+    gone = RoleObservation(name="chat", process=ProcessFacts(pid=10, create_time=1.0,
+                                                             alive=False, owned=False))
+    d = decide(Verb.WAIT, Reason.BACKOFF, restarts=1, retry_in=4.0)
+    first = after_decision(RUNNING, SPEC, d, gone, None, 100.0)
+    assert first.exited_at == 100.0 and first.pid is None
+    later = after_decision(first, SPEC, d, NOTHING, None, 103.0)
+    assert later.exited_at == 100.0
+
+
+def test_healthy_since_is_set_when_first_answering():
+    """stable_after is measured from the first answered probe after a start."""
+    up = RoleObservation(name="chat",
+                         process=ProcessFacts(pid=10, create_time=1.0, alive=True, owned=True),
+                         probe=ProbeFacts(health=Health.UP))
+    d = decide(Verb.KEEP, Reason.IN_SYNC, status=Status.RUNNING, restarts=1)
+    first = after_decision(RUNNING, SPEC, d, up, None, 20.0)
+    assert first.healthy_since == 20.0
+    assert after_decision(first, SPEC, d, up, None, 30.0).healthy_since == 20.0
+
+
+def test_refusal_of_a_never_started_role_leaves_no_record():
+    """Nothing is remembered for a role that was only refused."""
+    d = decide(Verb.REFUSE, Reason.PORT_TAKEN, status=Status.REFUSED)
+    assert after_decision(None, SPEC, d, NOTHING, None, 1.0) is None
+
+
+def test_ollama_unload_clears_we_loaded_and_forget_deletes():
+    """After an unload we no longer own the residency; forget drops the record."""
+    loaded = RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.OLLAMA,
+                        mode=Mode.MANAGED, port=11434, model_tag="llama3.2:latest",
+                        we_loaded=True, reserved=5)
+    spec = RoleSpec(name="chat", runtime=Runtime.OLLAMA, mode=Mode.MANAGED, model="l",
+                    serve=ServeSpec(port=11434))
+    d = decide(Verb.UNLOAD, Reason.STATE_STOPPED, model_tag="llama3.2:latest")
+    after = after_decision(loaded, spec, d, NOTHING, ActionFacts(ok=True), 1.0)
+    assert after.we_loaded is False and after.reserved == 0
+    assert after_decision(loaded, None, decide(Verb.FORGET, Reason.REMOVED), NOTHING, None, 1.0) is None
