@@ -144,3 +144,31 @@ def interface_addresses() -> tuple[str, ...]:
                 if not (ip.startswith("127.") or ip == "::1"):
                     out.append(ip)
     return tuple(sorted(set(out)))
+
+
+def is_running(pid: int | None, recorded_create_time: float | None) -> bool:
+    """Is the recorded process (pid + create time) still alive and not a zombie?
+
+    Unlike ``is_owned`` this ignores the marker: it answers "is it really
+    gone?" (memory may be released), not "may we signal it?".
+    """
+    if not pid or recorded_create_time is None:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - recorded_create_time) > _CREATE_TIME_SLACK:
+            return False
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.AccessDenied:
+        return True  # something is there and we cannot tell: not gone
+    return _alive(proc)
+
+
+def marker_of(pid: int) -> str | None:
+    """The ``RECONCILER_INSTANCE`` marker in a live process's environment, if any."""
+    try:
+        proc = psutil.Process(pid)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+    return _marker(proc) if _alive(proc) else None
