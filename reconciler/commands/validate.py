@@ -1,0 +1,38 @@
+"""``reconcile validate [PATH…]``: check manifests without touching anything (SHELL).
+
+Static by design: it reads the manifest files and nothing else — no model
+files, no launchers, no network. Every problem is printed as
+``FILE:LINE: $.json.path: message``, sorted; the exit code is 1 if there is
+any, else 0 with a one-line summary (``7 documents: 2 Model, …``). Warnings go
+to stderr. ``--json`` prints the problems as a JSON list of
+``{file, line, path, message}`` instead (``[]`` when all is well).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from reconciler import sources
+
+
+def run(args: argparse.Namespace) -> int:
+    paths = list(getattr(args, "paths", None) or []) or [getattr(args, "manifests", "manifests")]
+    result = sources.load_desired(paths)
+    for warning in result.warnings:
+        print(f"{warning.file}:{warning.line}: {warning.path}: warning: {warning.message}",
+              file=sys.stderr)
+    if getattr(args, "json", False):
+        print(json.dumps([p.as_dict() for p in result.problems], indent=2, ensure_ascii=False))
+    else:
+        for problem in result.problems:
+            print(problem)
+    if result.problems:
+        if not getattr(args, "json", False):
+            count = len(result.problems)
+            print(f"{count} problem{'' if count == 1 else 's'}", file=sys.stderr)
+        return 1
+    if not getattr(args, "json", False):
+        print(result.summary)
+    return 0

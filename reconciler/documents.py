@@ -1,0 +1,220 @@
+"""One schema-valid document → typed values, with the checks a schema cannot make (PURE).
+
+The schema has already fixed every key and type; what is left here is
+parsing (sizes to bytes, durations to seconds, ``localhost`` to 127.0.0.1)
+and the per-document rules that need code: shards sorted by path, a port
+range that is a range, a loopback address that really is one.
+
+Roles come out as ``RoleDraft``: NodeConfig defaults (restart policy,
+keep_alive) and the model's weight size are merged in later by
+``crosscheck.assemble``, once every document is known.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any, Callable
+
+import attrs
+
+from reconciler import units
+from reconciler.errors import Problem
+from reconciler.model import (
+    OLLAMA_DEFAULT_PORT, MemorySpec, Mode, ModelFile, ModelFormat, ModelSourceInfo,
+    ModelSpec, NodeConfig, PortRange, RestartPolicy, RoleSpec, RunAs, Runtime, ServeSpec,
+    SourceRef, WantedState,
+)
+from reconciler.yamlsafe import Document, Path
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class RoleDraft:
+    """A role before NodeConfig defaults and model sizes are merged in."""
+
+    spec: RoleSpec
+    restart: tuple[tuple[str, float], ...]  # only the fields the role overrides
+    keep_alive: float | None  # None: take the NodeConfig default
+    weights: int | None  # None: the model's shard sizes
+    doc: Document
+
+
+class _Reader:
+    """Reads typed fields of one document and collects conversion problems."""
+
+    def __init__(self, doc: Document) -> None:
+        self.doc = doc
+        self.problems: list[Problem] = []
+
+    def get(self, *path: str | int) -> Any:
+        value: Any = self.doc.value
+        for step in path:
+            if not isinstance(value, dict) or step not in value:
+                return None
+            value = value[step]
+        return value
+
+    def parsed(self, path: Path, parse: Callable[[Any], Any]) -> Any:
+        """``parse`` the value at ``path``; a ``ValueError`` becomes a problem."""
+        value = self.get(*path)
+        if value is None:
+            return None
+        try:
+            return parse(value)
+        except ValueError as err:
+            self.problems.append(self.doc.problem(path, str(err)))
+            return None
+
+    def size(self, *path: str) -> int | None:
+        return self.parsed(path, units.parse_size)
+
+    def duration(self, *path: str, negative: bool = False) -> float | None:
+        return self.parsed(path, lambda v: units.parse_duration(v, allow_negative=negative))
+
+    def add(self, path: Path, message: str) -> None:
+        self.problems.append(self.doc.problem(path, message))
+
+    @property
+    def ref(self) -> SourceRef:
+        return SourceRef(file=self.doc.file, line=self.doc.line)
+
+
+def _file(raw: dict[str, Any] | None) -> ModelFile | None:
+    if raw is None:
+        return None
+    size = raw.get("size")
+    return ModelFile(path=raw["path"], sha256=raw["sha256"],
+                     size=int(size) if size is not None else None)
+
+
+def model_spec(doc: Document) -> tuple[ModelSpec | None, list[Problem]]:
+    r = _Reader(doc)
+    shards = tuple(_file(s) for s in r.get("spec", "shards") or ())
+    seen: set[str] = set()
+    for i, shard in enumerate(shards):
+        assert shard is not None
+        if shard.path in seen:
+            r.add(("spec", "shards", i, "path"), f"duplicate shard path {shard.path!r}")
+        elif i and shard.path < shards[i - 1].path:  # type: ignore[union-attr]
+            r.add(("spec", "shards", i, "path"),
+                  f"shards must be sorted by path: {shard.path!r} comes before "
+                  f"{shards[i - 1].path!r}")  # type: ignore[union-attr]
+        seen.add(shard.path)
+    source = r.get("spec", "source") or {}
+    spec = ModelSpec(
+        name=r.get("metadata", "name"),
+        format=ModelFormat(r.get("spec", "format")),
+        root=r.get("spec", "root"),
+        shards=shards,  # type: ignore[arg-type]
+        tokenizer=_file(r.get("spec", "tokenizer")),
+        template=_file(r.get("spec", "template")),
+        source=ModelSourceInfo(**source),
+        ref=r.ref,
+    )
+    return (None if r.problems else spec), r.problems
+
+
+def _restart(r: _Reader, *path: str) -> tuple[tuple[str, float], ...]:
+    """The restart-policy fields set at ``path``, parsed."""
+    raw = r.get(*path) or {}
+    out: list[tuple[str, float]] = []
+    if "max_restarts" in raw:
+        out.append(("max_restarts", int(raw["max_restarts"])))
+    for field in ("base", "cap", "stable_after"):
+        value = r.duration(*path, field)
+        if value is not None:
+            out.append((field, value))
+    return tuple(out)
+
+
+def node_config(doc: Document) -> tuple[NodeConfig | None, list[Problem]]:
+    r = _Reader(doc)
+    ports = r.get("spec", "allowed_ports")
+    allowed = None
+    if ports is not None:
+        allowed = PortRange(start=int(ports["from"]), end=int(ports["to"]))
+        if allowed.start > allowed.end:
+            r.add(("spec", "allowed_ports"),
+                  f"'from' ({allowed.start}) must not be above 'to' ({allowed.end})")
+    run_as = r.get("spec", "run_as")
+    defaults = NodeConfig()
+    timeouts = {}
+    for field in ("probe_timeout", "deep_timeout", "stop_grace"):
+        value = r.duration("spec", field)
+        if value is not None and value == 0 and field != "stop_grace":
+            r.add(("spec", field), "must be more than 0 seconds")
+        timeouts[field] = getattr(defaults, field) if value is None else value
+    keep_alive = r.duration("spec", "keep_alive", negative=True)
+    node = NodeConfig(
+        allowed_ports=allowed,
+        memory_budget=r.size("spec", "memory_budget"),
+        serve_programs=tuple(sorted(
+            (Runtime(k), v) for k, v in (r.get("spec", "serve_programs") or {}).items())),
+        version_probe=tuple(sorted(
+            (Runtime(k), tuple(v)) for k, v in (r.get("spec", "version_probe") or {}).items())),
+        env=tuple(sorted((r.get("spec", "env") or {}).items())),
+        env_passthrough=tuple(r.get("spec", "env_passthrough") or defaults.env_passthrough),
+        run_as=RunAs(uid=int(run_as["uid"]), gid=int(run_as["gid"])) if run_as else None,
+        restart=attrs.evolve(defaults.restart, **dict(_restart(r, "spec", "restart"))),
+        keep_alive=defaults.keep_alive if keep_alive is None else keep_alive,
+        data_root=r.get("spec", "data_root"),
+        ref=r.ref,
+        **timeouts,
+    )
+    return (None if r.problems else node), r.problems
+
+
+def _host(r: _Reader) -> str:
+    raw = r.get("spec", "serve", "host")
+    if raw is None or raw == "localhost":
+        return "127.0.0.1"
+    try:
+        address = ipaddress.ip_address(raw)
+    except ValueError:
+        address = None
+    if address is None or not address.is_loopback:
+        r.add(("spec", "serve", "host"),
+              f"{raw!r} is not a loopback address (use 127.0.0.1, ::1 or localhost)")
+        return "127.0.0.1"
+    return str(address)
+
+
+def role_draft(doc: Document) -> tuple[RoleDraft | None, list[Problem]]:
+    r = _Reader(doc)
+    name = r.get("metadata", "name")
+    runtime = Runtime(r.get("spec", "runtime"))
+    port = r.get("spec", "serve", "port")
+    if port is None and runtime is Runtime.OLLAMA:
+        port = OLLAMA_DEFAULT_PORT
+    serve = ServeSpec(
+        host=_host(r),
+        port=int(port) if port is not None else 0,
+        ctx=int(r.get("spec", "serve", "ctx")) if r.get("spec", "serve", "ctx") else None,
+        kv_quant=r.get("spec", "serve", "kv_quant"),
+        draft_model=r.get("spec", "serve", "draft_model"),
+        extra_args=tuple(r.get("spec", "serve", "extra_args") or ()),
+    )
+    excludes = frozenset(e.removeprefix("role:") for e in r.get("spec", "excludes") or ())
+    for i, raw in enumerate(r.get("spec", "excludes") or ()):
+        if raw.removeprefix("role:") == name:
+            r.add(("spec", "excludes", i), "a role cannot exclude itself")
+    spec = RoleSpec(
+        name=name,
+        runtime=runtime,
+        mode=Mode(r.get("spec", "mode")),
+        model=r.get("spec", "model"),
+        state=WantedState(r.get("spec", "state") or WantedState.RUNNING),
+        serve=serve,
+        memory=MemorySpec(weights=0, kv=r.size("spec", "memory", "kv") or 0),
+        excludes=excludes,
+        restart=RestartPolicy(),
+        keep_alive=None,
+        ref=r.ref,
+    )
+    draft = RoleDraft(
+        spec=spec,
+        restart=_restart(r, "spec", "restart"),
+        keep_alive=r.duration("spec", "keep_alive", negative=True),
+        weights=r.size("spec", "memory", "weights"),
+        doc=doc,
+    )
+    return (None if r.problems else draft), r.problems

@@ -1,0 +1,120 @@
+"""Reading manifest files and directories (SHELL).
+
+A path may be a file (read whatever its name) or a directory, of which only
+the ``*.yaml`` / ``*.yml`` files directly inside are read, in name order;
+hidden files are skipped, subdirectories are not entered (so
+``manifests/examples/`` is never part of the live ``manifests/`` set), and a
+symlink that leads out of the directory is refused. Files over 1 MiB are
+refused before they are read whole, and anything that is not a regular file
+(a FIFO would block) is refused before it is opened for reading.
+
+Problems are values (``Problem`` with line 0: "the file as a whole").
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from typing import Sequence
+
+import attrs
+
+from reconciler import manifests
+from reconciler.errors import Problem, sorted_problems
+from reconciler.manifests import LoadResult
+from reconciler.yamlsafe import MAX_FILE_BYTES
+
+SUFFIXES = (".yaml", ".yml")
+
+
+def read_manifests(paths: Sequence[str]) -> tuple[list[tuple[str, bytes]], list[Problem]]:
+    """``(name, bytes)`` for every manifest file under ``paths``, and every refusal."""
+    files: list[tuple[str, bytes]] = []
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for path in paths:
+        for name, problem in _expand(path):
+            if problem is not None:
+                problems.append(problem)
+                continue
+            real = os.path.realpath(name)
+            if real in seen:
+                continue
+            seen.add(real)
+            data, problem = _read(name)
+            if problem is not None:
+                problems.append(problem)
+            else:
+                files.append((name, data))
+    return files, problems
+
+
+def load_desired(paths: Sequence[str]) -> LoadResult:
+    """Read ``paths`` and load them: the whole of ``reconcile validate`` but printing."""
+    files, problems = read_manifests(paths)
+    result = manifests.load(files)
+    if not problems:
+        return result
+    return attrs.evolve(result, desired=None, warnings=(),
+                        problems=sorted_problems([*result.problems, *problems]))
+
+
+def _refusal(name: str, message: str) -> Problem:
+    return Problem(file=name, line=0, message=message)
+
+
+def _expand(path: str) -> list[tuple[str, Problem | None]]:
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        return [(path, _refusal(path, _reason(err)))]
+    if not stat.S_ISDIR(st.st_mode):
+        return [(path, None)]
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as err:
+        return [(path, _refusal(path, _reason(err)))]
+    top = os.path.realpath(path)
+    out: list[tuple[str, Problem | None]] = []
+    for entry in names:
+        if entry.startswith(".") or not entry.endswith(SUFFIXES):
+            continue
+        name = os.path.join(path, entry)
+        if os.path.islink(name):
+            target = os.path.realpath(name)
+            if os.path.commonpath([top, target]) != top:
+                out.append((name, _refusal(name, f"symlink leads out of {path} "
+                                                 f"(to {target}); refused")))
+                continue
+        if os.path.isdir(name):
+            continue  # a directory called x.yaml: not a manifest
+        out.append((name, None))
+    return out
+
+
+def _read(name: str) -> tuple[bytes, Problem | None]:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        return b"", _refusal(name, _reason(err))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return b"", _refusal(name, "not a regular file")
+        if st.st_size > MAX_FILE_BYTES:
+            return b"", _refusal(name, f"file is larger than 1 MiB ({st.st_size} bytes); "
+                                       "manifests are small")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_FILE_BYTES + 1)  # the file may grow after fstat
+    except OSError as err:
+        return b"", _refusal(name, _reason(err))
+    finally:
+        os.close(fd)
+    return data, None  # over-long data is refused by the pure loader
+
+
+def _reason(err: OSError) -> str:
+    if err.errno == errno.ENOENT:
+        return "no such file or directory"
+    return f"cannot read: {err.strerror or err}"
