@@ -1,0 +1,290 @@
+"""observe(): which roles, which probes, process facts, exposure and port_taken."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Iterator
+
+import psutil
+import pytest
+
+from reconciler.identity import MARKER_ENV
+from reconciler.model import (
+    Desired,
+    Health,
+    Mode,
+    ModelFormat,
+    ModelSourceInfo,
+    ModelSpec,
+    Remembered,
+    RoleRecord,
+    RoleSpec,
+    Runtime,
+    ServeSpec,
+)
+from reconciler.observe import observe
+from tests.doubles.ollama import OllamaDouble
+from tests.observe.servers import Scripted, Silent, free_port
+
+LISTENER = textwrap.dedent(
+    """
+    import socket, sys, time
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((sys.argv[1], int(sys.argv[2])))
+    s.listen(8)
+    print("ready", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+class Child:
+    """A marked child in its own session listening on host:port (a stand-in server)."""
+
+    def __init__(self, host: str, port: int, marker: str | None) -> None:
+        env = {"PATH": "/usr/bin:/bin"}
+        if marker:
+            env[MARKER_ENV] = marker
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", LISTENER, host, str(port)],
+            env=env, stdout=subprocess.PIPE, start_new_session=True,
+        )
+        assert self.proc.stdout is not None
+        assert self.proc.stdout.readline().strip() == b"ready"
+        self.pid = self.proc.pid
+        self.create_time = psutil.Process(self.pid).create_time()
+
+    def close(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=5)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def children() -> Iterator[list[Child]]:
+    made: list[Child] = []
+    yield made
+    for child in made:
+        child.close()
+
+
+def managed(name: str, port: int, runtime: Runtime = Runtime.LLAMACPP, **kw: object) -> RoleSpec:
+    return RoleSpec(
+        name=name, runtime=runtime, mode=Mode.MANAGED, model=name,
+        serve=ServeSpec(port=port), **kw,  # type: ignore[arg-type]
+    )
+
+
+def record(name: str, port: int, child: Child | None = None, **kw: object) -> RoleRecord:
+    return RoleRecord(
+        name=name, instance_id=f"{name}-0000abcd", runtime=kw.pop("runtime", Runtime.LLAMACPP),  # type: ignore[arg-type]
+        mode=Mode.MANAGED, port=port,
+        pid=child.pid if child else None, create_time=child.create_time if child else None,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+# ---------------------------------------------------------------- which roles
+
+
+def test_removed_role_is_observed_with_its_process(children: list[Child]) -> None:
+    """A role only the store remembers still gets its process facts (to be stopped)."""
+    port = free_port()
+    child = Child("127.0.0.1", port, "gone-0000abcd")
+    children.append(child)
+    obs = observe(Desired(), Remembered(roles=(record("gone", port, child),)), probe_timeout=0.2)
+    (role,) = obs.roles
+    assert role.name == "gone"
+    assert role.process is not None and role.process.owned and role.process.alive
+    assert role.process.listen == (f"127.0.0.1:{port}",)
+    assert role.exposed == () and role.port_taken is False
+    assert obs.models == ()
+
+
+def test_recycled_pid_is_not_owned(children: list[Child]) -> None:
+    """The recorded pid lives but carries another marker: not ours, and its port is 'taken'."""
+    port = free_port()
+    child = Child("127.0.0.1", port, "someone-else")
+    children.append(child)
+    desired = Desired(roles=(managed("coder", port),))
+    obs = observe(desired, Remembered(roles=(record("coder", port, child),)), probe_timeout=0.2)
+    role = obs.role("coder")
+    assert role.process is not None and not role.process.owned
+    assert role.port_taken is True
+
+
+def test_exposed_lists_non_loopback_listeners(children: list[Child]) -> None:
+    """Our process listening on 0.0.0.0 is exposed; the port is still ours, not taken."""
+    port = free_port()
+    child = Child("0.0.0.0", port, "coder-0000abcd")
+    children.append(child)
+    desired = Desired(roles=(managed("coder", port),))
+    obs = observe(desired, Remembered(roles=(record("coder", port, child),)), probe_timeout=0.2)
+    role = obs.role("coder")
+    assert role.exposed == (f"0.0.0.0:{port}",)
+    assert role.port_taken is False
+
+
+def test_unrecorded_marked_process_is_found(children: list[Child]) -> None:
+    """A server spawned but never recorded is found by its marker, not started twice."""
+    port = free_port()
+    child = Child("127.0.0.1", port, "coder-0000abcd")
+    children.append(child)
+    desired = Desired(roles=(managed("coder", port),))
+    obs = observe(desired, Remembered(roles=(record("coder", port),)), probe_timeout=0.2)
+    role = obs.role("coder")
+    assert role.process is not None and role.process.pid == child.pid and role.process.owned
+    assert role.port_taken is False
+
+
+def test_foreign_listener_takes_a_managed_port() -> None:
+    """Something not ours accepting on a managed role's port → port_taken; adopted → never."""
+    with Scripted({}) as foreign:
+        desired = Desired(roles=(
+            managed("coder", foreign.port),
+            RoleSpec(name="seen", runtime=Runtime.LLAMACPP, mode=Mode.ADOPTED,
+                     serve=ServeSpec(port=foreign.port)),
+        ))
+        obs = observe(desired, Remembered(), probe_timeout=0.5)
+    assert obs.role("coder").port_taken is True
+    assert obs.role("seen").port_taken is False
+
+
+def test_free_port_is_not_taken() -> None:
+    """The twin: nothing listening → port_taken False, probe unreachable."""
+    obs = observe(Desired(roles=(managed("coder", free_port()),)), Remembered(), probe_timeout=0.5)
+    assert obs.role("coder").port_taken is False
+    assert obs.role("coder").probe.health is Health.UNREACHABLE
+
+
+def test_roles_are_probed_concurrently() -> None:
+    """Two silent servers with a 0.5 s timeout take ~0.5 s together, not 1 s."""
+    with Silent() as a, Silent() as b:
+        desired = Desired(roles=(
+            RoleSpec(name="a", runtime=Runtime.LLAMACPP, mode=Mode.ADOPTED, serve=ServeSpec(port=a.port)),
+            RoleSpec(name="b", runtime=Runtime.MLX_LM, mode=Mode.ADOPTED, serve=ServeSpec(port=b.port)),
+        ))
+        started = time.monotonic()
+        obs = observe(desired, Remembered(), probe_timeout=0.5)
+        took = time.monotonic() - started
+    assert [r.probe.health for r in obs.roles] == [Health.UNREACHABLE, Health.UNREACHABLE]
+    assert took < 0.9
+
+
+# ---------------------------------------------------------------- mlx-lm readiness
+
+
+MLX_ROUTES = {"/health": (200, {"status": "ok"}), "/v1/completions": (200, {"choices": [{}]})}
+
+
+def test_mlx_readiness_post_only_after_a_start() -> None:
+    """Started, not yet healthy → one POST completion without model; after healthy → GET only."""
+    with Scripted(MLX_ROUTES) as server:
+        spec = managed("voice", server.port, runtime=Runtime.MLX_LM)
+        argv = ("/bin/mlx_lm.server", "--model", "/m/tiny-mlx", "--port", str(server.port))
+        fresh = record("voice", server.port, runtime=Runtime.MLX_LM, started_at=1.0, launch_argv=argv)
+        obs = observe(Desired(roles=(spec,)), Remembered(roles=(fresh,)), probe_timeout=1)
+        assert server.paths()[-2:] == [("GET", "/health"), ("POST", "/v1/completions")]
+        assert server.requests[-1][2] == {"prompt": "hi", "max_tokens": 1}
+        assert obs.role("voice").probe.identity == "/m/tiny-mlx"
+        server.requests.clear()
+        healthy = record("voice", server.port, runtime=Runtime.MLX_LM, started_at=1.0, healthy_since=2.0)
+        observe(Desired(roles=(spec,)), Remembered(roles=(healthy,)), probe_timeout=1)
+        assert server.paths() == [("GET", "/health")]
+
+
+def test_adopted_roles_receive_only_gets() -> None:
+    """Adopted llama.cpp and mlx-lm roles only ever receive GETs."""
+    routes = dict(MLX_ROUTES, **{"/v1/models": (200, {"data": []}), "/props": (200, {})})
+    with Scripted(routes) as a, Scripted(routes) as b:
+        desired = Desired(roles=(
+            RoleSpec(name="a", runtime=Runtime.LLAMACPP, mode=Mode.ADOPTED, serve=ServeSpec(port=a.port)),
+            RoleSpec(name="b", runtime=Runtime.MLX_LM, mode=Mode.ADOPTED, serve=ServeSpec(port=b.port)),
+        ))
+        remembered = Remembered(roles=(
+            RoleRecord(name="b", instance_id="b-1", runtime=Runtime.MLX_LM, mode=Mode.ADOPTED,
+                       port=b.port, started_at=1.0),
+        ))
+        observe(desired, remembered, probe_timeout=1)
+        methods = {m for m, _ in a.paths() + b.paths()}
+    assert methods == {"GET"}
+
+
+# ---------------------------------------------------------------- Ollama
+
+
+def ollama_world(port: int, *tags: str) -> Desired:
+    models = tuple(
+        ModelSpec(name=f"m{i}", format=ModelFormat.OLLAMA, source=ModelSourceInfo(ollama_tag=t))
+        for i, t in enumerate(tags)
+    )
+    roles = tuple(
+        RoleSpec(name=f"r{i}", runtime=Runtime.OLLAMA, mode=Mode.MANAGED, model=f"m{i}",
+                 serve=ServeSpec(port=port))
+        for i in range(len(tags))
+    )
+    return Desired(roles=roles, models=models)
+
+
+def test_ollama_roles_on_one_endpoint_share_one_set_of_probes() -> None:
+    """Two roles on one Ollama: one /api/version, /api/tags and /api/ps per pass; GETs only."""
+    with OllamaDouble(pulled=["llama3.2", "qwen3:8b"]) as o:
+        client_load(o.port, "qwen3:8b")
+        o.clear_requests()
+        obs = observe(ollama_world(o.port, "llama3.2", "qwen3:8b"), Remembered(), probe_timeout=2)
+        requests = [(m, p) for m, p, _ in o.requests]
+    assert sorted(requests) == [("GET", "/api/ps"), ("GET", "/api/tags"), ("GET", "/api/version")]
+    r0, r1 = obs.role("r0").probe, obs.role("r1").probe
+    assert r0.health is Health.UP and r0.identity is None
+    assert r1.identity == "qwen3:8b" and r1.resident_models == ("qwen3:8b",)
+    assert set(r0.listed_models) == {"llama3.2:latest", "qwen3:8b"}
+
+
+def test_ollama_ps_blocking_during_a_load_reads_loading() -> None:
+    """While a load is in flight /api/ps blocks; past the short timeout that is LOADING."""
+    with OllamaDouble(pulled=["llama3.2"], load_seconds=3.0) as o:
+        loader = threading.Thread(target=client_load, args=(o.port, "llama3.2"), daemon=True)
+        loader.start()
+        deadline = time.monotonic() + 5
+        while not o.loading() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        started = time.monotonic()
+        obs = observe(ollama_world(o.port, "llama3.2"), Remembered(), probe_timeout=2)
+        took = time.monotonic() - started
+        o.set_load_seconds(0)
+        o.stop()  # ends the in-flight load at once
+        loader.join(timeout=5)
+    probe = obs.role("r0").probe
+    assert probe.health is Health.LOADING and probe.detail.startswith("loading model")
+    assert took < 1.8  # the ps timeout is short, not the 2 s probe timeout
+
+
+def test_ollama_evicted_model_is_no_longer_resident() -> None:
+    """A model evicted behind our back disappears from resident_models."""
+    with OllamaDouble(pulled=["llama3.2"]) as o:
+        client_load(o.port, "llama3.2")
+        before = observe(ollama_world(o.port, "llama3.2"), Remembered(), probe_timeout=2)
+        o.evict("llama3.2")
+        after = observe(ollama_world(o.port, "llama3.2"), Remembered(), probe_timeout=2)
+    assert before.role("r0").probe.identity == "llama3.2:latest"
+    assert after.role("r0").probe.identity is None
+    assert after.role("r0").probe.detail == "llama3.2 is pulled, not resident"
+
+
+def client_load(port: int, tag: str) -> None:
+    """Load a model the way another Ollama client would (not through the reconciler)."""
+    from reconciler import probe
+    from reconciler.runtimes import ollama
+
+    probe.send_sync("127.0.0.1", port, ollama.load_request(tag, 300), timeout=10)
