@@ -1,0 +1,75 @@
+"""``reconcile watch``: converge continuously, holding the lock for the daemon's life (SHELL).
+
+The loop itself is ``reconciler.watch.Daemon``; this command sets up logging,
+checks ``--metrics-addr`` (loopback only) before anything else, takes the
+lock, starts the ``/metrics`` server and runs the daemon until SIGTERM or
+SIGINT (exit 0).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from reconciler.cli import EXIT_ERROR
+from reconciler.commands import common
+
+
+def run(args) -> int:
+    from reconciler import logs, metrics
+
+    logs.setup(getattr(args, "log_format", "text") or "text")
+    addr = getattr(args, "metrics_addr", None)
+    if addr:
+        try:
+            metrics.parse_addr(addr)
+        except ValueError as exc:
+            print(f"reconcile: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+    if args.resync is not None and args.resync <= 0:
+        print("reconcile: error: --resync must be positive", file=sys.stderr)
+        return EXIT_ERROR
+
+    with common.locked(args) as store:
+        if store is None:
+            return EXIT_ERROR
+        server = None
+        if addr:
+            try:
+                server = metrics.MetricsServer(addr)
+            except OSError as exc:
+                print(f"reconcile: error: cannot serve metrics on {addr}: "
+                      f"{exc.strerror or exc}", file=sys.stderr)
+                return EXIT_ERROR
+        try:
+            return _run_daemon(args, store, server)
+        finally:
+            if server is not None:
+                server.close()
+
+
+def _run_daemon(args, store, server) -> int:
+    from reconciler import logs
+    from reconciler.watch import Daemon
+
+    paths = common.manifest_paths(args)
+    state_dir = common.state_dir(args)
+    daemon = Daemon(
+        paths=paths, store=store, state_dir=state_dir, resync=args.resync,
+        allow_empty=bool(getattr(args, "allow_empty", False)),
+        stop_on_exit=bool(getattr(args, "stop_on_exit", False)),
+        metrics_server=server, metrics_file=getattr(args, "metrics_file", None),
+    )
+    where = ""
+    if server is not None:
+        host, port = server.address
+        shown = f"[{host}]" if ":" in host else host
+        where = f", metrics on http://{shown}:{port}/metrics"
+    logs.emit(f"watch started: manifests {', '.join(paths)}, state {state_dir}, "
+              f"resync {args.resync:g}s{where}", event="start",
+              metrics_addr=f"{server.address[0]}:{server.address[1]}" if server else None)
+    try:
+        return daemon.run()
+    except Exception:
+        logs.emit("the daemon failed", level=logging.ERROR, exc_info=True, event="error")
+        return EXIT_ERROR

@@ -1,0 +1,436 @@
+"""The ``reconcile watch`` daemon loop (SHELL; the only module that imports watchfiles).
+
+Level-triggered: whatever wakes the daemon, it runs one whole pass
+(``loop.run_pass``: re-read every manifest, re-observe every server). The
+wake-ups only decide *when*:
+
+* at start;
+* a manifest change (watchfiles in a helper thread, debounced; the event
+  carries no meaning beyond "reconcile soon");
+* the resync timer (``--resync``), counted from the end of the last pass;
+* the planner's requeue hint (``Plan.requeue_after``: a short poll while a
+  server loads, the exact end of a backoff delay), counted from the end of
+  the pass that planned it, so the next pass is never early;
+* the moment a managed server exits (a pidfd per server, ``exits.py``);
+* SIGHUP: now. SIGTERM/SIGINT: finish the pass in progress, then leave
+  (managed servers keep running unless ``stop_on_exit``).
+
+All of these meet in one ``selectors`` wait: signals through
+``signal.set_wakeup_fd``, the file watcher and ``request_*`` through a
+control pipe, server exits through their pidfds.
+
+An invalid manifest edit keeps the last good desired state: its problems
+are logged with file:line, one ``manifests invalid`` event is recorded per
+distinct set of problems, and the pass runs on the last good state; a fixed
+file is simply the next good state.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import threading
+import time
+from typing import Callable, Sequence
+
+import attrs
+
+from reconciler import exits, logs
+from reconciler.model import Desired, WantedState
+
+#: The requeue hint is honoured from this gap on, so a planner that keeps
+#: asking for 0 s cannot spin the daemon.
+MIN_REQUEUE = 0.02
+#: After a pass that crashed with a bug, try again after at most this long.
+ERROR_RETRY = 5.0
+#: watchfiles: yield once nothing changed for STEP ms, at the latest after DEBOUNCE ms.
+FILE_STEP_MS = 50
+FILE_DEBOUNCE_MS = 400
+
+_CONTROL, _SIGNALS = "control", "signals"
+_FILES, _STOP, _NOW = b"f", b"s", b"p"
+_MANIFEST_SUFFIXES = (".yaml", ".yml")
+
+
+@attrs.frozen(kw_only=True)
+class Wake:
+    """Why the daemon woke up (for the log), or that it must stop."""
+
+    reasons: tuple[str, ...] = ()
+    stop: bool = False
+
+
+def next_deadline(
+    last_end: float, resync: float, requeue_after: float | None
+) -> tuple[float, str]:
+    """When the timer wakes the daemon next, and why (PURE helper)."""
+    deadline, why = last_end + resync, "resync"
+    if requeue_after is not None:
+        at = last_end + max(requeue_after, MIN_REQUEUE)
+        if at < deadline:
+            deadline, why = at, "requeue"
+    return deadline, why
+
+
+# ---------------------------------------------------------------- manifest files
+
+
+class FileWatch:
+    """watchfiles on the manifest paths, in a daemon thread; calls ``notify()`` per batch."""
+
+    def __init__(self, paths: Sequence[str], notify: Callable[[], None]) -> None:
+        self._notify = notify
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.missing: list[str] = []
+        for path in paths:
+            path = os.path.abspath(path)
+            if os.path.isdir(path):
+                root, recursive, only = path, True, None
+            elif os.path.exists(path):
+                # A single file: watch its directory (editors replace files by rename).
+                root, recursive, only = os.path.dirname(path), False, path
+            else:
+                self.missing.append(path)
+                continue
+            thread = threading.Thread(
+                target=self._run, args=(root, recursive, only),
+                name=f"reconciler-files:{path}", daemon=True,
+            )
+            self._threads.append(thread)
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self, root: str, recursive: bool, only: str | None) -> None:
+        import watchfiles
+
+        class _Manifests(watchfiles.DefaultFilter):
+            def __call__(self, change, path: str) -> bool:
+                if not super().__call__(change, path):
+                    return False
+                if only is not None:
+                    return path == only
+                base = os.path.basename(path)
+                # Directories (no suffix) too: a removed or renamed folder of manifests.
+                return base.endswith(_MANIFEST_SUFFIXES) or "." not in base or path == root
+
+        try:
+            for _changes in watchfiles.watch(
+                root, watch_filter=_Manifests(), debounce=FILE_DEBOUNCE_MS, step=FILE_STEP_MS,
+                stop_event=self._stop, rust_timeout=0, raise_interrupt=False,
+                recursive=recursive,
+            ):
+                self._notify()
+        except Exception:  # the watcher is a convenience; the resync timer remains
+            logs.emit(f"watching {root} failed; relying on the resync timer",
+                      level=logging.WARNING, exc_info=True)
+
+    def close(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=2.0)
+
+
+# ---------------------------------------------------------------- the daemon
+
+
+class Daemon:
+    """The watch loop. The caller holds the lock and owns ``store``."""
+
+    def __init__(
+        self,
+        *,
+        paths: Sequence[str],
+        store,
+        state_dir: str,
+        resync: float = 30.0,
+        allow_empty: bool = False,
+        stop_on_exit: bool = False,
+        metrics_server=None,
+        metrics_file: str | None = None,
+        run_pass: Callable | None = None,
+        watch_files: bool = True,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        if run_pass is None:
+            from reconciler import loop
+
+            run_pass = loop.run_pass
+        self.paths = list(paths)
+        self.store = store
+        self.state_dir = state_dir
+        self.resync = max(float(resync), 0.1)
+        self.allow_empty = allow_empty
+        self.stop_on_exit = stop_on_exit
+        self.metrics_server = metrics_server
+        self.metrics_file = metrics_file
+        self._run_pass = run_pass
+        self._watch_files = watch_files
+        self._monotonic = monotonic
+        self._wall = wall
+
+        self.last_good: Desired | None = None
+        self.last_result = None
+        self.passes = 0
+        self._problems: tuple[str, ...] = ()
+        self._warnings: tuple[str, ...] = ()
+        self._logged: dict = {}
+        self._last_end = monotonic()
+        self._requeue: float | None = None
+
+        self._selector = selectors.DefaultSelector()
+        self._ctl_r, self._ctl_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._sig_r, self._sig_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._selector.register(self._ctl_r, selectors.EVENT_READ, _CONTROL)
+        self._selector.register(self._sig_r, selectors.EVENT_READ, _SIGNALS)
+        self.exits = exits.ExitWatch(self._selector)
+        self._files: FileWatch | None = None
+        self._saved_signals: dict[int, object] = {}
+        self._saved_wakeup: int | None = None
+
+    # ------------------------------------------------------------ control (any thread)
+
+    def request_stop(self) -> None:
+        self._poke(_STOP)
+
+    def request_pass(self) -> None:
+        self._poke(_NOW)
+
+    def _poke(self, byte: bytes) -> None:
+        try:
+            os.write(self._ctl_w, byte)
+        except (BlockingIOError, OSError):
+            pass  # the pipe is full (a wake-up is pending anyway) or closed
+
+    # ------------------------------------------------------------ life
+
+    def run(self) -> int:
+        """Reconcile until told to stop; 0 on a clean stop."""
+        self._install_signals()
+        try:
+            if self._watch_files:
+                self._files = FileWatch(self.paths, lambda: self._poke(_FILES))
+                for path in self._files.missing:
+                    logs.emit(f"{path} does not exist; not watching it (resync only)",
+                              level=logging.WARNING)
+                self._files.start()
+            wake = Wake(reasons=("start",))
+            while not wake.stop:
+                self.reconcile(", ".join(wake.reasons))
+                wake = self.wait()
+            logs.emit("stopping: lock released, managed servers "
+                      + ("stopped" if self.stop_on_exit else "left running"), event="stop")
+            if self.stop_on_exit:
+                self.stop_all()
+            return 0
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._files is not None:
+            self._files.close()
+            self._files = None
+        self._restore_signals()
+        self.exits.close()
+        for fd in (self._ctl_r, self._ctl_w, self._sig_r, self._sig_w):
+            try:
+                self._selector.unregister(fd)
+            except (KeyError, ValueError):
+                pass
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._selector.close()
+
+    def _install_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # tests drive a daemon from a thread with request_*()
+        self._saved_wakeup = signal.set_wakeup_fd(self._sig_w, warn_on_full_buffer=False)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            # The handler does nothing: the wake-up fd carries the signal
+            # number into the select, where the loop acts on it between passes.
+            self._saved_signals[signum] = signal.signal(signum, _ignore)
+
+    def _restore_signals(self) -> None:
+        for signum, handler in self._saved_signals.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
+        self._saved_signals.clear()
+        if self._saved_wakeup is not None:
+            signal.set_wakeup_fd(self._saved_wakeup)
+            self._saved_wakeup = None
+
+    # ------------------------------------------------------------ waiting
+
+    def wait(self) -> Wake:
+        """Block until something asks for a pass (or a stop)."""
+        deadline, why = next_deadline(self._last_end, self.resync, self._requeue)
+        while True:
+            timeout = deadline - self._monotonic()
+            if timeout <= 0:
+                return Wake(reasons=(why,))
+            reasons: list[str] = []
+            stop = False
+            for key, _ in self._selector.select(timeout):
+                if key.data == _SIGNALS:
+                    for signum in _drain(self._sig_r):
+                        if signum in (signal.SIGTERM, signal.SIGINT):
+                            logs.emit(f"received {signal.Signals(signum).name}", event="signal")
+                            stop = True
+                        elif signum == signal.SIGHUP:
+                            reasons.append("SIGHUP")
+                elif key.data == _CONTROL:
+                    data = bytes(_drain(self._ctl_r))
+                    stop = stop or _STOP in data
+                    if _FILES in data:
+                        reasons.append("manifests changed")
+                    if _NOW in data:
+                        reasons.append("requested")
+                elif isinstance(key.data, tuple) and key.data[0] == exits.TAG:
+                    role = key.data[1]
+                    ended = self.exits.exited(role)
+                    pid = ended[0] if ended else None
+                    logs.emit(f"{role} exited (pid {pid}); reconciling now", event="exit",
+                              role=role, pid=pid, reason="exited")
+                    reasons.append(f"{role} exited")
+            if stop:
+                return Wake(stop=True)
+            if reasons:
+                return Wake(reasons=tuple(dict.fromkeys(reasons)))
+
+    # ------------------------------------------------------------ a pass
+
+    def reconcile(self, why: str) -> None:
+        """One pass (two when the manifests are invalid and a last good state exists)."""
+        from reconciler import spawn
+
+        spawn.reap()  # our own exited children: no zombie outlives a pass
+        started, t0 = self._wall(), self._monotonic()
+        logs.emit(f"pass ({why})", level=logging.DEBUG, event="pass", reason=why)
+        self.passes += 1
+        problems: tuple = ()
+        result = None
+        try:
+            result = self._call_pass()
+            problems = tuple(result.problems)
+            if problems:
+                self._invalid(problems, result.git_commit)
+                if self.last_good is not None:
+                    result = self._call_pass(desired_override=self.last_good)
+            else:
+                if self._problems:
+                    logs.emit("manifests valid again; resuming from them", event="valid",
+                              role="manifests", verb="valid", reason="fixed")
+                    self.store.record_event("manifests", "valid", "fixed",
+                                            "manifests are valid again",
+                                            ok=True, git_commit=result.git_commit)
+                self._problems = ()
+                self.last_good = result.desired
+                self._log_warnings(result.warnings)
+            self._logged = logs.log_pass(result, self._logged)
+            self._requeue = result.plan.requeue_after if result.plan is not None else None
+        except Exception:
+            logs.emit("the pass failed", level=logging.ERROR, exc_info=True, event="error")
+            self._requeue = ERROR_RETRY
+        self.last_result = result
+        duration = self._monotonic() - t0
+        self._publish(result, problems, started, duration)
+        self._watch_exits()
+        self._last_end = self._monotonic()
+
+    def _call_pass(self, **extra):
+        return self._run_pass(paths=self.paths, store=self.store, state_dir=self.state_dir,
+                              allow_empty=self.allow_empty, **extra)
+
+    def _invalid(self, problems: tuple, commit: str | None) -> None:
+        texts = tuple(str(p) for p in problems)
+        if texts == self._problems:
+            return  # already logged and recorded; the last good state still holds
+        self._problems = texts
+        logs.log_problems(problems, kept_last_good=self.last_good is not None)
+        then = ("keeping the last good desired state" if self.last_good is not None
+                else "no good desired state yet; nothing changed")
+        detail = f"{len(texts)} problem(s), {then}: " + "; ".join(texts[:5])
+        if len(texts) > 5:
+            detail += f"; … {len(texts) - 5} more"
+        self.store.record_event("manifests", "invalid", "problems", detail, ok=False,
+                                git_commit=commit)
+
+    def _log_warnings(self, warnings) -> None:
+        texts = tuple(str(w) for w in warnings)
+        if texts != self._warnings:
+            logs.log_warnings(warnings)
+            self._warnings = texts
+
+    def _publish(self, result, problems: tuple, started: float, duration: float) -> None:
+        if result is None or (self.metrics_server is None and not self.metrics_file):
+            return
+        from reconciler import metrics
+
+        try:
+            text = metrics.render(result, self.store, problems_count=len(problems),
+                                  last_pass_ts=started, duration=duration)
+            if self.metrics_server is not None:
+                self.metrics_server.update(text)
+            if self.metrics_file:
+                metrics.write_text(self.metrics_file, text)
+        except OSError as exc:
+            logs.emit(f"cannot write metrics: {exc}", level=logging.WARNING, event="error")
+
+    def _watch_exits(self) -> None:
+        try:
+            targets = exits.targets_from(self.store.roles())
+        except Exception:
+            logs.emit("cannot read the store for exit watching", level=logging.ERROR,
+                      exc_info=True, event="error")
+            return
+        was_supported = self.exits.supported
+        gone = self.exits.sync(targets)
+        if was_supported and not self.exits.supported:
+            logs.emit(f"no exit notification ({self.exits.unsupported_reason}); "
+                      "exits are noticed by the resync timer", level=logging.WARNING)
+        for role in gone:
+            logs.emit(f"{role} is already gone; reconciling now", event="exit", role=role,
+                      reason="exited")
+        if gone:
+            self._requeue = 0.0
+
+    # ------------------------------------------------------------ leaving
+
+    def stop_all(self) -> None:
+        """``--stop-on-exit``: one last pass in which every managed role is stopped."""
+        desired = self.last_good or Desired()
+        stopped = attrs.evolve(desired, roles=tuple(
+            attrs.evolve(role, state=WantedState.STOPPED) if role.managed else role
+            for role in desired.roles
+        ))
+        try:
+            # allow_empty: with no good state at all, the store's servers are stopped too.
+            result = self._run_pass(paths=self.paths, store=self.store,
+                                    state_dir=self.state_dir, allow_empty=True,
+                                    desired_override=stopped)
+            self._logged = logs.log_pass(result, None)
+        except Exception:
+            logs.emit("stopping the managed servers failed", level=logging.ERROR,
+                      exc_info=True, event="error")
+
+
+def _ignore(signum: int, frame: object) -> None:
+    pass
+
+
+def _drain(fd: int) -> bytearray:
+    out = bytearray()
+    while True:
+        try:
+            chunk = os.read(fd, 512)
+        except BlockingIOError:
+            return out
+        if not chunk:
+            return out
+        out += chunk
