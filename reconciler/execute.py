@@ -25,6 +25,7 @@ prompt and the wanted ``keep_alive``, an unload the same with
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import signal
@@ -33,9 +34,10 @@ from typing import Callable, Protocol
 
 import attrs
 
-from reconciler import procs, spawn
+from reconciler import probe, procs, spawn
 from reconciler.identity import MARKER_ENV
-from reconciler.model import Decision, NodeConfig, Plan, Verb
+from reconciler.model import Decision, Launch, NodeConfig, Plan, Verb
+from reconciler.runtimes import ollama as ollama_rt
 
 _POLL = 0.02  # seconds between "is it gone yet?" looks
 _KILL_WAIT = 5.0  # how long a SIGKILLed leader may take to disappear
@@ -191,3 +193,176 @@ def _group_members(pgid: int, instance_id: str) -> tuple[list[int], list[int]]:
             if created is not None and procs.is_running(member, created):
                 foreign.append(member)
     return marked, foreign
+
+
+# ---------------------------------------------------------------- Ollama
+
+
+def ollama_load(host: str, port: int, tag: str, keep_alive: float, *, timeout: float) -> ActionResult:
+    """Load ``tag`` into a running Ollama and set its keep-alive (negative = forever)."""
+    seconds, problem = _keep_alive_seconds(keep_alive)
+    if problem:
+        return ActionResult(ok=False, error=problem)
+    return _ollama_generate(host, port, ollama_rt.load_request(tag, seconds), timeout)
+
+
+def ollama_unload(host: str, port: int, tag: str, *, timeout: float) -> ActionResult:
+    """Unload ``tag`` (``keep_alive: 0``). The planner only asks for models we loaded."""
+    return _ollama_generate(host, port, ollama_rt.unload_request(tag), timeout)
+
+
+def _ollama_generate(host: str, port: int, request, timeout: float) -> ActionResult:
+    if not _loopback(host):
+        return ActionResult(ok=False, error=f"refused: {host} is not a loopback address")
+    assert request.path == "/api/generate"  # the only Ollama path we ever call
+    answer = probe.send_sync(host, port, request, timeout=timeout)
+    ok, line = ollama_rt.read_load(request, answer)
+    return ActionResult(ok=ok, status=answer.status, error="" if ok else line,
+                        detail=line if ok else "")
+
+
+def _keep_alive_seconds(keep_alive: float) -> tuple[int, str]:
+    """Whole seconds for Ollama: -1 is forever; a fraction rounds up (never down to 0)."""
+    if math.isnan(keep_alive):
+        return 0, "keep_alive is not a number"
+    if keep_alive < 0:
+        return -1, ""
+    if keep_alive == 0:
+        return 0, "refused: keep_alive 0 would unload the model it loads"
+    if math.isinf(keep_alive):
+        return -1, ""
+    return math.ceil(keep_alive), ""
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# ---------------------------------------------------------------- apply
+
+_FREES_MEMORY = frozenset({Verb.STOP, Verb.RESTART, Verb.UNLOAD})
+_CLAIMS_MEMORY = frozenset({Verb.START, Verb.LOAD})
+_NEEDS_PORT = frozenset({Verb.START, Verb.RESTART, Verb.LOAD, Verb.UNLOAD})
+_SKIPPED = "skipped: an earlier stop failed and its memory was counted"
+
+
+def apply(
+    plan: Plan,
+    *,
+    node: NodeConfig,
+    allowed: Callable[[int], bool],
+    hooks: Hooks | None = None,
+) -> tuple[Outcome, ...]:
+    """Carry out the acting decisions in plan order: one Outcome per acting decision.
+
+    Decisions that do nothing (keep, wait, refuse, …) get no Outcome. When a
+    stop, restart or unload does not really free its memory (the process is
+    not gone, the unload failed), the later starts and loads that reserve
+    memory are skipped: the plan counted that memory as free.
+    """
+    hooks = hooks if hooks is not None else NoHooks()
+    outcomes: list[Outcome] = []
+    memory_held = False
+    for decision in plan.decisions:
+        if not decision.acts:
+            continue
+        if memory_held and decision.verb in _CLAIMS_MEMORY and decision.reserve > 0:
+            outcome = _outcome(decision, ok=False, skipped=True, detail=_SKIPPED)
+        else:
+            outcome = _apply_one(decision, node, allowed, hooks)
+        if decision.verb in _FREES_MEMORY and not _freed(decision, outcome):
+            memory_held = True
+        outcomes.append(outcome)
+        hooks.after_action(outcome)
+    return tuple(outcomes)
+
+
+def _freed(decision: Decision, outcome: Outcome) -> bool:
+    return outcome.ok if decision.verb is Verb.UNLOAD else outcome.exited
+
+
+def _outcome(decision: Decision, **fields) -> Outcome:
+    return Outcome(role=decision.role, verb=decision.verb, at=time.time(), **fields)
+
+
+def _apply_one(d: Decision, node: NodeConfig, allowed: Callable[[int], bool], hooks: Hooks) -> Outcome:
+    if not d.instance_id:
+        return _outcome(d, ok=False, detail="refused: decision without instance_id")
+    if d.verb in _NEEDS_PORT and (d.port is None or not allowed(d.port)):
+        return _outcome(d, ok=False, detail=f"refused: port {d.port} is outside the allowed ports")
+    host = _host(d)
+    if d.verb in _NEEDS_PORT and not _loopback(host):
+        return _outcome(d, ok=False, detail=f"refused: {host} is not a loopback address")
+    if d.verb is Verb.STOP:
+        return _stop(d, node.stop_grace)
+    if d.verb is Verb.RESTART:
+        stopped = _stop(d, node.stop_grace)
+        if not stopped.exited:
+            return stopped
+        started = _start(d, host, hooks)
+        return attrs.evolve(started, exited=True, detail="; ".join(
+            x for x in (stopped.detail, started.detail) if x))
+    if d.verb is Verb.START:
+        return _start(d, host, hooks)
+    if not d.model_tag:
+        return _outcome(d, ok=False, detail=f"refused: {d.verb} without a model tag")
+    timeout = node.deep_timeout
+    if d.verb is Verb.LOAD:
+        refusal = hooks.before_start(d)
+        if refusal:
+            return _outcome(d, ok=False, detail=refusal)
+        keep = d.keep_alive if d.keep_alive is not None else node.keep_alive
+        result = ollama_load(host, d.port, d.model_tag, keep, timeout=timeout)
+    else:
+        result = ollama_unload(host, d.port, d.model_tag, timeout=timeout)
+    return _outcome(d, ok=result.ok, detail=result.detail if result.ok else result.error)
+
+
+def _stop(d: Decision, grace: float) -> Outcome:
+    if d.pid is None:
+        return _outcome(d, ok=True, exited=True, detail="no process recorded")
+    if d.create_time is None:
+        return _outcome(d, ok=False, detail=(
+            f"refused: no recorded create time for pid {d.pid}; no signal sent"))
+    result = stop(d.pid, d.create_time, d.instance_id or "", grace=grace)
+    detail = result.error or result.detail
+    if result.killed:
+        detail = "; ".join(x for x in (f"SIGKILL after {grace:g}s", detail) if x)
+    return _outcome(d, ok=result.ok, exited=result.gone, detail=detail)
+
+
+def _start(d: Decision, host: str, hooks: Hooks) -> Outcome:
+    launch = d.launch
+    if launch is None:
+        return _outcome(d, ok=False, detail="refused: start without a launch")
+    if dict(launch.env).get(MARKER_ENV) != d.instance_id:
+        return _outcome(d, ok=False, detail=(
+            f"refused: the launch does not carry {MARKER_ENV}={d.instance_id}"))
+    if d.port is not None and procs.accepts_connections(host, d.port):
+        return _outcome(d, ok=False, detail=(
+            f"port {host}:{d.port} already taken; adopt it instead"))
+    refusal = hooks.before_start(d)
+    if refusal:
+        return _outcome(d, ok=False, detail=refusal)
+    result = spawn.spawn(launch)
+    if not result.ok:
+        return _outcome(d, ok=False, detail=result.error)
+    hooks.after_spawn(d, result)
+    return _outcome(d, ok=True, pid=result.pid, create_time=result.create_time,
+                    detail=f"pid {result.pid}")
+
+
+def _host(d: Decision) -> str:
+    """The serve host: from the decision, else the launch's ``--host``, else 127.0.0.1."""
+    if d.host:
+        return d.host
+    argv = d.launch.argv if isinstance(d.launch, Launch) else ()
+    for flag, value in zip(argv, argv[1:]):
+        if flag == "--host":
+            return value
+    return "127.0.0.1"

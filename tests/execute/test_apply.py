@@ -1,0 +1,178 @@
+"""apply(): plan order, the executor's own guards, hooks, and skipping starts after a failed stop."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import attrs
+import pytest
+
+from reconciler import execute
+from reconciler.identity import MARKER_ENV
+from reconciler.model import Decision, NodeConfig, Plan, Reason, Verb
+
+from .conftest import alive, wait_for
+
+INSTANCE = "coder-1234abcd"
+SLEEPER = "import time; time.sleep(60)"
+NODE = NodeConfig(stop_grace=0.3)
+
+
+class Recorder:
+    """Hooks that record every call and register spawned pids for cleanup."""
+
+    def __init__(self, world, refuse: str | None = None) -> None:
+        self.world, self.refuse, self.calls = world, refuse, []
+
+    def before_start(self, decision):
+        self.calls.append(("before_start", decision.role))
+        return self.refuse
+
+    def after_spawn(self, decision, result):
+        self.calls.append(("after_spawn", decision.role, result.pid))
+        self.world.pids.append(result.pid)
+
+    def after_action(self, outcome):
+        self.calls.append(("after_action", outcome.role, outcome.verb))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(world, *, role="coder", instance=INSTANCE, port=None, reserve=0, **kw) -> Decision:
+    return Decision(
+        role=role, verb=Verb.START, reason=Reason.MISSING, host="127.0.0.1",
+        port=port or _free_port(), instance_id=instance, reserve=reserve,
+        launch=world.launch(SLEEPER, instance=instance), **kw,
+    )
+
+
+def _apply(decisions, hooks, allowed=lambda port: True):
+    return execute.apply(Plan(decisions=tuple(decisions)), node=NODE, allowed=allowed, hooks=hooks)
+
+
+def test_start_spawns_and_records_through_the_hooks(world):
+    """A start checks with before_start, spawns, and reports pid and create time via after_spawn."""
+    hooks = Recorder(world)
+    decision = _start(world)
+    (outcome,) = _apply([decision], hooks)
+    assert outcome.ok and not outcome.skipped and outcome.verb is Verb.START
+    assert outcome.pid and outcome.create_time
+    assert alive(outcome.pid)
+    env = Path(f"/proc/{outcome.pid}/environ").read_bytes().split(b"\0")
+    assert f"{MARKER_ENV}={INSTANCE}".encode() in env
+    assert hooks.calls == [("before_start", "coder"), ("after_spawn", "coder", outcome.pid),
+                           ("after_action", "coder", Verb.START)]
+    assert abs(outcome.at - time.time()) < 5
+
+
+def test_start_over_a_taken_port_spawns_nothing(world):
+    """A foreign listener on the port: refused with 'adopt it instead', no spawn, no hook."""
+    with socket.socket() as foreign:
+        foreign.bind(("127.0.0.1", 0))
+        foreign.listen()
+        port = foreign.getsockname()[1]
+        hooks = Recorder(world)
+        decision = _start(world, port=port)
+        (outcome,) = _apply([decision], hooks)
+    assert not outcome.ok and outcome.pid is None
+    assert outcome.detail == f"port 127.0.0.1:{port} already taken; adopt it instead"
+    assert hooks.calls == [("after_action", "coder", Verb.START)]
+    assert not Path(decision.launch.cwd).exists()
+
+
+def test_before_start_refusal_spawns_nothing(world):
+    """A message from before_start (e.g. the model failed verification) stops the spawn."""
+    hooks = Recorder(world, refuse="refused: model coder-q4 mismatch")
+    decision = _start(world)
+    (outcome,) = _apply([decision], hooks)
+    assert not outcome.ok and outcome.detail == "refused: model coder-q4 mismatch"
+    assert not Path(decision.launch.cwd).exists()
+    assert ("after_spawn", "coder", None) not in hooks.calls
+
+
+@pytest.mark.parametrize("change,fragment", [
+    ({"instance_id": None}, "without instance_id"),
+    ({"port": 80}, "outside the allowed ports"),
+    ({"host": "192.0.2.1"}, "not a loopback address"),
+    ({"instance_id": "other-00000000"}, f"does not carry {MARKER_ENV}=other-00000000"),
+])
+def test_guards_refuse_a_buggy_start(world, change, fragment):
+    """No instance id, a disallowed port, a non-loopback host or a launch without the marker: no spawn."""
+    hooks = Recorder(world)
+    decision = _start(world)
+    decision = attrs.evolve(decision, **change)
+    (outcome,) = _apply([decision], hooks, allowed=lambda port: port != 80)
+    assert not outcome.ok and fragment in outcome.detail
+    assert not Path(decision.launch.cwd).exists()
+
+
+def test_failed_stop_skips_only_starts_that_reserve_memory(world):
+    """A stop refused (pid not ours) keeps its memory: later reserving starts are skipped."""
+    foreign = world.spawn(world.launch(SLEEPER, instance="someone-else"))
+    assert foreign.ok
+    stop = Decision(role="old", verb=Verb.STOP, reason=Reason.REMOVED, pid=foreign.pid,
+                    create_time=foreign.create_time, instance_id="old-00000000")
+    big = _start(world, role="big", instance="big-00000000", reserve=10)
+    small = _start(world, role="small", instance="small-00000000", reserve=0)
+    hooks = Recorder(world)
+    stopped, skipped, started = _apply([stop, big, small], hooks)
+    assert not stopped.ok and not stopped.exited and stopped.detail.startswith("not owned:")
+    assert skipped.skipped and not skipped.ok
+    assert skipped.detail == "skipped: an earlier stop failed and its memory was counted"
+    assert started.ok and started.pid
+    time.sleep(0.4)  # longer than the grace: a wrongly sent SIGTERM would have acted
+    assert alive(foreign.pid)
+    assert [c for c in hooks.calls if c[0] == "after_action"] == [
+        ("after_action", "old", Verb.STOP), ("after_action", "big", Verb.START),
+        ("after_action", "small", Verb.START)]
+
+
+def test_stop_without_recorded_create_time_sends_no_signal(world):
+    """A stop whose decision lacks the create time is refused before any signal."""
+    target = world.spawn(world.launch(SLEEPER, instance=INSTANCE))
+    decision = Decision(role="coder", verb=Verb.STOP, reason=Reason.REMOVED, pid=target.pid,
+                        instance_id=INSTANCE)
+    (outcome,) = _apply([decision], Recorder(world))
+    assert not outcome.ok and "no signal sent" in outcome.detail
+    time.sleep(0.4)
+    assert alive(target.pid)
+
+
+def test_restart_stops_the_old_process_and_starts_a_new_one(world):
+    """A restart stops the owned process (gone → exited) and spawns the new launch."""
+    old = world.spawn(world.launch(SLEEPER, instance=INSTANCE))
+    decision = _start(world)
+    decision = attrs.evolve(decision, verb=Verb.RESTART, reason=Reason.SPEC_CHANGED,
+                            pid=old.pid, create_time=old.create_time)
+    hooks = Recorder(world)
+    (outcome,) = _apply([decision], hooks)
+    assert outcome.ok and outcome.exited and outcome.pid not in (None, old.pid)
+    assert not alive(old.pid) and alive(outcome.pid)
+    assert "SIGKILL" not in outcome.detail  # python dies of SIGTERM at once
+
+
+def test_non_acting_decisions_produce_no_outcome(world):
+    """keep/wait/refuse decisions are not acted on and have no Outcome."""
+    decisions = [Decision(role=name, verb=verb, reason=Reason.IN_SYNC, instance_id=f"{name}-0")
+                 for name, verb in (("a", Verb.KEEP), ("b", Verb.WAIT), ("c", Verb.REFUSE))]
+    hooks = Recorder(world)
+    assert _apply(decisions, hooks) == ()
+    assert hooks.calls == []
+
+
+def test_stop_of_a_process_already_gone_frees_its_memory(world):
+    """A stop whose process already exited is ok and exited, so later starts go ahead."""
+    gone = world.spawn(world.launch("pass", instance=INSTANCE))
+    assert wait_for(lambda: not alive(gone.pid))
+    stop = Decision(role="coder", verb=Verb.STOP, reason=Reason.STATE_STOPPED, pid=gone.pid,
+                    create_time=gone.create_time, instance_id=INSTANCE)
+    start = _start(world, role="next", instance="next-00000000", reserve=10)
+    stopped, started = _apply([stop, start], Recorder(world))
+    assert stopped.ok and stopped.exited
+    assert started.ok and not started.skipped
