@@ -1,0 +1,397 @@
+"""The decision ladder: desired + observed + remembered → Plan (PURE).
+
+``plan(desired, observed, remembered, ctx, now)`` gives every role named in
+the manifests or in the state store exactly one ``Decision`` with a reason.
+Per role the ladder is walked top to bottom and the first matching rule wins;
+each rule is one commented branch citing BEHAVIOUR.md.  Memory is placed
+afterwards by ``policy.Ledger`` (§7): what planned stops, unloads and
+give-ups release is counted before any new reservation, and claims are
+considered restarts first, then starts/loads, each in (port, name) order.
+
+Contract with the shell (what it persists from a Decision):
+
+* ``restarts`` → the record's count (this is how ``stable_after`` and operator
+  starts reset it, and how crash restarts and Ollama reloads raise it).
+* ``reserved ← reserved − release + reserve`` once the action is done.
+* A ``wait``/``backoff`` (or ``give-up``) on a record without ``exited_at``:
+  the exit was first observed now, so the shell stores ``exited_at = now``.
+* ``stop``/``exposed`` → terminal ``stopped-exposed``; ``give-up`` → terminal
+  ``gave-up``.  ``forget`` → drop the record.
+
+Choices where the contract is silent:
+
+* A model whose check is ``unverified`` (plan-only run, nothing hashed) does
+  not block a planned start: the executor verifies before it spawns.
+  ``mismatch``/``missing`` refuse; ``detached`` refuses with status degraded.
+* An exposed server is stopped even when the manifest set is empty (§5 beats
+  the empty-manifest guard: stopping our own exposed server is the safe way).
+* Adopted servers that answer, and Ollama models resident without our
+  reservation, hold their declared footprint in the ledger: they use memory.
+* A changed Ollama tag first unloads the old tag (if we loaded it and it is
+  resident); the new one loads on the next pass.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import attrs
+
+from reconciler import identity, policy
+from reconciler.model import (
+    Decision, Desired, Health, Launch, ModelCheck, ModelSpec, ModelState, Mode, NodeConfig,
+    Observed, Plan, PlanContext, Reason, Remembered, RestartPolicy, RoleObservation,
+    RoleRecord, RoleSpec, Runtime, Status, Terminal, Verb,
+)
+from reconciler.policy import Draft
+from reconciler.units import format_duration
+
+_HEALTH_STATUS = {
+    Health.UP: Status.RUNNING,
+    Health.LOADING: Status.LOADING,
+    Health.UNHEALTHY: Status.DEGRADED,
+}
+
+
+@attrs.frozen(kw_only=True)
+class _Role:
+    """Everything the ladder knows about one role this pass."""
+
+    name: str
+    spec: RoleSpec | None
+    record: RoleRecord | None
+    obs: RoleObservation
+    launch: Launch | None
+    policy: RestartPolicy
+    running: bool  # our own process: owned and alive
+    restarts: int  # count carried into this pass (after resets)
+    operator: bool  # named by `reconcile start`
+    base: Decision  # role, runtime, port, pid, instance_id, restarts filled in
+
+    @property
+    def reserved(self) -> int:
+        return self.record.reserved if self.record is not None else 0
+
+    @property
+    def health(self) -> Health | None:
+        return self.obs.probe.health if self.obs.probe is not None else None
+
+    def probe_detail(self, fallback: str) -> str:
+        probe = self.obs.probe
+        return probe.detail if probe is not None and probe.detail else fallback
+
+
+def plan(
+    desired: Desired, observed: Observed, remembered: Remembered, ctx: PlanContext, now: float
+) -> Plan:
+    """One decision per role in ``desired`` or ``remembered``, in execution order."""
+    models = {m.name: m for m in desired.models}
+    specs = {r.name: r for r in desired.roles}
+    records = {r.name: r for r in remembered.roles}
+    observations = {o.name: o for o in observed.roles}
+    checks = {c.name: c for c in observed.models}
+    guard = not specs and not ctx.allow_empty
+    drafts = []
+    for name in sorted(specs.keys() | records.keys()):
+        obs = observations.get(name, RoleObservation(name=name))
+        r = _role(name, specs.get(name), records.get(name), obs, desired.node, models, ctx, now)
+        drafts.append(_decide(r, desired.node, models, checks, guard, now))
+    excludes = {name: spec.excludes for name, spec in specs.items()}
+    decisions = policy.place(drafts, desired.node.memory_budget, excludes)
+    ordered = tuple(sorted(decisions, key=policy.order_key))
+    hints = [d.retry_in for d in ordered if d.retry_in is not None]
+    return Plan(decisions=ordered, requeue_after=min(hints) if hints else None)
+
+
+def _role(name, spec, record, obs, node, models, ctx, now) -> _Role:
+    proc = obs.process
+    running = proc is not None and proc.owned and proc.alive
+    rpolicy = spec.restart if spec is not None else node.restart
+    operator = name in ctx.operator_starts
+    launch = None
+    if spec is not None and spec.managed and spec.runtime is not Runtime.OLLAMA:
+        launch = identity.launch(spec, models, node, dict(ctx.environ), ctx.data_root)
+    probe = obs.probe
+    answering = probe is not None and policy.answering(probe.health)
+    if spec is not None and spec.runtime is Runtime.OLLAMA:
+        answering = answering and policy.has_tag(probe.resident_models, _tag_of(spec, models))
+    else:
+        answering = answering and running
+    restarts = policy.restart_count(record, rpolicy, now, answering=answering,
+                                    operator_start=operator)
+    base = Decision(
+        role=name, verb=Verb.KEEP, reason=Reason.IN_SYNC,
+        runtime=spec.runtime if spec is not None else record.runtime,
+        port=spec.serve.port if spec is not None else record.port,
+        pid=proc.pid if running and proc is not None else None,
+        instance_id=identity.instance_id(spec) if spec is not None else record.instance_id,
+        restarts=restarts,
+    )
+    return _Role(name=name, spec=spec, record=record, obs=obs, launch=launch, policy=rpolicy,
+                 running=running, restarts=restarts, operator=operator, base=base)
+
+
+def _tag_of(spec: RoleSpec, models: Mapping[str, ModelSpec]) -> str | None:
+    model = models.get(spec.model or "")
+    return model.ollama_tag if model is not None else None
+
+
+def _d(r: _Role, verb: Verb, reason: Reason, status: Status, detail: str, *,
+       holds: int | None = None, keeps: bool = False, **kw) -> Draft:
+    decision = attrs.evolve(r.base, verb=verb, reason=reason, status=status, detail=detail, **kw)
+    return Draft(decision=decision, holds=holds, keeps_on_refusal=keeps)
+
+
+def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float) -> Draft:
+    spec, rec = r.spec, r.record
+    managed = spec.managed if spec is not None else rec is not None and rec.mode is Mode.MANAGED
+    # §5 loopback only: our own server reachable beyond loopback is stopped
+    # first of all (even under the empty-manifest guard); terminal afterwards.
+    if r.running and r.obs.exposed and managed:
+        where = ", ".join(r.obs.exposed)
+        return _d(r, Verb.STOP, Reason.EXPOSED, Status.STOPPED_EXPOSED,
+                  f"reachable beyond loopback on {where}; stopped until `reconcile start "
+                  f"{r.name}`", why=f"listening on {where}", release=r.reserved)
+    if spec is None:
+        return _removed(r, guard)
+    # §1.3/§2 port allowlist: a role outside it gets no packet and no action.
+    if not node.port_allowed(spec.serve.port):
+        return _d(r, Verb.REFUSE, Reason.PORT_NOT_ALLOWED, Status.REFUSED,
+                  f"port {spec.serve.port} is outside allowed_ports {node.allowed_ports}; "
+                  "not probed", release=0 if r.running else r.reserved,
+                  holds=r.reserved if r.running else None)
+    if not spec.managed:
+        return _adopted(r, models)
+    if spec.runtime is Runtime.OLLAMA:
+        return _ollama(r, models, now)
+    # §4 state: stopped → stop our server; nothing running → nothing to do.
+    if not spec.wanted:
+        if r.running:
+            return _d(r, Verb.STOP, Reason.STATE_STOPPED, Status.RUNNING, "state: stopped",
+                      release=r.reserved)
+        return _d(r, Verb.KEEP, Reason.ABSENT, Status.STOPPED, "state: stopped; not running",
+                  release=r.reserved)
+    # §4 gave-up / stopped-exposed hold until an operator start.
+    if rec is not None and rec.terminal is not None and not r.operator:
+        return _terminal(r, rec)
+    if r.running:
+        return _running(r, checks)
+    # §4 crashed: we started it and it is gone (or its pid now belongs to another).
+    if rec is not None and rec.pid is not None and not r.operator:
+        proc = r.obs.process
+        exited = rec.exited_at if rec.exited_at is not None else (
+            proc.exit_observed_at if proc is not None and proc.exit_observed_at is not None
+            else now)
+        held = _backoff(r, exited, now, "exited", "restart")
+        if held is not None:
+            return held
+        n, most = r.restarts + 1, r.policy.max_restarts
+        return _start(r, checks, Verb.RESTART, Reason.CRASHED, Status.EXITED,
+                      f"exited; restart {n} of {most}", why=f"restart {n} of {most}", restarts=n)
+    # §4 missing: never started, cleanly stopped, or an operator start.
+    return _start(r, checks, Verb.START, Reason.MISSING, Status.LOADED, "not running",
+                  why="operator start" if r.operator else "")
+
+
+def _terminal(r: _Role, rec: RoleRecord) -> Draft:
+    status = Status.GAVE_UP if rec.terminal is Terminal.GAVE_UP else Status.STOPPED_EXPOSED
+    detail = rec.terminal_detail or f"{rec.terminal}; run `reconcile start {r.name}`"
+    return _d(r, Verb.KEEP, Reason.TERMINAL, status, detail, why=str(rec.terminal),
+              release=rec.reserved)
+
+
+def _backoff(r: _Role, exited: float, now: float, what: str, attempt: str) -> Draft | None:
+    """§4 after an exit (or eviction): give up at max, else wait out delay(restarts)."""
+    assert r.record is not None
+    n, most = r.restarts, r.policy.max_restarts
+    state = policy.retry(n, exited, now, r.policy)
+    # §4 max restarts reached and dead → gave-up (terminal, releases memory).
+    if state.gave_up:
+        return _d(r, Verb.GIVE_UP, Reason.MAX_RESTARTS, Status.GAVE_UP,
+                  f"{what} after {n} restarts (max_restarts {most}); run `reconcile start "
+                  f"{r.name}`", release=r.reserved)
+    # §4 backoff: the clock starts when the exit was first observed.
+    if state.left > 0:
+        left = format_duration(state.left)
+        return _d(r, Verb.WAIT, Reason.BACKOFF, Status.BACKOFF,
+                  f"{what}; {attempt} {n + 1} of {most} in {left}", why=f"retry in {left}",
+                  retry_in=state.left, holds=r.reserved)
+    return None
+
+
+def _removed(r: _Role, guard: bool) -> Draft:
+    rec = r.record
+    assert rec is not None
+    # §4 an empty manifest set stops nothing (and forgets nothing) unless --allow-empty.
+    if guard:
+        resident = r.running or (rec.runtime is Runtime.OLLAMA and rec.we_loaded)
+        return _d(r, Verb.KEEP, Reason.EMPTY_MANIFESTS,
+                  Status.RUNNING if r.running else Status.UNKNOWN,
+                  "the manifest set is empty; nothing is stopped without --allow-empty",
+                  holds=rec.reserved if resident else None)
+    # §4 adopted role removed → forget (it was never ours to touch).
+    if rec.mode is Mode.ADOPTED:
+        return _d(r, Verb.FORGET, Reason.REMOVED, Status.UNKNOWN,
+                  "removed from the manifests; forgotten")
+    if rec.runtime is Runtime.OLLAMA:
+        return _ollama_release(r, Reason.REMOVED)
+    # §4 managed role removed → stop our server; once gone, forget it.
+    if r.running:
+        return _d(r, Verb.STOP, Reason.REMOVED, Status.RUNNING, "removed from the manifests",
+                  release=rec.reserved)
+    return _d(r, Verb.FORGET, Reason.REMOVED, Status.STOPPED,
+              "removed from the manifests; not running", release=rec.reserved)
+
+
+def _running(r: _Role, checks: Mapping[str, ModelCheck]) -> Draft:
+    rec, launch, holds = r.record, r.launch, r.reserved
+    # §3 spec_changed: the launch digest differs → restart (not counted).
+    if (launch is not None and rec is not None and rec.launch_digest is not None
+            and launch.digest != rec.launch_digest):
+        return _start(r, checks, Verb.RESTART, Reason.SPEC_CHANGED, Status.RUNNING,
+                      "running a previous launch",
+                      why=identity.argv_changes(rec.launch_argv, launch.argv), keeps=True)
+    # §4 in sync: alive and answering.
+    if r.health is Health.UP:
+        return _d(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, r.probe_detail("up"), holds=holds)
+    # §2 loading (503): poll again soon (polling, not backoff).
+    if r.health is Health.LOADING:
+        return _d(r, Verb.KEEP, Reason.LOADING, Status.LOADING, r.probe_detail("loading"),
+                  retry_in=policy.POLL, holds=holds)
+    # §4 a live but unhealthy server is reported, not restarted.
+    if r.health is Health.UNHEALTHY:
+        return _d(r, Verb.KEEP, Reason.UNHEALTHY, Status.DEGRADED, r.probe_detail("unhealthy"),
+                  holds=holds)
+    # Unknown is not down: alive, not answering (yet) → starting, else unknown.
+    if rec is None or rec.healthy_since is None:
+        return _d(r, Verb.KEEP, Reason.STARTING, Status.STARTING,
+                  r.probe_detail("not answering yet"), retry_in=policy.POLL, holds=holds)
+    return _d(r, Verb.KEEP, Reason.UNKNOWN, Status.DEGRADED,
+              r.probe_detail("not answering") + "; unknown is not down", holds=holds)
+
+
+def _start(r: _Role, checks, verb: Verb, reason: Reason, status: Status, detail: str, *,
+           why: str = "", restarts: int | None = None, keeps: bool = False) -> Draft:
+    """Gates shared by start and restart: foreign port, model checks; memory comes later."""
+    spec = r.spec
+    assert spec is not None and r.launch is not None
+    kept = r.reserved if keeps else None
+    release = 0 if keeps else r.reserved
+    # §4 never start over a port something else accepts connections on.
+    if r.obs.port_taken:
+        msg = f"port {spec.serve.port} already taken; adopt it instead"
+        return _d(r, Verb.REFUSE, Reason.PORT_TAKEN, Status.REFUSED, msg, why=msg,
+                  release=release, holds=kept)
+    # §1.1 only verified weights are served (unverified: the executor verifies first).
+    for name in (spec.model, spec.serve.draft_model):
+        check = checks.get(name) if name else None
+        if check is None or check.state not in _BAD_MODEL:
+            continue
+        detached = check.state is ModelState.DETACHED
+        msg = (f"model store is detached ({name})" if detached
+               else f"model {name} {check.state}" + (f": {check.detail}" if check.detail else ""))
+        return _d(r, Verb.REFUSE, Reason.MODEL_UNVERIFIED,
+                  Status.DEGRADED if detached else Status.REFUSED, msg, why=msg,
+                  release=release, holds=kept)
+    held = r.reserved if keeps or (r.record is not None and r.record.pid is not None) else None
+    return _d(r, verb, reason, status, detail, why=why, launch=r.launch,
+              reserve=spec.memory.footprint, release=r.reserved, retry_in=policy.POLL,
+              restarts=r.restarts if restarts is None else restarts, holds=held, keeps=keeps)
+
+
+_BAD_MODEL = (ModelState.MISMATCH, ModelState.MISSING, ModelState.DETACHED)
+
+
+def _adopted(r: _Role, models) -> Draft:
+    """§1.2 adopted: observe only; status from the probe; never any action."""
+    spec = r.spec
+    assert spec is not None
+    if not spec.wanted:
+        return _d(r, Verb.FORGET, Reason.STATE_STOPPED, Status.STOPPED,
+                  "state: stopped; adopted roles are only forgotten")
+    probe, health = r.obs.probe, r.health
+    if health in _HEALTH_STATUS:
+        status = _HEALTH_STATUS[health]
+    elif health is Health.UNREACHABLE and not r.obs.port_taken:
+        status = Status.EXITED  # nothing accepts connections on its port
+    else:
+        status = Status.UNKNOWN
+    detail = r.probe_detail(str(status))
+    resident = status in (Status.RUNNING, Status.LOADING, Status.DEGRADED)
+    if spec.runtime is Runtime.OLLAMA and probe is not None and resident:
+        tag = _tag_of(spec, models)
+        resident = policy.has_tag(probe.resident_models, tag)
+        if not policy.has_tag(probe.listed_models, tag):
+            status, detail = Status.DEGRADED, f"wanted model {tag} is not listed"
+    return _d(r, Verb.KEEP, Reason.ADOPTED, status, detail,
+              retry_in=policy.POLL if status is Status.LOADING else None,
+              holds=spec.memory.footprint if resident else None)
+
+
+def _ollama_release(r: _Role, reason: Reason) -> Draft:
+    """§2 unload only what we loaded, and never blind; otherwise nothing to undo."""
+    rec, probe = r.record, r.obs.probe
+    if rec is not None and rec.we_loaded and rec.model_tag:
+        if probe is None or probe.health not in (Health.UP, Health.UNHEALTHY):
+            return _d(r, Verb.KEEP, Reason.UNKNOWN, Status.UNKNOWN,
+                      f"Ollama not answering; {rec.model_tag} is not unloaded blind",
+                      holds=rec.reserved)
+        if policy.has_tag(probe.resident_models, rec.model_tag):
+            return _d(r, Verb.UNLOAD, reason, Status.RUNNING,
+                      f"{rec.model_tag} resident; we loaded it", model_tag=rec.model_tag,
+                      release=rec.reserved)
+    if reason is Reason.REMOVED:
+        return _d(r, Verb.FORGET, reason, Status.STOPPED, "nothing of ours is resident",
+                  release=r.reserved)
+    return _d(r, Verb.KEEP, Reason.ABSENT, Status.STOPPED,
+              "state: stopped; nothing of ours is resident", release=r.reserved)
+
+
+def _ollama(r: _Role, models, now: float) -> Draft:
+    """§2 managed Ollama: load/unload one tag on a server we never launch."""
+    spec, rec, probe = r.spec, r.record, r.obs.probe
+    assert spec is not None
+    tag = _tag_of(spec, models)
+    # §4 state: stopped → unload what we loaded.
+    if not spec.wanted:
+        return _ollama_release(r, Reason.STATE_STOPPED)
+    if rec is not None and rec.terminal is not None and not r.operator:
+        return _terminal(r, rec)
+    # Unknown is not down: never act blind on an Ollama that does not answer.
+    if probe is None or probe.health in (Health.UNREACHABLE, Health.NOT_PROBED):
+        return _d(r, Verb.KEEP, Reason.UNKNOWN, Status.DEGRADED,
+                  r.probe_detail("Ollama not answering") + "; nothing is done blind",
+                  holds=r.reserved or None)
+    if probe.health is Health.LOADING:
+        return _d(r, Verb.KEEP, Reason.LOADING, Status.LOADING, "a load is in flight",
+                  retry_in=policy.POLL, holds=r.reserved or spec.memory.footprint)
+    ours = rec is not None and rec.we_loaded and rec.model_tag is not None
+    # A changed tag: unload the old tag we loaded first; the new one loads next pass.
+    if (ours and not policy.same_tag(rec.model_tag, tag)
+            and policy.has_tag(probe.resident_models, rec.model_tag)):
+        return _d(r, Verb.UNLOAD, Reason.SPEC_CHANGED, Status.RUNNING, f"tag changed to {tag}",
+                  why=f"tag {rec.model_tag} → {tag}", model_tag=rec.model_tag,
+                  release=rec.reserved)
+    # §2 never pull: a tag that is not pulled is refused.
+    if not policy.has_tag(probe.listed_models, tag):
+        msg = f"{tag} is not pulled; the reconciler never pulls"
+        return _d(r, Verb.REFUSE, Reason.NOT_PULLED, Status.REFUSED, msg, why=msg,
+                  release=r.reserved)
+    if policy.has_tag(probe.resident_models, tag):
+        return _d(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, f"{tag} resident",
+                  holds=r.reserved or spec.memory.footprint)
+    load = dict(model_tag=tag, keep_alive=spec.keep_alive, reserve=spec.memory.footprint,
+                release=r.reserved, retry_in=policy.POLL)
+    # §2/§4 evicted behind our back (by a client or Ollama's scheduler): a
+    # reload counts against the restart policy, with backoff, like a crash.
+    if ours and not r.operator:
+        assert rec is not None
+        held = _backoff(r, rec.exited_at if rec.exited_at is not None else now, now,
+                        f"{tag} evicted", "reload")
+        if held is not None:
+            return held
+        n, most = r.restarts + 1, r.policy.max_restarts
+        return _d(r, Verb.LOAD, Reason.EVICTED, Status.EXITED, f"{tag} evicted behind our back",
+                  why=f"reload {n} of {most}", restarts=n, holds=rec.reserved, **load)
+    # §2 wanted, pulled, not resident → load.
+    return _d(r, Verb.LOAD, Reason.MISSING, Status.LOADED, f"{tag} not resident", **load)
