@@ -99,7 +99,9 @@ def _references(draft: RoleDraft, models: Mapping[str, ModelSpec],
     raw_excludes = _raw_list(doc, "spec", "excludes")
     for i, raw in enumerate(raw_excludes):
         other = str(raw).removeprefix("role:")
-        if other not in declared.roles:
+        if other == spec.name:
+            out.append(doc.problem(("spec", "excludes", i), "a role cannot exclude itself"))
+        elif other not in declared.roles:
             out.append(doc.problem(("spec", "excludes", i), f"no InferenceSpec named {other!r}"))
     return out
 

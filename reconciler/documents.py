@@ -194,9 +194,6 @@ def role_draft(doc: Document) -> tuple[RoleDraft | None, list[Problem]]:
         extra_args=tuple(r.get("spec", "serve", "extra_args") or ()),
     )
     excludes = frozenset(e.removeprefix("role:") for e in r.get("spec", "excludes") or ())
-    for i, raw in enumerate(r.get("spec", "excludes") or ()):
-        if raw.removeprefix("role:") == name:
-            r.add(("spec", "excludes", i), "a role cannot exclude itself")
     spec = RoleSpec(
         name=name,
         runtime=runtime,

@@ -96,7 +96,7 @@ def decision_line(decision, outcome=None) -> tuple[str, dict[str, Any]]:
     if outcome is not None:
         mark = "skipped" if outcome.skipped else ("ok" if outcome.ok else "FAILED")
         tail = mark + (f" pid {outcome.pid}" if outcome.pid and outcome.ok else "")
-        if outcome.detail:
+        if outcome.detail and outcome.detail != f"pid {outcome.pid}":
             tail += f": {outcome.detail}"
         fields.update(ok=bool(outcome.ok and not outcome.skipped), skipped=outcome.skipped or None,
                       pid=outcome.pid, outcome=outcome.detail)

@@ -73,6 +73,8 @@ def load(files: Sequence[tuple[str, bytes]]) -> LoadResult:
         name = _get(doc.value, "metadata", "name")
         if isinstance(name, str):
             named.append((kind, name, doc))
+        if doc.broken:
+            continue  # its YAML problems are reported; schema messages would only echo them
         found = schemacheck.check(doc, kind, skip=_CODE_CHECKED.get(kind, ()))
         if kind == "InferenceSpec":
             found += _extra_args(doc)

@@ -101,11 +101,22 @@ def split_gguf_parts(name: str) -> tuple[str, ...] | None:
 
 
 def weights_for(fmt: ModelFormat, paths: Iterable[str]) -> tuple[str, ...]:
-    """The weight files a format uses among ``paths`` (gguf: ``*.gguf``; else the rest)."""
+    """The weight files a format uses among ``paths``.
+
+    gguf: ``*.gguf``; mlx: ``*.safetensors *.npz``; safetensors: ``*.safetensors``.
+    ``*.bin`` only when the preferred kinds are absent (a repository that ships
+    both ``model.safetensors`` and ``pytorch_model.bin`` is served from the first).
+    """
     weights = [p for p in paths if file_kind(p) is FileKind.WEIGHT]
-    if fmt is ModelFormat.GGUF:
-        return tuple(sorted(p for p in weights if p.lower().endswith(".gguf")))
-    return tuple(sorted(p for p in weights if not p.lower().endswith(".gguf")))
+    preferred = {
+        ModelFormat.GGUF: (".gguf",),
+        ModelFormat.MLX: (".safetensors", ".npz"),
+        ModelFormat.SAFETENSORS: (".safetensors",),
+    }.get(fmt, ())
+    chosen = [p for p in weights if p.lower().endswith(preferred)]
+    if not chosen and fmt is not ModelFormat.GGUF:
+        chosen = [p for p in weights if p.lower().endswith(".bin")]
+    return tuple(sorted(chosen))
 
 
 def detect_format(paths: Iterable[str], *, mlx_quantized: bool = False) -> ModelFormat | None:

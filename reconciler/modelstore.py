@@ -41,6 +41,10 @@ HASH_BUFFER = 1 << 20
 
 DETACHED_DETAIL = "model store is detached"
 
+#: stat() errors of a root that is simply not there (unmounted, stale network mount).
+_GONE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ESTALE, errno.EIO, errno.ENODEV,
+                   errno.ENXIO})
+
 
 @attrs.frozen(kw_only=True)
 class Stamp:
@@ -199,8 +203,12 @@ def _open_root(spec: ModelSpec) -> str | ModelCheck:
     try:
         st = os.stat(root)
     except OSError as e:
-        return ModelCheck(name=spec.name, state=ModelState.DETACHED,
-                          detail=f"{DETACHED_DETAIL} ({root}: {e.strerror})")
+        if e.errno in _GONE:
+            return ModelCheck(name=spec.name, state=ModelState.DETACHED,
+                              detail=f"{DETACHED_DETAIL} ({root}: {e.strerror})")
+        state = ModelState.MISMATCH if e.errno == errno.ELOOP else ModelState.MISSING
+        return ModelCheck(name=spec.name, state=state,
+                          detail=f"model {spec.name}: root {root} cannot be used: {e.strerror}")
     if not stat.S_ISDIR(st.st_mode):
         return ModelCheck(name=spec.name, state=ModelState.MISMATCH,
                           detail=f"model {spec.name}: root {root} is not a directory")

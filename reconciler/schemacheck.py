@@ -30,7 +30,7 @@ from reconciler.yamlsafe import Document, Path
 _REQUIRED_WHY: dict[tuple[str, str], str] = {
     ("model", "InferenceSpec"): "a managed role needs a model",
     ("serve", "InferenceSpec"): "serve.port is required except for ollama",
-    ("port", "InferenceSpec"): "required except for ollama (11434)",
+    ("port", "InferenceSpec"): "required except for ollama, which defaults to 11434",
     ("root", "Model"): "required unless the format is ollama",
     ("shards", "Model"): "required unless the format is ollama",
     ("source", "Model"): "format ollama needs source.ollama_tag",
@@ -95,7 +95,7 @@ def _explain(error: ValidationError, kind: str) -> list[tuple[Path, str]]:
         known = list(schema.get("properties", {}))
         out = []
         for key in sorted(k for k in instance if k not in known):
-            close = difflib.get_close_matches(key, known, n=1)
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             out.append((path + (key,), f"unknown key {key!r}{hint}"))
         return out
@@ -108,7 +108,9 @@ def _explain(error: ValidationError, kind: str) -> list[tuple[Path, str]]:
         return [(path, str(schema.get("errorMessage", "not allowed here")))]
     custom = schema.get("errorMessage")
     if custom is not None:
-        return [(path, f"{custom}, not {_show(instance)}")]
+        quote = schema.get("type") == "string" and isinstance(instance, (bool, int, float))
+        hint = " (YAML read it as a number or boolean: quote it)" if quote else ""
+        return [(path, f"{custom}, not {_show(instance)}{hint}")]
     return [(path, _default(keyword, error.validator_value, instance, error.message))]
 
 

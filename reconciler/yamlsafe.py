@@ -45,6 +45,7 @@ class Document:
     line: int  # the line of the document's root node (1-based)
     value: object
     lines: Mapping[Path, int]
+    broken: bool = False  # YAML-level problems were found: skip schema checks
 
     def line_of(self, path: Iterable[str | int]) -> int:
         """The line of ``path``, or of its nearest ancestor that exists.
@@ -122,7 +123,7 @@ def parse(file: str, data: bytes) -> tuple[list[Document], list[Problem]]:
                 continue
             problems.extend(builder.problems)
             docs.append(Document(file=file, line=node.start_mark.line + 1, value=value,
-                                 lines=builder.lines))
+                                 lines=builder.lines, broken=bool(builder.problems)))
     except yaml.MarkedYAMLError as err:
         problems.append(_yaml_problem(file, err))
     except yaml.reader.ReaderError as err:

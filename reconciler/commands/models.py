@@ -32,7 +32,7 @@ from reconciler.cli import EXIT_ERROR, EXIT_OK
 from reconciler.commands import common
 from reconciler.model import ModelCheck, ModelFile, ModelFormat, ModelSpec, ModelState
 from reconciler.modeldoc import FileFact
-from reconciler.units import format_size
+from reconciler.units import format_size, is_plain_token
 
 _SMALL_FILE = 1 << 20  # config.json, Ollama manifests
 
@@ -67,6 +67,9 @@ def _files_document(args) -> dict:
         raise ValueError("give a PATH (a GGUF file or a model directory) or --ollama NAME:TAG")
     if args.format == "ollama":
         raise ValueError("an ollama model is described by its tag: use --ollama NAME:TAG")
+    if args.name is not None and not is_plain_token(args.name):
+        raise ValueError(f"--name {args.name!r} is not a plain token "
+                         "(1-64 of A-Z a-z 0-9 . _ + : -, starting with a letter or digit)")
     st = os.stat(args.path)
     if stat.S_ISDIR(st.st_mode):
         root = os.path.realpath(args.path)
@@ -165,6 +168,8 @@ def _ollama_document(args) -> dict:
         raise ValueError("give a PATH or --ollama NAME:TAG, not both")
     if args.format not in (None, "ollama"):
         raise ValueError(f"--ollama describes an ollama model, not {args.format}")
+    if args.name is not None and not is_plain_token(args.name):
+        raise ValueError(f"--name {args.name!r} is not a plain token")
     oname = modeldoc.parse_ollama_name(args.ollama)
     models = ollama_models_dir()
     manifest = os.path.join(models, *oname.manifest_parts)

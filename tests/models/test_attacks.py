@@ -248,3 +248,20 @@ def test_relative_root_is_refused(tmp_path, verifier):
     """A root that is not absolute is never resolved against the working directory."""
     spec = attrs.evolve(make_spec(tmp_path / "m", {"a.gguf": W}), root="m")
     assert verifier.verify(spec).state is ModelState.MISMATCH
+
+
+def test_root_that_is_a_symlink_loop(tmp_path, verifier):
+    """A root that loops is refused as a mismatch, not mistaken for a detached drive."""
+    spec = make_spec(tmp_path / "m", {"a.gguf": W})
+    os.symlink(tmp_path / "loop2", tmp_path / "loop1")
+    os.symlink(tmp_path / "loop1", tmp_path / "loop2")
+    spec = attrs.evolve(spec, root=str(tmp_path / "loop1"))
+    assert verifier.verify(spec).state is ModelState.MISMATCH
+
+
+def test_root_below_a_file_is_detached(tmp_path, verifier):
+    """A root whose parent is a file does not exist: detached, like a missing one."""
+    spec = make_spec(tmp_path / "m", {"a.gguf": W})
+    (tmp_path / "f").write_bytes(b"")
+    spec = attrs.evolve(spec, root=str(tmp_path / "f" / "m"))
+    assert verifier.verify(spec).state is ModelState.DETACHED

@@ -169,6 +169,16 @@ def test_add_usage_errors(tmp_path, capsys, monkeypatch, argv, message):
     assert message in err
 
 
+def test_add_bad_name_is_refused_before_hashing(tmp_path, capsys, monkeypatch):
+    """A --name that is not a plain token fails before a byte is read."""
+    from reconciler import modelstore
+
+    (tmp_path / "a.gguf").write_bytes(W1)
+    monkeypatch.setattr(modelstore, "hash_file", lambda *a, **k: pytest.fail("hashed"))
+    code, _, err = add(capsys, str(tmp_path / "a.gguf"), "--name", "bad/name")
+    assert code == 1 and "not a plain token" in err
+
+
 def test_add_output_file(tmp_path, capsys):
     """-o writes the document (schema path relative to it) and prints nothing on stdout."""
     d = tmp_path / "m"

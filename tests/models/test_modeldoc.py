@@ -179,3 +179,12 @@ def test_ollama_model_blob():
     with pytest.raises(ValueError, match="malformed"):
         modeldoc.ollama_model_blob(json.dumps({"layers": [
             {"mediaType": "application/vnd.ollama.image.model", "digest": "sha256:../x", "size": 1}]}))
+
+
+def test_weights_for_prefers_safetensors_over_pytorch_bin():
+    """A repository shipping both safetensors and .bin weights is described by the safetensors."""
+    names = ["model.safetensors", "pytorch_model.bin", "x.gguf", "w.npz"]
+    assert modeldoc.weights_for(ModelFormat.SAFETENSORS, names) == ("model.safetensors",)
+    assert modeldoc.weights_for(ModelFormat.MLX, names) == ("model.safetensors", "w.npz")
+    assert modeldoc.weights_for(ModelFormat.GGUF, names) == ("x.gguf",)
+    assert modeldoc.weights_for(ModelFormat.SAFETENSORS, ["pytorch_model.bin"]) == ("pytorch_model.bin",)

@@ -1,0 +1,68 @@
+"""The example manifests are valid, editor-ready, and load into the values the planner uses."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from reconciler import sources
+from reconciler.model import Mode, RestartPolicy, Runtime
+
+ROOT = Path(__file__).parents[2]
+EXAMPLES = ROOT / "manifests" / "examples"
+
+
+def _load():
+    result = sources.load_desired([str(EXAMPLES)])
+    assert result.problems == ()
+    assert result.desired is not None
+    return result
+
+
+def test_examples_are_valid_and_counted() -> None:
+    """The examples load without problems or warnings and count every kind."""
+    result = _load()
+    assert result.warnings == ()
+    assert result.summary == "10 documents: 5 Model, 4 InferenceSpec, 1 NodeConfig"
+
+
+def test_examples_cover_each_role_kind() -> None:
+    """Managed llama.cpp, mlx-lm and Ollama roles and an adopted llama.cpp role exist."""
+    desired = _load().desired
+    kinds = {(r.runtime, r.mode) for r in desired.roles}
+    assert kinds == {(Runtime.LLAMACPP, Mode.MANAGED), (Runtime.MLX_LM, Mode.MANAGED),
+                     (Runtime.OLLAMA, Mode.MANAGED), (Runtime.LLAMACPP, Mode.ADOPTED)}
+
+
+def test_every_example_names_its_schema() -> None:
+    """Each example file starts with a yaml-language-server $schema line that resolves."""
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        first = path.read_text().splitlines()[0]
+        m = re.fullmatch(r"# yaml-language-server: \$schema=(\S+)", first)
+        assert m, path
+        assert (path.parent / m.group(1)).resolve().is_file(), path
+
+
+def test_defaults_are_merged_into_roles() -> None:
+    """Restart policy, keep_alive, weights, host and the Ollama port come out merged."""
+    desired = _load().desired
+    coder, chat, planner = desired.role("coder"), desired.role("chat"), desired.role("planner")
+    assert coder.restart == RestartPolicy(max_restarts=3, base=2.0, cap=30.0, stable_after=60.0)
+    assert coder.memory.weights == desired.model("qwen2.5-coder-7b-q4").weights_size
+    assert coder.memory.kv == 1_200_000_000
+    assert coder.excludes == frozenset({"planner"})
+    assert coder.keep_alive is None
+    assert chat.keep_alive == 600.0 and chat.serve.port == 11434
+    assert planner.serve.host == "127.0.0.1"  # from localhost
+    assert desired.role("voice").memory.weights == 2 * 2**30
+    assert desired.node.allowed_ports is not None and 11434 in desired.node.allowed_ports
+    assert desired.node.serve_program(Runtime.LLAMACPP) == "/usr/local/bin/llama-server"
+    assert [r.name for r in desired.roles] == sorted(r.name for r in desired.roles)
+
+
+def test_values_carry_their_source() -> None:
+    """Each role and model carries the file and line of its document."""
+    desired = _load().desired
+    ref = desired.role("coder").ref
+    assert ref is not None and ref.file.endswith("coder.yaml") and ref.line == 3
+    assert all(m.ref is not None for m in desired.models)
