@@ -214,13 +214,15 @@ def _converge(desired, warnings, commit, store, state_dir, allow_empty, operator
         the_plan, node=desired.node, allowed=desired.node.port_allowed,
         hooks=_Hooks(store, desired, verifier, clock),
     )
-    _record(store, desired, observed, remembered, the_plan, outcomes, commit, clock())
+    root = data_root(desired, state_dir)
+    _record(store, desired, observed, the_plan, outcomes, commit, clock(), root)
+    _rotate_logs(store, root)
     return PassResult(warnings=warnings, desired=desired, observed=observed, plan=the_plan,
                       outcomes=tuple(outcomes), git_commit=commit, started=started,
                       duration=time.monotonic() - t0)
 
 
-def _record(store, desired, observed, remembered, the_plan, outcomes, commit, now) -> None:
+def _record(store, desired, observed, the_plan, outcomes, commit, now, root) -> None:
     by_role = {o.role: o for o in outcomes}
     for decision in the_plan.decisions:
         outcome = by_role.get(decision.role)
@@ -237,7 +239,7 @@ def _record(store, desired, observed, remembered, the_plan, outcomes, commit, no
         if after is None:
             if before is not None:
                 store.delete_role(decision.role)
-                _remove_instance_dir(desired, before, decision)
+                _remove_instance_dir(root, before)
         elif after != before:
             store.put_role(after)
         if decision.acts or before is None or _changed_status(before, after):
@@ -251,6 +253,16 @@ def _record(store, desired, observed, remembered, the_plan, outcomes, commit, no
             )
 
 
+def _rotate_logs(store, root: str) -> None:
+    """Keep every running server's log under its cap (it grows between passes)."""
+    from reconciler import spawn
+
+    for record in store.roles():
+        cwd = os.path.join(root, record.instance_id)
+        if record.pid and os.path.isdir(cwd):
+            spawn.rotate_log_if_needed(cwd)
+
+
 def _changed_status(before: RoleRecord, after: RoleRecord | None) -> bool:
     if after is None:
         return True
@@ -258,13 +270,7 @@ def _changed_status(before: RoleRecord, after: RoleRecord | None) -> bool:
         after.terminal, after.restarts, after.exited_at is None)
 
 
-def _remove_instance_dir(desired: Desired, record: RoleRecord, decision: Decision) -> None:
-    """A removed role's working directory goes with it (BEHAVIOUR §6)."""
-    if decision.launch is not None:
-        path = decision.launch.cwd
-    elif desired.node.data_root:
-        path = os.path.join(desired.node.data_root, record.instance_id)
-    else:
-        return
-    if os.path.basename(path) == record.instance_id:
-        shutil.rmtree(path, ignore_errors=True)
+def _remove_instance_dir(root: str, record: RoleRecord) -> None:
+    """A forgotten role's working directory goes with it (BEHAVIOUR §6)."""
+    if record.instance_id and "/" not in record.instance_id:
+        shutil.rmtree(os.path.join(root, record.instance_id), ignore_errors=True)

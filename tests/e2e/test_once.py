@@ -20,8 +20,9 @@ from tests.e2e.conftest import NOBODY, free_port, http_get, wait_for
 pytestmark = pytest.mark.e2e
 
 
-def converge(world, *args: str, expect: int = 0) -> subprocess.CompletedProcess:
-    out = world.reconcile("--once", *args)
+def converge(world, *args: str, expect: int = 0, env: dict | None = None
+             ) -> subprocess.CompletedProcess:
+    out = world.reconcile("--once", *args, env=env)
     assert out.returncode == expect, f"exit {out.returncode}\n{out.stdout}\n{out.stderr}"
     return out
 
