@@ -136,6 +136,14 @@ class _Hooks:
             check = self.verifier.verify(model)
             if check.state is not ModelState.VERIFIED:
                 return f"refused: {check.detail or check.state}"
+            # Paths handed to the server are re-checked for containment now,
+            # right before the spawn, not only when the hashes were computed.
+            from reconciler import modelstore
+
+            try:
+                modelstore.canonical_paths(model)
+            except modelstore.ModelPathError as exc:
+                return f"refused: {exc}"
         return None
 
     def after_spawn(self, decision: Decision, result) -> None:
