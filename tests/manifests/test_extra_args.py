@@ -1,0 +1,127 @@
+"""The extra_args allowlist (BEHAVIOUR §1.4): the bypass list, arity, and the shim's flags."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from reconciler import extra_args
+from reconciler.extra_args import ALLOWED, OWNED, check
+from reconciler.model import Runtime
+
+LLAMA, MLX, OLLAMA = Runtime.LLAMACPP, Runtime.MLX_LM, Runtime.OLLAMA
+SHIM = Path(__file__).parents[2] / "testbed" / "llama_server_shim.py"
+
+BYPASSES = [
+    (LLAMA, ["--hos", "0.0.0.0"]),  # prefix abbreviation of --host
+    (LLAMA, ["--host", "0.0.0.0"]),
+    (LLAMA, ["--port", "1"]),
+    (LLAMA, ["-m", "/x.gguf"]),
+    (LLAMA, ["--model", "/x.gguf"]),
+    (LLAMA, ["--mod", "/x.gguf"]),
+    (LLAMA, ["-md", "/x.gguf"]),  # alias of --model-draft
+    (LLAMA, ["--model-dr", "/x.gguf"]),
+    (LLAMA, ["-c", "4096"]),
+    (LLAMA, ["--ctx-size", "4096"]),
+    (LLAMA, ["-ctk", "q8_0"]),
+    (LLAMA, ["--cache-type-v", "q8_0"]),
+    (LLAMA, ["--alias", "x"]),
+    (LLAMA, ["--host=0.0.0.0"]),
+    (LLAMA, ["--threads=4"]),
+    (LLAMA, ["--jinja=1"]),
+    (LLAMA, ["4 --host 0.0.0.0"]),
+    (LLAMA, ["--threads", "4 --host 0.0.0.0"]),
+    (LLAMA, ["$(id)"]),
+    (LLAMA, ["--threads", "$(id)"]),
+    (LLAMA, ["--threads", "`id`"]),
+    (LLAMA, ["--threads\t4"]),
+    (LLAMA, ["--jinja\n--host"]),
+    (LLAMA, ["--threads", "4\n"]),
+    (LLAMA, ["--threads", "4", "\x00"]),
+    (LLAMA, ["--threads", "--host"]),  # a flag-looking value
+    (LLAMA, ["--threads", "-host"]),
+    (LLAMA, ["--threads"]),  # arity: the value is missing
+    (LLAMA, ["--threads", ""]),
+    (LLAMA, ["--threads", "9" * 257]),
+    (LLAMA, ["--THREADS", "4"]),
+    (LLAMA, ["\u2014threads", "4"]),  # em dash
+    (LLAMA, ["--threads", "\uff14"]),  # fullwidth digit
+    (LLAMA, ["--flash-attn", "maybe"]),
+    (LLAMA, ["0.0.0.0"]),  # a value without its flag
+    (LLAMA, [4]),
+    (LLAMA, ["--threads", 4]),
+    (LLAMA, ["--jinja"] * 33),
+    (MLX, ["--host", "0.0.0.0"]),
+    (MLX, ["--model", "/x"]),
+    (MLX, ["--trust-remote-code"]),
+    (MLX, ["--threads", "4"]),  # a llama.cpp flag
+    (OLLAMA, ["--threads", "4"]),
+]
+
+ALLOWED_ARGS = [
+    (LLAMA, []),
+    (LLAMA, ["--threads", "8", "--jinja", "--no-webui"]),
+    (LLAMA, ["-t", "8", "-ngl", "99", "-fa", "auto", "--cont-batching"]),
+    (LLAMA, ["--seed", "-1", "--temp", "0.7", "--top-p", ".9", "--repeat-penalty", "1e0"]),
+    (LLAMA, ["--jinja"] * 32),
+    (MLX, ["--max-tokens", "512", "--log-level", "INFO", "--temp", "0.2"]),
+    (OLLAMA, []),
+]
+
+
+@pytest.mark.parametrize(("runtime", "args"), BYPASSES, ids=repr)
+def test_bypass_is_refused(runtime: Runtime, args: list) -> None:
+    """Every known way to smuggle host, port, model or shell syntax is refused."""
+    assert check(runtime, args)
+
+
+@pytest.mark.parametrize(("runtime", "args"), ALLOWED_ARGS, ids=repr)
+def test_allowed_args_pass(runtime: Runtime, args: list) -> None:
+    """Allowed spellings with well-formed values (including negative numbers) pass."""
+    assert check(runtime, args) == []
+
+
+def test_arity_consumes_values() -> None:
+    """A value is consumed by its flag: '--threads --jinja' is a bad value, not two flags."""
+    assert check(LLAMA, ["--threads", "--jinja"]) == [
+        (1, "the value '--jinja' of --threads may start with '-' only if it is a number")]
+
+
+def test_messages_point_at_the_entry() -> None:
+    """Findings carry the index of the offending entry, or None for the list."""
+    assert [i for i, _ in check(LLAMA, ["--jinja", "--hos", "x"])] == [1, 2]
+    assert check(OLLAMA, ["--x"])[0][0] is None
+
+
+def test_owned_flags_are_on_no_list() -> None:
+    """No reconciler-owned flag (host, port, model, draft, ctx, kv, alias) is allowed anywhere."""
+    for table in ALLOWED.values():
+        assert not set(table) & set(OWNED)
+    assert ALLOWED[OLLAMA] == {}
+
+
+def _shim_flags() -> dict[str, int]:
+    """The llama-server shim's flag table, read without importing it (it needs xllamacpp)."""
+    flags: dict[str, int] = {}
+    for node in ast.walk(ast.parse(SHIM.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "_flag":
+            arity = node.args[1].value  # type: ignore[attr-defined]
+            for spelling in node.args[2:]:
+                flags[spelling.value] = arity  # type: ignore[attr-defined]
+    return flags
+
+
+@pytest.mark.skipif(not SHIM.exists(), reason="no llama-server shim in this checkout")
+def test_llamacpp_table_matches_the_test_server() -> None:
+    """Every allowed llamacpp flag exists with the same arity in the server the tests run."""
+    shim = _shim_flags()
+    assert shim, "could not read the shim's _flag table"
+    for spelling, flag in ALLOWED[LLAMA].items():
+        assert shim.get(spelling) == flag.arity, spelling
+
+
+def test_limits_match_behaviour() -> None:
+    """At most 32 entries and 256 characters per value (BEHAVIOUR §1.4)."""
+    assert (extra_args.MAX_ENTRIES, extra_args.MAX_VALUE_CHARS) == (32, 256)
