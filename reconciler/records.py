@@ -141,9 +141,11 @@ def _observed(
     if decision.reason is Reason.TERMINAL:
         return record
     if dead or ollama_gone or decision.reason is Reason.BACKOFF:
-        # The backoff clock starts when the exit is first observed.
+        # The backoff clock starts when the exit is first observed. The pid
+        # stays recorded: it says "we started this and it died" (a crash, not
+        # a never-started role); ownership checks keep a recycled pid safe.
         return attrs.evolve(
-            record, pid=None, create_time=None, healthy_since=None,
+            record, healthy_since=None,
             exited_at=record.exited_at or (observation.process.exit_observed_at
                                            if observation.process else None) or now,
             restarts=decision.restarts,

@@ -70,7 +70,7 @@ def test_first_observed_exit_sets_the_clock_once():
                                                              alive=False, owned=False))
     d = decide(Verb.WAIT, Reason.BACKOFF, restarts=1, retry_in=4.0)
     first = after_decision(RUNNING, SPEC, d, gone, None, 100.0)
-    assert first.exited_at == 100.0 and first.pid is None
+    assert first.exited_at == 100.0 and first.pid == 10  # still says: we started it
     later = after_decision(first, SPEC, d, NOTHING, None, 103.0)
     assert later.exited_at == 100.0
 
