@@ -1,0 +1,165 @@
+"""Prometheus exposition, the atomic metrics file and the loopback /metrics server."""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from reconciler import metrics
+from reconciler.model import Decision, Mode, Reason, RoleRecord, Runtime, Status, Verb
+from reconciler.store import Store
+from tests.watch.fakes import bad, desired, good, keep
+
+DOCUMENTED = {
+    "reconciler_role_status", "reconciler_role_restarts", "reconciler_reserved_bytes",
+    "reconciler_memory_budget_bytes", "reconciler_probe_latency_seconds",
+    "reconciler_last_pass_timestamp_seconds", "reconciler_last_pass_duration_seconds",
+    "reconciler_last_pass_success", "reconciler_manifest_problems",
+}
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "state") as s:
+        yield s
+
+
+def record(name: str, **kw) -> RoleRecord:
+    return RoleRecord(name=name, instance_id=f"{name}-0123abcd", runtime=Runtime.LLAMACPP,
+                      mode=Mode.MANAGED, **kw)
+
+
+def parse(text: str) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def samples(families: dict, name: str) -> dict:
+    return {tuple(sorted(s.labels.items())): s.value for s in families[name].samples}
+
+
+def test_render_parses_and_has_every_documented_series(store):
+    """The text parses with prometheus_client and carries every documented family and value."""
+    store.put_role(record("chat", restarts=2, reserved=1024))
+    store.put_role(record("coder", reserved=4096))
+    d = desired("chat", "coder", budget=10_000)
+    backoff = Decision(role="chat", verb=Verb.WAIT, reason=Reason.BACKOFF,
+                       status=Status.BACKOFF, retry_in=4.0)
+    result = good(d, backoff, keep("coder"), latency=0.0125)
+    text = metrics.render(result, store, problems_count=0, last_pass_ts=1_700_000_000.5,
+                          duration=0.25)
+    fams = parse(text)
+    assert DOCUMENTED <= set(fams)
+    for name in DOCUMENTED:
+        assert f"# HELP {name} " in text and f"# TYPE {name} gauge" in text
+    status = samples(fams, "reconciler_role_status")
+    assert status[(("role", "chat"), ("status", "backoff"))] == 1
+    assert status[(("role", "coder"), ("status", "running"))] == 1
+    assert samples(fams, "reconciler_role_restarts") == {(("role", "chat"),): 2,
+                                                         (("role", "coder"),): 0}
+    assert samples(fams, "reconciler_reserved_bytes") == {(("role", "chat"),): 1024,
+                                                          (("role", "coder"),): 4096}
+    assert samples(fams, "reconciler_memory_budget_bytes") == {(): 10_000}
+    assert samples(fams, "reconciler_probe_latency_seconds")[(("role", "chat"),)] == 0.0125
+    assert samples(fams, "reconciler_last_pass_timestamp_seconds") == {(): 1_700_000_000.5}
+    assert samples(fams, "reconciler_last_pass_duration_seconds") == {(): 0.25}
+    assert samples(fams, "reconciler_manifest_problems") == {(): 0}
+    assert samples(fams, "reconciler_last_pass_success") == {(): 1}
+
+
+def test_role_status_is_one_hot_over_every_status(store):
+    """Each role has one series per status, exactly one of them 1."""
+    d = desired("a", "b", "c")
+    fams = parse(metrics.render(good(d), store, problems_count=0, last_pass_ts=0, duration=0))
+    by_role: dict[str, list[float]] = {}
+    for s in fams["reconciler_role_status"].samples:
+        by_role.setdefault(s.labels["role"], []).append(s.value)
+    assert set(by_role) == {"a", "b", "c"}
+    for values in by_role.values():
+        assert len(values) == len(Status) and sorted(values) == [0] * (len(Status) - 1) + [1]
+
+
+def test_invalid_manifests_count_problems_and_report_roles_unknown(store):
+    """With nothing planned, the problems are counted and remembered roles read unknown."""
+    store.put_role(record("chat", restarts=1))
+    result = bad("port 99999 is out of range", "unknown key")
+    fams = parse(metrics.render_result(result, store))
+    assert samples(fams, "reconciler_manifest_problems") == {(): 2}
+    assert samples(fams, "reconciler_last_pass_success") == {(): 0}
+    assert samples(fams, "reconciler_role_status")[(("role", "chat"), ("status", "unknown"))] == 1
+    assert samples(fams, "reconciler_memory_budget_bytes") == {}
+
+
+def test_write_file_replaces_atomically(tmp_path, store):
+    """A reader holding the old file keeps reading it whole; no temporary file is left."""
+    target = tmp_path / "reconciler.prom"
+    target.write_text("old contents\n")
+    with open(target) as reader:
+        metrics.write_file(target, good(desired("chat")), store)
+        assert reader.read() == "old contents\n"
+    assert "reconciler_role_status" in target.read_text()
+    assert sorted(os.listdir(tmp_path)) == ["reconciler.prom", "state"]
+    assert target.stat().st_mode & 0o777 == 0o644
+
+
+def test_write_file_failure_leaves_the_old_file(tmp_path, store):
+    """A failed write (here: rendering raises) leaves the old file and no temporary file."""
+    target = tmp_path / "reconciler.prom"
+    target.write_text("old\n")
+
+    class Broken:
+        def roles(self):
+            raise OSError("disk on fire")
+
+    with pytest.raises(OSError):
+        metrics.write_file(target, good(desired("chat")), Broken())
+    assert target.read_text() == "old\n"
+    assert sorted(os.listdir(tmp_path)) == ["reconciler.prom", "state"]
+
+
+@pytest.mark.parametrize("addr, expected", [
+    ("127.0.0.1:9464", ("127.0.0.1", 9464)),
+    ("localhost:9464", ("127.0.0.1", 9464)),
+    ("127.0.0.2:0", ("127.0.0.2", 0)),
+    ("[::1]:9464", ("::1", 9464)),
+])
+def test_parse_addr_accepts_loopback(addr, expected):
+    """Loopback IPv4/IPv6 and localhost are accepted."""
+    assert metrics.parse_addr(addr) == expected
+
+
+@pytest.mark.parametrize("addr", [
+    "0.0.0.0:9464", "[::]:9464", "192.168.1.10:9464", "example.com:9464", "9464",
+    "127.0.0.1:http", "127.0.0.1:70000",
+])
+def test_parse_addr_refuses_everything_else(addr):
+    """Wildcards, LAN addresses, host names and malformed values are refused."""
+    with pytest.raises(ValueError):
+        metrics.parse_addr(addr)
+
+
+def test_server_serves_metrics_on_loopback():
+    """GET /metrics returns the latest text with the exposition content type; others 404."""
+    server = metrics.MetricsServer("127.0.0.1:0")
+    try:
+        host, port = server.address
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        server.update("# HELP x y\n# TYPE x gauge\nx 1\n")
+        with opener.open(f"http://{host}:{port}/metrics", timeout=5) as answer:
+            assert answer.headers["Content-Type"] == metrics.CONTENT_TYPE
+            assert answer.read() == b"# HELP x y\n# TYPE x gauge\nx 1\n"
+        with pytest.raises(urllib.error.HTTPError) as err:
+            opener.open(f"http://{host}:{port}/", timeout=5)
+        assert err.value.code == 404
+        err.value.close()
+    finally:
+        server.close()
+
+
+def test_server_refuses_non_loopback():
+    """The server never binds a non-loopback address."""
+    with pytest.raises(ValueError):
+        metrics.MetricsServer("0.0.0.0:0")
