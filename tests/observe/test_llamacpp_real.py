@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+import attrs
 import psutil
 import pytest
 
@@ -47,53 +48,79 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def server() -> Iterator[tuple[RoleSpec, RoleRecord, subprocess.Popen]]:
-    """A real llama-server (alias tiny) launched with our marker, as the executor would."""
-    port = _free_port()
-    spec = RoleSpec(name="tiny", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="tiny",
-                    serve=ServeSpec(port=port))
-    marker = instance_id(spec)
-    argv = [str(LLAMA_SERVER), "--model", str(TINY_GGUF), "--host", "127.0.0.1",
-            "--port", str(port), "--ctx-size", "256", "--alias", "tiny"]
-    proc = subprocess.Popen(
-        argv, env={"PATH": "/usr/bin:/bin", MARKER_ENV: marker}, stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
-    record = RoleRecord(
-        name="tiny", instance_id=marker, runtime=Runtime.LLAMACPP, mode=Mode.MANAGED,
-        port=port, pid=proc.pid, create_time=psutil.Process(proc.pid).create_time(),
-        launch_argv=tuple(argv), started_at=time.time(),
-    )
-    try:
-        yield spec, record, proc
-    finally:
+class Launcher:
+    """Launches a real llama-server (alias tiny) with our marker, as the executor would."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.spec = RoleSpec(name="tiny", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED,
+                             model="tiny", serve=ServeSpec(port=self.port))
+        self.marker = instance_id(self.spec)
+        self.argv = [str(LLAMA_SERVER), "--model", str(TINY_GGUF), "--host", "127.0.0.1",
+                     "--port", str(self.port), "--ctx-size", "256", "--alias", "tiny"]
+        self.proc: subprocess.Popen | None = None
+        # Started but not yet spawned: what the store says right before the spawn.
+        self.record = RoleRecord(
+            name="tiny", instance_id=self.marker, runtime=Runtime.LLAMACPP, mode=Mode.MANAGED,
+            port=self.port, launch_argv=tuple(self.argv), started_at=time.time(),
+        )
+
+    def launch(self) -> subprocess.Popen:
+        self.proc = subprocess.Popen(
+            self.argv, env={"PATH": "/usr/bin:/bin", MARKER_ENV: self.marker},
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.record = attrs.evolve(
+            self.record, pid=self.proc.pid,
+            create_time=psutil.Process(self.proc.pid).create_time(),
+        )
+        return self.proc
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        proc.wait(timeout=10)
+        self.proc.wait(timeout=10)
 
 
-def test_real_llamacpp_transitions_identity_and_deep_health(server) -> None:  # type: ignore[no-untyped-def]
-    """refused → (503 loading) → 200; alias listed, /props model_path, owned, one-token deep health."""
-    spec, record, proc = server
-    desired = Desired(roles=(spec,))
-    remembered = Remembered(roles=(record,))
-    seen: list[tuple[Health, str]] = []
+@pytest.fixture
+def launcher() -> Iterator[Launcher]:
+    made = Launcher()
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def _until_answering(desired: Desired, remembered: Remembered, name: str, proc, seen: list):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        role = observe(desired, remembered, probe_timeout=1.0).role("tiny")
+        role = observe(desired, remembered, probe_timeout=1.0).role(name)
         step = (role.probe.health, role.probe.detail)
         if not seen or seen[-1] != step:
             seen.append(step)
-        if role.probe.health is Health.UP:
-            break
+        if role.probe.health not in (Health.UNREACHABLE, Health.LOADING):
+            return role
         assert proc.poll() is None, f"llama-server exited {proc.returncode}: {seen}"
-        time.sleep(0.01)
+        time.sleep(0.005)
+    raise AssertionError(f"never answered: {seen}")
+
+
+def test_real_llamacpp_transitions_identity_and_deep_health(launcher: Launcher) -> None:
+    """refused → (503 loading) → 200; alias listed, /props model_path, owned, one-token deep health."""
+    desired = Desired(roles=(launcher.spec,))
+    # Right before the spawn: the real port refuses, and the role reads as starting.
+    first = observe(desired, Remembered(roles=(launcher.record,)), probe_timeout=1.0).role("tiny")
+    seen = [(first.probe.health, first.probe.detail)]
+    proc = launcher.launch()
+    role = _until_answering(desired, Remembered(roles=(launcher.record,)), "tiny", proc, seen)
+
     healths = [h for h, _ in seen]
-    assert healths[0] is Health.UNREACHABLE, seen
-    assert seen[0][1] == "starting: not listening yet (connection refused)"
+    assert seen[0] == (Health.UNREACHABLE, "starting: not listening yet (connection refused)")
     assert healths[-1] is Health.UP, seen
     order = [Health.UNREACHABLE, Health.LOADING, Health.UP]
     assert [order.index(h) for h in healths] == sorted(order.index(h) for h in healths), seen
@@ -106,25 +133,19 @@ def test_real_llamacpp_transitions_identity_and_deep_health(server) -> None:  # 
     assert probe.identity == str(TINY_GGUF)
     assert probe.detail == "healthy; serving tiny"
     assert role.process is not None and role.process.owned and role.process.alive
-    assert f"127.0.0.1:{spec.serve.port}" in role.process.listen
+    assert f"127.0.0.1:{launcher.port}" in role.process.listen
     assert role.exposed == () and role.port_taken is False
 
-    verdict = deep_check(spec, desired)
+    verdict = deep_check(launcher.spec, desired)
     assert verdict.ok, verdict.detail
     assert "(1 token)" in verdict.detail
 
 
-def test_real_llamacpp_wrong_alias_is_degraded(server) -> None:  # type: ignore[no-untyped-def]
+def test_real_llamacpp_wrong_alias_is_degraded(launcher: Launcher) -> None:
     """The real server lists only its alias: a role wanting another model reads unhealthy."""
-    spec, record, _ = server
+    proc = launcher.launch()
     other = RoleSpec(name="other", runtime=Runtime.LLAMACPP, mode=Mode.ADOPTED, model="coder",
-                     serve=spec.serve)
-    desired = Desired(roles=(other,))
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        probe = observe(desired, Remembered(), probe_timeout=1.0).role("other").probe
-        if probe.health not in (Health.UNREACHABLE, Health.LOADING):
-            break
-        time.sleep(0.02)
-    assert probe.health is Health.UNHEALTHY
-    assert probe.detail == "model coder is not listed by the server"
+                     serve=launcher.spec.serve)
+    role = _until_answering(Desired(roles=(other,)), Remembered(), "other", proc, [])
+    assert role.probe.health is Health.UNHEALTHY
+    assert role.probe.detail == "model coder is not listed by the server"
