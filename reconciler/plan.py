@@ -384,8 +384,7 @@ def _ollama(r: _Role, models, now: float) -> Draft:
                 release=r.reserved, retry_in=policy.POLL)
     # §2/§4 evicted behind our back (by a client or Ollama's scheduler): a
     # reload counts against the restart policy, with backoff, like a crash.
-    if ours and not r.operator:
-        assert rec is not None
+    if ours and not r.operator and policy.same_tag(rec.model_tag, tag):
         held = _backoff(r, rec.exited_at if rec.exited_at is not None else now, now,
                         f"{tag} evicted", "reload")
         if held is not None:

@@ -1,0 +1,169 @@
+"""Hypothesis properties of plan(): determinism, convergence, safety, the ledger, backoff."""
+
+from __future__ import annotations
+
+import attrs
+from hypothesis import given
+from hypothesis import strategies as st
+
+from reconciler import policy, render
+from reconciler.model import (
+    Desired,
+    Mode,
+    Plan,
+    Reason,
+    RestartPolicy,
+    Runtime,
+    Status,
+    Verb,
+)
+from reconciler.plan import plan
+from tests.plan.simulate import simulate
+from tests.plan.worlds import World, converged, desireds, worlds
+
+
+def run(w: World) -> Plan:
+    return plan(w.desired, w.observed, w.remembered, w.ctx, w.now)
+
+
+def step(w: World, p: Plan) -> World:
+    observed, remembered = simulate(p, w.observed, w.remembered, w.now)
+    return attrs.evolve(w, observed=observed, remembered=remembered,
+                        ctx=attrs.evolve(w.ctx, operator_starts=frozenset()))
+
+
+def check_safety(w: World, p: Plan) -> None:
+    """The guards every plan keeps, whatever the world looks like."""
+    names = {r.name for r in w.desired.roles} | {r.name for r in w.remembered.roles}
+    roles = [d.role for d in p.decisions]
+    assert sorted(roles) == sorted(names), "exactly one decision per role"
+    node = w.desired.node
+    starts = [d for d in p.decisions if d.verb in (Verb.START, Verb.RESTART)]
+    for d in starts:
+        assert d.port is not None and node.port_allowed(d.port)
+        assert not w.observed.role(d.role).port_taken, "never start over a foreign listener"
+        assert d.launch is not None
+    ports = [d.port for d in starts]
+    assert len(ports) == len(set(ports)), "no two starts share a port"
+    for d in p.decisions:
+        proc = w.observed.role(d.role).process
+        if d.pid is not None:
+            assert proc is not None and proc.owned and proc.alive and proc.pid == d.pid
+        if d.verb in (Verb.STOP,):
+            assert d.pid is not None, "a stop always names our owned pid"
+        spec, rec = w.desired.role(d.role), w.remembered.role(d.role)
+        adopted = spec.mode is Mode.ADOPTED if spec is not None else rec is not None and rec.mode is Mode.ADOPTED
+        if adopted:
+            assert not d.acts, "no action targets an adopted role"
+        if d.verb is Verb.UNLOAD:
+            assert rec is not None and rec.we_loaded and policy.same_tag(rec.model_tag, d.model_tag)
+        assert d.reason is not None and d.status is not None
+
+
+def held_after(w: World) -> int:
+    """Bytes the ledger counts after a pass: our reservations plus answering adopted roles."""
+    total = sum(r.reserved for r in w.remembered.roles)
+    return total
+
+
+@given(worlds())
+def test_plan_is_deterministic_and_order_independent(w: World) -> None:
+    """The same inputs in any order give the same plan, decision for decision."""
+    first = run(w)
+    shuffled = attrs.evolve(
+        w,
+        desired=attrs.evolve(w.desired, roles=w.desired.roles[::-1], models=w.desired.models[::-1]),
+        observed=attrs.evolve(w.observed, roles=w.observed.roles[::-1], models=w.observed.models[::-1]),
+        remembered=attrs.evolve(w.remembered, roles=w.remembered.roles[::-1]),
+    )
+    assert run(shuffled) == first == run(w)
+    assert render.text(run(shuffled)) == render.text(first)
+
+
+@given(desireds())
+def test_converged_world_plans_nothing(desired: Desired) -> None:
+    """A world already matching the manifests gets no acting decision."""
+    p = run(converged(desired))
+    assert p.changes == (), render.text(p)
+
+
+@given(worlds())
+def test_plan_simulate_converges_within_two_passes(w: World) -> None:
+    """Without faults, two applied passes leave nothing to do."""
+    for _ in range(2):
+        w = step(w, run(w))
+    p = run(w)
+    assert p.changes == (), render.text(p)
+
+
+@given(worlds(min_roles=0))
+def test_safety_guards_hold(w: World) -> None:
+    """Ports, ownership and adoption guards hold in every plan."""
+    check_safety(w, run(w))
+
+
+@given(worlds(), st.data())
+def test_edits_that_keep_the_launch_never_restart(w: World, data: st.DataObject) -> None:
+    """Changing memory figures, excludes or restart policy adds no spec_changed restart."""
+    before = {d.role for d in run(w).decisions if d.reason is Reason.SPEC_CHANGED}
+    roles = []
+    for r in w.desired.roles:
+        roles.append(attrs.evolve(
+            r,
+            memory=attrs.evolve(r.memory, kv=r.memory.kv + data.draw(st.integers(0, 3)) * 10**9),
+            excludes=frozenset(data.draw(st.lists(st.sampled_from("abcde"), max_size=2))) - {r.name},
+            restart=attrs.evolve(r.restart, stable_after=r.restart.stable_after + 1),
+        ))
+    edited = attrs.evolve(w, desired=attrs.evolve(w.desired, roles=tuple(roles)))
+    after = {d.role for d in run(edited).decisions
+             if d.verb is Verb.RESTART and d.reason is Reason.SPEC_CHANGED}
+    assert after <= before
+
+
+@given(worlds())
+def test_at_most_one_restart_per_role_and_counts_bounded(w: World) -> None:
+    """One decision per role, so at most one restart; a crash restart counts exactly one."""
+    p = run(w)
+    assert len({d.role for d in p.decisions}) == len(p.decisions)
+    for d in p.decisions:
+        if d.reason in (Reason.CRASHED, Reason.EVICTED) and d.acts:
+            rec = w.remembered.role(d.role)
+            spec = w.desired.role(d.role)
+            assert rec is not None and spec is not None
+            assert d.restarts <= spec.restart.max_restarts
+            assert d.restarts in (rec.restarts + 1, 1)  # 1 after a stable_after reset
+
+
+@given(worlds())
+def test_reservations_never_exceed_the_budget(w: World) -> None:
+    """Whenever a pass places a new reservation, what is held afterwards fits the budget."""
+    p = run(w)
+    budget = w.desired.node.memory_budget
+    claims = [d for d in p.decisions if d.verb in (Verb.START, Verb.RESTART, Verb.LOAD)]
+    after = step(w, p)
+    if budget is not None and claims:
+        adopted = sum(r.memory.footprint for r in w.desired.roles
+                      if r.mode is Mode.ADOPTED and p.decision(r.name).status is Status.RUNNING
+                      and r.runtime is not Runtime.OLLAMA)
+        assert held_after(after) + adopted <= budget
+    for d in p.decisions:
+        assert d.reserve >= 0 and d.release >= 0
+
+
+@given(
+    st.integers(0, 40),
+    st.integers(0, 40),
+    st.floats(0.001, 100),
+    st.floats(0.001, 1000),
+)
+def test_delays_are_monotone_and_capped(a: int, b: int, base: float, cap: float) -> None:
+    """delay() never decreases with the attempt and never exceeds the cap."""
+    pol = RestartPolicy(base=base, cap=cap)
+    lo, hi = sorted((a, b))
+    assert policy.delay(lo, pol) <= policy.delay(hi, pol) <= cap
+
+
+def test_delay_sequence_matches_behaviour() -> None:
+    """Defaults give 2, 4, 8, 16, 32, 60, 60 … seconds (BEHAVIOUR §4)."""
+    assert [policy.delay(n, RestartPolicy()) for n in range(7)] == [2, 4, 8, 16, 32, 60, 60]
+    assert policy.delay(100, RestartPolicy(base=1, cap=10**9)) == 2**16

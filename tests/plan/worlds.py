@@ -1,0 +1,267 @@
+"""Hypothesis strategies for planner inputs: manifests, observations, memory (test helper).
+
+Worlds are small (≤ 5 roles named a–e) so shrinking stays readable. Ports of
+non-Ollama roles are distinct (the manifest validator refuses duplicates);
+port 9000 lies outside the allowlist on purpose, to exercise the planner's own
+guard. All Ollama roles share one server on port 8086 and see the same probe.
+"""
+
+from __future__ import annotations
+
+import attrs
+from hypothesis import strategies as st
+
+from reconciler import identity
+from reconciler.model import (
+    Desired,
+    Health,
+    MemorySpec,
+    ModelCheck,
+    ModelFile,
+    ModelFormat,
+    ModelSourceInfo,
+    ModelSpec,
+    ModelState,
+    Mode,
+    NodeConfig,
+    Observed,
+    PlanContext,
+    PortRange,
+    ProbeFacts,
+    ProcessFacts,
+    Remembered,
+    RestartPolicy,
+    RoleObservation,
+    RoleRecord,
+    RoleSpec,
+    Runtime,
+    ServeSpec,
+    Terminal,
+    WantedState,
+)
+
+GB = 10**9
+NAMES = ("a", "b", "c", "d", "e")
+PORTS = (8080, 8081, 8082, 8083, 8084, 9000)
+OLLAMA_PORT = 8086
+NOW = 1000.0
+ENVIRON = (("HOME", "/home/op"), ("PATH", "/usr/bin:/bin"))
+CTX = PlanContext(environ=ENVIRON, data_root="/srv/instances")
+
+MODELS = (
+    ModelSpec(name="mlxq", format=ModelFormat.MLX, root="/m/mlxq",
+              shards=(ModelFile(path="w.safetensors", sha256="1" * 64, size=GB),)),
+    ModelSpec(name="llama3", format=ModelFormat.OLLAMA, source=ModelSourceInfo(ollama_tag="llama3:8b")),
+    ModelSpec(name="phi", format=ModelFormat.OLLAMA, source=ModelSourceInfo(ollama_tag="phi3:mini")),
+    ModelSpec(name="qwen", format=ModelFormat.GGUF, root="/m/qwen",
+              shards=(ModelFile(path="q.gguf", sha256="0" * 64, size=GB),)),
+)
+MODELS_BY_NAME = {m.name: m for m in MODELS}
+TAGS = ("llama3:8b", "phi3:mini")
+SERVE_PROGRAMS = ((Runtime.LLAMACPP, "/opt/llama-server"), (Runtime.MLX_LM, "/opt/mlx_lm.server"))
+
+
+@attrs.frozen(kw_only=True)
+class World:
+    desired: Desired
+    observed: Observed
+    remembered: Remembered
+    ctx: PlanContext = CTX
+    now: float = NOW
+
+
+def launch_of(spec: RoleSpec, node: NodeConfig, ctx: PlanContext = CTX):
+    return identity.launch(spec, MODELS_BY_NAME, node, dict(ctx.environ), ctx.data_root)
+
+
+def restart_policies() -> st.SearchStrategy[RestartPolicy]:
+    return st.builds(
+        RestartPolicy,
+        max_restarts=st.integers(0, 3),
+        base=st.sampled_from([1.0, 2.0, 4.0]),
+        cap=st.sampled_from([4.0, 10.0, 30.0]),
+        stable_after=st.sampled_from([10.0, 60.0]),
+    )
+
+
+@st.composite
+def nodes(draw) -> NodeConfig:
+    return NodeConfig(
+        allowed_ports=draw(st.sampled_from([None, PortRange(start=8000, end=8999)])),
+        memory_budget=draw(st.one_of(st.none(), st.integers(10, 100).map(lambda g: g * GB))),
+        serve_programs=SERVE_PROGRAMS,
+    )
+
+
+@st.composite
+def role_spec(draw, name: str, port: int, names: tuple[str, ...]) -> RoleSpec:
+    runtime = draw(st.sampled_from(list(Runtime)))
+    mode = draw(st.sampled_from([Mode.MANAGED, Mode.MANAGED, Mode.ADOPTED]))
+    if runtime is Runtime.OLLAMA:
+        model, port = draw(st.sampled_from(["llama3", "phi"])), OLLAMA_PORT
+    else:
+        model = "qwen" if runtime is Runtime.LLAMACPP else "mlxq"
+    others = [n for n in names if n != name]
+    return RoleSpec(
+        name=name,
+        runtime=runtime,
+        mode=mode,
+        model=model,
+        state=draw(st.sampled_from([WantedState.RUNNING, WantedState.RUNNING, WantedState.STOPPED])),
+        serve=ServeSpec(port=port, ctx=draw(st.sampled_from([None, 4096, 8192]))),
+        memory=MemorySpec(weights=draw(st.integers(0, 40)) * GB, kv=draw(st.integers(0, 4)) * GB),
+        excludes=frozenset(draw(st.lists(st.sampled_from(others), max_size=2)) if others else ()),
+        restart=draw(restart_policies()),
+        keep_alive=300.0 if runtime is Runtime.OLLAMA else None,
+    )
+
+
+@st.composite
+def desireds(draw, min_size: int = 0) -> Desired:
+    node = draw(nodes())
+    names = tuple(sorted(draw(st.lists(st.sampled_from(NAMES), unique=True, min_size=min_size))))
+    ports = draw(st.permutations(PORTS))
+    roles = tuple(draw(role_spec(n, ports[i], names)) for i, n in enumerate(names))
+    return Desired(roles=roles, models=MODELS, node=node)
+
+
+def ollama_probes() -> st.SearchStrategy[ProbeFacts | None]:
+    @st.composite
+    def probe(draw) -> ProbeFacts:
+        listed = tuple(draw(st.lists(st.sampled_from(TAGS), unique=True)))
+        resident = tuple(draw(st.lists(st.sampled_from(listed), unique=True))) if listed else ()
+        health = draw(st.sampled_from([Health.UP] * 4 + [Health.LOADING, Health.UNREACHABLE]))
+        return ProbeFacts(health=health, listed_models=listed, resident_models=resident)
+
+    return st.one_of(st.none(), probe(), probe(), probe())
+
+
+@st.composite
+def observation(draw, name: str, pid: int, port: int) -> RoleObservation:
+    kind = draw(st.sampled_from(["none", "alive", "alive", "dead", "unowned"]))
+    process = None
+    if kind != "none":
+        process = ProcessFacts(
+            pid=pid, create_time=1.0, alive=kind != "dead", owned=kind != "unowned",
+            exit_observed_at=draw(st.sampled_from([None, 990.0])) if kind == "dead" else None)
+    probe = draw(st.one_of(st.none(), st.builds(ProbeFacts, health=st.sampled_from(list(Health)))))
+    return RoleObservation(
+        name=name, process=process, probe=probe,
+        port_taken=draw(st.sampled_from([False, False, False, True])),
+        exposed=draw(st.sampled_from([(), (), (), (f"0.0.0.0:{port}",)])),
+    )
+
+
+@st.composite
+def record(draw, name: str, pid: int, spec: RoleSpec | None, node: NodeConfig) -> RoleRecord:
+    if spec is not None and draw(st.integers(0, 4)):
+        runtime, mode, port = spec.runtime, spec.mode, spec.serve.port
+    else:
+        runtime = draw(st.sampled_from(list(Runtime)))
+        mode = draw(st.sampled_from(list(Mode)))
+        port = OLLAMA_PORT if runtime is Runtime.OLLAMA else draw(st.sampled_from(PORTS))
+    digest, argv = None, ()
+    if spec is not None and spec.managed and spec.runtime is not Runtime.OLLAMA:
+        which = draw(st.sampled_from(["current", "current", "old", "none"]))
+        if which != "none":
+            old = spec if which == "current" else attrs.evolve(spec, serve=attrs.evolve(spec.serve, ctx=2048))
+            launch = launch_of(old, node)
+            digest, argv = launch.digest, launch.argv
+    managed = mode is Mode.MANAGED
+    footprint = spec.memory.footprint if spec is not None else draw(st.integers(0, 10)) * GB
+    return RoleRecord(
+        name=name,
+        instance_id=identity.instance_id(spec) if spec is not None else f"{name}-00000000",
+        runtime=runtime,
+        mode=mode,
+        port=port,
+        pid=draw(st.sampled_from([None, pid])) if managed and runtime is not Runtime.OLLAMA else None,
+        create_time=1.0,
+        launch_digest=digest,
+        launch_argv=argv,
+        restarts=draw(st.integers(0, 4)),
+        exited_at=draw(st.sampled_from([None, 950.0, 999.0, 999.5])),
+        healthy_since=draw(st.sampled_from([None, 900.0, 995.0])),
+        terminal=draw(st.sampled_from([None] * 6 + [Terminal.GAVE_UP, Terminal.STOPPED_EXPOSED])),
+        we_loaded=managed and runtime is Runtime.OLLAMA and draw(st.booleans()),
+        model_tag=_tag(draw, spec) if runtime is Runtime.OLLAMA else None,
+        reserved=draw(st.sampled_from([0, footprint])) if managed else 0,
+    )
+
+
+def _tag(draw, spec: RoleSpec | None) -> str:
+    """Mostly the spec's own tag (so evictions happen), sometimes another (a tag change)."""
+    if spec is not None and spec.runtime is Runtime.OLLAMA and spec.model and draw(st.integers(0, 3)):
+        return MODELS_BY_NAME[spec.model].ollama_tag or TAGS[0]
+    return draw(st.sampled_from(TAGS))
+
+
+@st.composite
+def worlds(draw, min_roles: int = 1) -> World:
+    desired = draw(desireds(min_size=min_roles))
+    remembered_names = {r.name for r in desired.roles if draw(st.integers(0, 3))}
+    remembered_names |= set(draw(st.lists(st.sampled_from(NAMES), max_size=2)))
+    names = sorted({r.name for r in desired.roles} | set(remembered_names))
+    ollama_probe = draw(ollama_probes())
+    observations, records = [], []
+    for i, name in enumerate(names):
+        spec = desired.role(name)
+        pid = 100 + i
+        port = spec.serve.port if spec is not None else PORTS[i % len(PORTS)]
+        if name in remembered_names:
+            records.append(draw(record(name, pid, spec, desired.node)))
+        obs = draw(observation(name, pid, port))
+        rec_runtime = next((r.runtime for r in records if r.name == name), None)
+        runtime = spec.runtime if spec is not None else rec_runtime
+        if runtime is Runtime.OLLAMA:
+            obs = attrs.evolve(obs, probe=ollama_probe, process=None, exposed=())
+        observations.append(obs)
+    checks = tuple(
+        ModelCheck(name=m.name, state=draw(st.sampled_from(
+            [ModelState.VERIFIED] * 8 + list(ModelState))))
+        for m in MODELS
+    )
+    ctx = attrs.evolve(CTX, allow_empty=draw(st.booleans()),
+                       operator_starts=frozenset(draw(st.lists(st.sampled_from(names)))) if names else frozenset())
+    return World(desired=desired, observed=Observed(roles=tuple(observations), models=checks),
+                 remembered=Remembered(roles=tuple(records)), ctx=ctx)
+
+
+def converged(desired: Desired) -> World:
+    """The world a correct reconciler leaves behind for ``desired`` (nothing to do)."""
+    node = desired.node
+    observations, records = [], []
+    listed = TAGS
+    resident = tuple(
+        sorted({MODELS_BY_NAME[r.model].ollama_tag for r in desired.roles
+                if r.runtime is Runtime.OLLAMA and r.wanted and r.model})
+    )
+    ollama_probe = ProbeFacts(health=Health.UP, listed_models=listed, resident_models=resident)
+    for i, spec in enumerate(desired.roles):
+        pid = 100 + i
+        if spec.runtime is Runtime.OLLAMA:
+            observations.append(RoleObservation(name=spec.name, probe=ollama_probe))
+            if spec.managed and spec.wanted:
+                records.append(RoleRecord(
+                    name=spec.name, instance_id=identity.instance_id(spec), runtime=spec.runtime,
+                    mode=spec.mode, port=spec.serve.port, we_loaded=True,
+                    model_tag=MODELS_BY_NAME[spec.model].ollama_tag, healthy_since=NOW - 1,
+                    reserved=spec.memory.footprint))
+            continue
+        if not spec.managed:
+            observations.append(RoleObservation(name=spec.name, probe=ProbeFacts(health=Health.UP)))
+            continue
+        if not spec.wanted or not node.port_allowed(spec.serve.port):
+            continue
+        launch = launch_of(spec, node)
+        observations.append(RoleObservation(
+            name=spec.name, process=ProcessFacts(pid=pid, create_time=1.0, alive=True, owned=True),
+            probe=ProbeFacts(health=Health.UP)))
+        records.append(RoleRecord(
+            name=spec.name, instance_id=identity.instance_id(spec), runtime=spec.runtime,
+            mode=spec.mode, port=spec.serve.port, pid=pid, create_time=1.0,
+            launch_digest=launch.digest, launch_argv=launch.argv, healthy_since=NOW - 1,
+            reserved=spec.memory.footprint))
+    checks = tuple(ModelCheck(name=m.name, state=ModelState.VERIFIED) for m in MODELS)
+    return World(desired=desired, observed=Observed(roles=tuple(observations), models=checks),
+                 remembered=Remembered(roles=tuple(records)))
