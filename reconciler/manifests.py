@@ -117,7 +117,7 @@ def _kind(doc: Document) -> tuple[str | None, list[Problem]]:
 def _extra_args(doc: Document) -> list[Problem]:
     args = _get(doc.value, "spec", "serve", "extra_args")
     runtime = _get(doc.value, "spec", "runtime")
-    if not isinstance(args, list) or runtime not in set(Runtime):
+    if not isinstance(args, list) or runtime not in [r.value for r in Runtime]:
         return []
     path = ("spec", "serve", "extra_args")
     return [doc.problem(path if i is None else path + (i,), message)
