@@ -144,6 +144,7 @@ def node_config(doc: Document) -> tuple[NodeConfig | None, list[Problem]]:
             r.add(("spec", field), "must be more than 0 seconds")
         timeouts[field] = getattr(defaults, field) if value is None else value
     keep_alive = r.duration("spec", "keep_alive", negative=True)
+    passthrough = r.get("spec", "env_passthrough")  # [] means "pass nothing through"
     node = NodeConfig(
         allowed_ports=allowed,
         memory_budget=r.size("spec", "memory_budget"),
@@ -152,7 +153,8 @@ def node_config(doc: Document) -> tuple[NodeConfig | None, list[Problem]]:
         version_probe=tuple(sorted(
             (Runtime(k), tuple(v)) for k, v in (r.get("spec", "version_probe") or {}).items())),
         env=tuple(sorted((r.get("spec", "env") or {}).items())),
-        env_passthrough=tuple(r.get("spec", "env_passthrough") or defaults.env_passthrough),
+        env_passthrough=tuple(passthrough) if passthrough is not None
+        else defaults.env_passthrough,
         run_as=RunAs(uid=int(run_as["uid"]), gid=int(run_as["gid"])) if run_as else None,
         restart=attrs.evolve(defaults.restart, **dict(_restart(r, "spec", "restart"))),
         keep_alive=defaults.keep_alive if keep_alive is None else keep_alive,

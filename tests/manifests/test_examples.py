@@ -66,3 +66,34 @@ def test_values_carry_their_source() -> None:
     ref = desired.role("coder").ref
     assert ref is not None and ref.file.endswith("coder.yaml") and ref.line == 3
     assert all(m.ref is not None for m in desired.models)
+
+
+def _load_text(text: str):
+    from reconciler import manifests
+
+    return manifests.load([("t.yaml", text.encode())])
+
+
+NODE = "apiVersion: reconciler/v1\nkind: NodeConfig\nmetadata: {name: n}\n"
+
+
+def test_node_defaults_and_explicit_empty_passthrough() -> None:
+    """An absent NodeConfig field takes its default; an explicit empty list stays empty."""
+    node = _load_text(NODE + "spec: {}\n").desired.node
+    assert node.env_passthrough == ("HOME", "PATH") and node.keep_alive == 1800.0
+    assert node.probe_timeout == 2.0 and node.deep_timeout == 300.0 and node.stop_grace == 5.0
+    node = _load_text(NODE + "spec: {env_passthrough: [], keep_alive: -1}\n").desired.node
+    assert node.env_passthrough == () and node.keep_alive == -1.0
+
+
+def test_warnings_for_ignored_and_unstartable() -> None:
+    """ctx on mlx-lm is ignored and a managed role without a serve program cannot start: warned."""
+    result = _load_text(
+        NODE + "spec: {allowed_ports: {from: 1, to: 65535}}\n---\n"
+        "apiVersion: reconciler/v1\nkind: Model\nmetadata: {name: m}\n"
+        "spec: {format: mlx, root: /m, shards: [{path: w, size: 1, sha256: " + "a" * 64 + "}]}\n"
+        "---\napiVersion: reconciler/v1\nkind: InferenceSpec\nmetadata: {name: v}\n"
+        "spec: {runtime: mlx-lm, mode: managed, model: m, serve: {port: 9, ctx: 4}}\n")
+    assert result.problems == ()
+    assert [(w.line, w.path) for w in result.warnings] == [(14, "$.spec.runtime"),
+                                                           (14, "$.spec.serve.ctx")]
