@@ -80,27 +80,29 @@ def read(answers: Mapping[str, ProbeAnswer], ctx: ProbeContext) -> ProbeFacts:
     if not tags.ok:
         return attrs.evolve(facts, health=Health.UNHEALTHY, detail=failure_detail(TAGS, tags))
     listed = model_names(tags.body)
-    facts = attrs.evolve(facts, listed_models=listed)
+    ps = answers.get(PS.path, ProbeAnswer())
+    resident = model_names(ps.body) if ps.ok else ()
     wanted = ctx.wanted
+    # Every fact is kept whatever the verdict: the planner unloads by resident_models.
+    facts = attrs.evolve(
+        facts, listed_models=listed, resident_models=resident,
+        identity=listed_match(wanted, resident) if wanted else None,
+    )
     if wanted and listed_match(wanted, listed) is None:
         return attrs.evolve(
             facts, health=Health.UNHEALTHY,
             detail=f"model {wanted} is not listed by the server (not pulled; never pulled for you)",
         )
-    ps = answers.get(PS.path, ProbeAnswer())
     if ps.error is ErrorKind.TIMEOUT:
         return attrs.evolve(
             facts, health=Health.LOADING, detail=f"loading model (/api/ps {ps.error_detail})"
         )
     if not ps.ok:
         return attrs.evolve(facts, health=Health.UNHEALTHY, detail=failure_detail(PS, ps))
-    resident = model_names(ps.body)
-    identity = listed_match(wanted, resident) if wanted else None
-    if wanted:
-        detail = f"{wanted} is resident" if identity else f"{wanted} is pulled, not resident"
-    else:
-        detail = "answering"
-    return attrs.evolve(facts, resident_models=resident, identity=identity, detail=detail)
+    if not wanted:
+        return facts
+    detail = f"{wanted} is resident" if facts.identity else f"{wanted} is pulled, not resident"
+    return attrs.evolve(facts, detail=detail)
 
 
 # ---------------------------------------------------------------- load, unload, deep

@@ -271,3 +271,12 @@ def test_probe_status_not_probed_is_refused() -> None:
     facts = ProbeFacts(health=Health.NOT_PROBED, detail="port 1 is outside allowed_ports")
     assert probe_status(facts) == (Status.REFUSED, "port 1 is outside allowed_ports")
     assert probe_status(None)[0] is Status.UNKNOWN
+
+
+def test_ollama_not_pulled_still_reports_resident_models() -> None:
+    """Whatever the verdict, resident models are reported (the planner unloads by them)."""
+    script = {"/api/version": ok({"version": "1"}), "/api/tags": TAGS, "/api/ps": PS}
+    facts, _ = oll(script, "qwen3:8b")
+    assert facts.health is Health.UNHEALTHY
+    assert facts.resident_models == ("llama3.2:latest",)
+    assert facts.listed_models == ("llama3.2:latest",)
