@@ -33,6 +33,9 @@ def run(args: argparse.Namespace) -> int:
             count = len(result.problems)
             print(f"{count} problem{'' if count == 1 else 's'}", file=sys.stderr)
         return 1
+    if not sum(result.counts.values()):
+        print(f"warning: no manifest documents in {', '.join(paths)} "
+              "(directories are read for *.yaml and *.yml, not recursively)", file=sys.stderr)
     if not getattr(args, "json", False):
         print(result.summary)
     return 0

@@ -73,3 +73,14 @@ def test_garbage_never_tracebacks(tmp_path: Path, data: bytes,
     (tmp_path / "g.yaml").write_bytes(data)
     assert main(["validate", str(tmp_path)]) == 1
     assert "g.yaml:" in capsys.readouterr().out
+
+
+def test_empty_directory_is_valid_but_warned(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A directory without manifests validates (0 documents) with a warning on stderr."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.yaml").write_text("a: 1\n")
+    assert main(["validate", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "0 documents\n"
+    assert "no manifest documents" in captured.err
