@@ -30,7 +30,7 @@ PLAIN_TOKEN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+:-]{0,63}$")
 
 def is_plain_token(value: object) -> bool:
     """1–64 chars, first ASCII alphanumeric, then alphanumerics or ``. _ + : -``; no ``..``."""
-    return isinstance(value, str) and bool(PLAIN_TOKEN.match(value)) and ".." not in value
+    return isinstance(value, str) and bool(PLAIN_TOKEN.fullmatch(value)) and ".." not in value
 
 
 def parse_size(value: object) -> int:
