@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export RECONCILER_TESTBED ?= /opt/reconciler-testbed
 
-.PHONY: test test-quick demo bench testbed clean venv
+.PHONY: test test-quick demo demo-stop bench testbed clean venv
 
 venv: $(STAMP)
 
@@ -33,6 +33,9 @@ test-quick: $(STAMP)
 demo: $(STAMP)
 	bash testbed/setup.sh
 	$(BIN)/python demo/demo.py
+
+demo-stop: $(STAMP)
+	$(BIN)/python demo/demo.py --stop
 
 bench: $(STAMP) testbed
 	$(BIN)/python bench/run.py

@@ -81,7 +81,25 @@ def write_manifests() -> None:
         """))
 
 
+def stop() -> int:
+    """``make demo-stop``: the declarative way to stop a server: say so, then converge."""
+    chat = DEMO / "manifests" / "chat.yaml"
+    if not chat.exists():
+        print("demo: nothing to stop (run `make demo` first)")
+        return 0
+    text = chat.read_text()
+    if "state: stopped" not in text:
+        chat.write_text(text.replace("  model: tiny\n", "  model: tiny\n  state: stopped\n"))
+    os.environ["RECONCILER_STATE_DIR"] = str(DEMO / "state")
+    say("state: stopped → converge")
+    run("--once")
+    run("status")
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:] == ["--stop"]:
+        return stop()
     llama = TESTBED / "bin" / "llama-server"
     if not llama.exists():
         sys.exit(f"demo: {llama} is missing: run `bash testbed/setup.sh` (make demo does)")
@@ -99,7 +117,7 @@ def main() -> int:
     os.chmod(gguf, 0o644)
     (DEMO / "manifests").mkdir(exist_ok=True)
     run("models", "add", str(gguf), "--name", "tiny", "-o", "manifests/tiny-model.yaml")
-    write_manifests()
+    write_manifests()  # (re)written each run: `make demo` after `make demo-stop` starts again
 
     state = DEMO / "state"
     os.environ["RECONCILER_STATE_DIR"] = str(state)
@@ -134,10 +152,9 @@ def main() -> int:
     run("events")
 
     print(textwrap.dedent(f"""
-        The server keeps running (as it would under cron). To stop it:
-          cd {DEMO} && sed -i 's/runtime: llamacpp/runtime: llamacpp\\n  state: stopped/' manifests/chat.yaml
-        or simply remove the role and converge:
-          rm {DEMO}/manifests/chat.yaml && RECONCILER_STATE_DIR={state} {shlex.join(RECONCILE)} -f {DEMO}/manifests --once
+        The server keeps running, as it would under cron. Everything is in {DEMO}.
+        Look around:   RECONCILER_STATE_DIR={state} {shlex.join(RECONCILE)} -f {DEMO}/manifests status
+        Stop it:       make demo-stop   (sets `state: stopped` in manifests/chat.yaml and converges)
         """))
     if shutil.which("ss"):
         subprocess.run(["ss", "-ltnp", f"sport = :{PORT}"])

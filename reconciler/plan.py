@@ -124,6 +124,8 @@ def _role(name, spec, record, obs, node, models, ctx, now) -> _Role:
         runtime=spec.runtime if spec is not None else record.runtime,
         port=spec.serve.port if spec is not None else record.port,
         pid=proc.pid if running and proc is not None else None,
+        create_time=proc.create_time if running and proc is not None else None,
+        host=spec.serve.host if spec is not None else record.host,
         instance_id=identity.instance_id(spec) if spec is not None else record.instance_id,
         restarts=restarts,
     )
@@ -177,7 +179,7 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float)
     if r.running:
         return _running(r, checks)
     # §4 crashed: we started it and it is gone (or its pid now belongs to another).
-    if rec is not None and rec.pid is not None and not r.operator:
+    if rec is not None and (rec.pid is not None or rec.exited_at is not None) and not r.operator:
         proc = r.obs.process
         exited = rec.exited_at if rec.exited_at is not None else (
             proc.exit_observed_at if proc is not None and proc.exit_observed_at is not None

@@ -27,7 +27,7 @@ def run_plan(args) -> int:
         print(json.dumps({"plan": render.as_json(result.plan),
                           "git_commit": result.git_commit}, indent=2))
     else:
-        print(render.text(result.plan))
+        print(render.text(result.plan).rstrip("\n"))
     if args.detailed_exitcode and result.plan.changes:
         return EXIT_CHANGES
     return EXIT_OK
@@ -92,7 +92,7 @@ def _pass_and_report(args, store, operator_starts: frozenset[str]) -> int:
             "git_commit": result.git_commit,
         }, indent=2))
     else:
-        print(render.text(result.plan))
+        print(render.text(result.plan).rstrip("\n"))
         for line in _outcome_lines(result.outcomes):
             print(line)
     if not result.ok:
@@ -113,7 +113,7 @@ def _outcome_lines(outcomes) -> list[str]:
             mark = "skipped"
         else:
             mark = "done" if o.ok else "FAILED"
-        extra = f" pid {o.pid}" if o.pid and o.ok else ""
+        extra = f" pid {o.pid}" if o.pid and o.ok and f"pid {o.pid}" not in o.detail else ""
         lines.append(f"  {o.role}: {o.verb} {mark}{extra}" + (f" ({o.detail})" if o.detail else ""))
     return lines
 
