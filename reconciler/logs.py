@@ -96,15 +96,19 @@ def decision_line(decision, outcome=None) -> tuple[str, dict[str, Any]]:
     if outcome is not None:
         mark = "skipped" if outcome.skipped else ("ok" if outcome.ok else "FAILED")
         tail = mark + (f" pid {outcome.pid}" if outcome.pid and outcome.ok else "")
-        if outcome.detail and outcome.detail != f"pid {outcome.pid}":
-            tail += f": {outcome.detail}"
+        # The executor's detail often repeats the pid ("…; pid 123"): say it once.
+        detail = "; ".join(part for part in outcome.detail.split("; ")
+                           if part and part != f"pid {outcome.pid}")
+        if detail:
+            tail += f": {detail}"
         fields.update(ok=bool(outcome.ok and not outcome.skipped), skipped=outcome.skipped or None,
                       pid=outcome.pid, outcome=outcome.detail)
         return f"{head} {tail}", fields
     tail = str(decision.status) + (f": {decision.detail}" if decision.detail else "")
     if decision.retry_in is not None:
-        tail += f"; retry in {_seconds(decision.retry_in)}"
         fields["retry_in"] = round(decision.retry_in, 3)
+        if "retry in" not in head + tail:
+            tail += f"; retry in {_seconds(decision.retry_in)}"
     return f"{head} {tail}", fields
 
 

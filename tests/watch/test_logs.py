@@ -100,3 +100,19 @@ def test_setup_is_idempotent(capture):
     out = capture("text")
     logs.emit("hello")
     assert out.getvalue().count("hello") == 1
+
+
+def test_a_line_says_the_pid_and_the_retry_once(capture):
+    """The pid the executor repeats in its detail and a retry the reason names appear once."""
+    out = capture("text")
+    result = PassResult(
+        plan=Plan(decisions=(
+            Decision(role="chat", verb=Verb.RESTART, reason=Reason.CRASHED, why="restart 1 of 3"),
+            Decision(role="coder", verb=Verb.WAIT, reason=Reason.BACKOFF, why="retry in 2s",
+                     status=Status.BACKOFF, retry_in=2.0))),
+        outcomes=(Outcome(role="chat", verb=Verb.RESTART, ok=True, pid=9,
+                          detail="no process recorded; pid 9"),))
+    logs.log_pass(result)
+    first, second = out.getvalue().splitlines()
+    assert first.endswith(" chat restart (crashed: restart 1 of 3) ok pid 9: no process recorded")
+    assert second.count("retry in") == 1
