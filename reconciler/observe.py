@@ -184,10 +184,12 @@ def _marked(candidates: list[Target]) -> dict[str, ProcessFacts]:
     return out
 
 
-def _exposed(t: Target, facts: ProcessFacts | None, allowed: bool) -> tuple[str, ...]:
+def _exposed(t: Target, facts: ProcessFacts | None, allowed: bool,
+             listeners_readable: bool = True) -> tuple[str, ...]:
     if facts is None or not facts.owned or not facts.alive:
         return ()
-    if facts.listen:
+    if facts.listen or listeners_readable:
+        # A readable table with no listener is a server not listening yet.
         return tuple(a for a in facts.listen if not _is_loopback(a))
     if not allowed:
         return ()
@@ -213,10 +215,13 @@ def process_side(
 ) -> dict[str, tuple[ProcessFacts | None, tuple[str, ...], bool]]:
     """Process facts, exposure and port_taken per role (blocking; run in a thread)."""
     facts: dict[str, ProcessFacts | None] = {}
+    recorded = [t for t in all_targets if t.record is not None and t.record.pid]
+    listeners = procs.listeners_by_group() if recorded else {}
+    readable = listeners is not None
     for t in all_targets:
         r = t.record
         facts[t.name] = (
-            procs.process_facts(r.pid, r.create_time, r.instance_id)
+            procs.process_facts(r.pid, r.create_time, r.instance_id, listeners)
             if r is not None and r.pid else None
         )
     lost = [
@@ -229,7 +234,7 @@ def process_side(
     for t in all_targets:
         f = facts[t.name]
         ok = t.name in allowed
-        out[t.name] = (f, _exposed(t, f, ok), ok and _port_taken(t, f))
+        out[t.name] = (f, _exposed(t, f, ok, readable), ok and _port_taken(t, f))
     return out
 
 

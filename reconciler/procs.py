@@ -58,15 +58,49 @@ def is_owned(pid: int | None, recorded_create_time: float | None, instance_id: s
 
 
 def process_facts(
-    pid: int | None, recorded_create_time: float | None, instance_id: str
+    pid: int | None, recorded_create_time: float | None, instance_id: str,
+    listeners: dict[int, tuple[str, ...]] | None = None,
 ) -> ProcessFacts | None:
-    """What the table says about a recorded pid; None when nothing was recorded."""
+    """What the table says about a recorded pid; None when nothing was recorded.
+
+    ``listeners`` is a ``listeners_by_group()`` snapshot shared by all roles of
+    a pass (reading the socket table costs ~15 ms; once per pass, not per role).
+    """
     if not pid:
         return None
     ctime = recorded_create_time or 0.0
     owned = is_owned(pid, recorded_create_time, instance_id)
-    listen = listening_addresses(pid) if owned else ()
+    if not owned:
+        listen: tuple[str, ...] = ()
+    elif listeners is not None:
+        listen = listeners.get(pid, ())
+    else:
+        listen = listening_addresses(pid)
     return ProcessFacts(pid=pid, create_time=ctime, alive=owned, owned=owned, listen=listen)
+
+
+def listeners_by_group() -> dict[int, tuple[str, ...]] | None:
+    """Every TCP listener on the machine, ``host:port`` strings keyed by process group.
+
+    None when the socket table cannot be read (not root): only then does the
+    observer fall back to connecting to interface addresses (BEHAVIOUR §5).
+    """
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except psutil.AccessDenied:
+        return None
+    found: dict[int, set[str]] = {}
+    for conn in conns:
+        if conn.status != psutil.CONN_LISTEN or not conn.pid or not conn.laddr:
+            continue
+        try:
+            pgid = os.getpgid(conn.pid)
+        except (ProcessLookupError, PermissionError):
+            continue
+        host = conn.laddr.ip
+        found.setdefault(pgid, set()).add(
+            f"[{host}]:{conn.laddr.port}" if ":" in host else f"{host}:{conn.laddr.port}")
+    return {pgid: tuple(sorted(addrs)) for pgid, addrs in found.items()}
 
 
 def group_pids(pgid: int) -> list[int]:

@@ -1,0 +1,129 @@
+"""Benchmark: ``reconcile --once`` on a converged machine with 20 real servers.
+
+Starts 20 real llama.cpp servers (the testbed's tiny model) through the
+reconciler, waits until they answer, then times whole-process runs of
+``reconcile --once`` (which then plans and does nothing) against
+``python -c "import httpx, yaml, jsonschema, psutil, attrs"`` — the floor any
+Python tool with these dependencies pays — in the same run. Goal: ≤ 2.0×.
+
+Run: ``.venv/bin/python bench/bench_once.py [--roles 20] [--runs 7]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+TESTBED = Path(os.environ.get("RECONCILER_TESTBED", "/opt/reconciler-testbed"))
+LLAMA = TESTBED / "bin" / "llama-server"
+GGUF = TESTBED / "models" / "tiny.gguf"
+BASE_PORT = 31000
+
+
+def write_manifests(root: Path, roles: int) -> Path:
+    manifests = root / "manifests"
+    manifests.mkdir()
+    digest = hashlib.sha256(GGUF.read_bytes()).hexdigest()
+    docs = [textwrap.dedent(f"""\
+        apiVersion: reconciler/v1
+        kind: NodeConfig
+        metadata: {{name: bench}}
+        spec:
+          allowed_ports: {{from: {BASE_PORT}, to: {BASE_PORT + roles}}}
+          serve_programs: {{llamacpp: {LLAMA}}}
+          run_as: {{uid: 65534, gid: 65534}}
+          stop_grace: 2s
+        """), textwrap.dedent(f"""\
+        apiVersion: reconciler/v1
+        kind: Model
+        metadata: {{name: tiny}}
+        spec:
+          format: gguf
+          root: {GGUF.parent}
+          shards: [{{path: {GGUF.name}, size: {GGUF.stat().st_size}, sha256: {digest}}}]
+        """)]
+    for i in range(roles):
+        docs.append(textwrap.dedent(f"""\
+            apiVersion: reconciler/v1
+            kind: InferenceSpec
+            metadata: {{name: role-{i:02d}}}
+            spec:
+              runtime: llamacpp
+              mode: managed
+              model: tiny
+              serve: {{port: {BASE_PORT + i}, ctx: 256, extra_args: ["--threads", "1"]}}
+            """))
+    (manifests / "all.yaml").write_text("---\n".join(docs))
+    return manifests
+
+
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, subprocess.CompletedProcess]:
+    started = time.perf_counter()
+    out = subprocess.run(argv, capture_output=True, text=True, env=env)
+    return time.perf_counter() - started, out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--roles", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    if not LLAMA.exists():
+        sys.exit(f"bench_once: {LLAMA} missing: run `bash testbed/setup.sh`")
+    root = Path(tempfile.mkdtemp(prefix="reconciler-bench-", dir="/var/tmp"))
+    os.chmod(root, 0o755)
+    manifests = write_manifests(root, args.roles)
+    env = {**os.environ, "RECONCILER_STATE_DIR": str(root / "state")}
+    once = [sys.executable, "-m", "reconciler", "-f", str(manifests), "--once"]
+    try:
+        first = subprocess.run(once, capture_output=True, text=True, env=env)
+        if first.returncode != 0:
+            print(first.stdout, first.stderr)
+            return 1
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until every server answers (in sync)
+            out = subprocess.run(once, capture_output=True, text=True, env=env)
+            if "No changes" in out.stdout and "starting" not in out.stdout:
+                break
+            time.sleep(0.5)
+        floor = [sys.executable, "-c", "import httpx, yaml, jsonschema, psutil, attrs"]
+        once_times, floor_times = [], []
+        for _ in range(args.runs):  # interleaved, so load on the machine hits both alike
+            t, out = timed(once, env)
+            assert out.returncode == 0 and "No changes" in out.stdout, out.stdout + out.stderr
+            once_times.append(t)
+            floor_times.append(timed(floor, env)[0])
+        a, b = statistics.median(once_times), statistics.median(floor_times)
+        print(f"reconcile --once, {args.roles} servers in sync: median {a * 1000:.0f} ms "
+              f"over {args.runs} runs")
+        print(f"python -c 'import httpx, yaml, jsonschema, psutil, attrs': median {b * 1000:.0f} ms")
+        print(f"ratio: {a / b:.2f}x (goal <= 2.0x)")
+        return 0
+    finally:
+        _stop_all(root)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _stop_all(root: Path) -> None:
+    import psutil
+
+    for proc in psutil.process_iter():
+        try:
+            if proc.cwd().startswith(str(root)):
+                os.killpg(proc.pid, signal.SIGKILL)
+        except (psutil.Error, OSError):
+            continue
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
