@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -37,6 +38,16 @@ class WatchDaemon:
     @property
     def log(self) -> str:
         return self.log_path.read_text()
+
+    def json_line(self, **fields) -> dict | None:
+        """The first JSON log line with these fields, its ``ts`` as unix time in ``at``."""
+        for line in self.log.splitlines():
+            entry = json.loads(line)
+            if all(entry.get(k) == v for k, v in fields.items()):
+                stamp = datetime.datetime.strptime(entry["ts"], "%Y-%m-%dT%H:%M:%S.%fZ")
+                entry["at"] = stamp.replace(tzinfo=datetime.timezone.utc).timestamp()
+                return entry
+        return None
 
     def metrics(self) -> dict:
         found = wait_for(lambda: re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics",
@@ -101,7 +112,7 @@ def test_edit_converges_now_kill_is_noticed_and_restarted_after_backoff(world, d
                budget="1GiB")
     world.model()
     world.role("chat", port, ctx=256)
-    daemon = daemons()
+    daemon = daemons("--log-format", "json")
     assert ready(port), daemon.log
     first = world.pid("chat")
 
@@ -116,15 +127,15 @@ def test_edit_converges_now_kill_is_noticed_and_restarted_after_backoff(world, d
 
     killed = time.time()
     os.kill(second, signal.SIGKILL)
-    noticed = wait_for(lambda: events(world, "chat", after=killed), 5)
-    assert noticed, daemon.log
-    assert noticed[0].at - killed < 0.5, (noticed, daemon.log)
-    assert "backoff" in (noticed[0].verb, noticed[0].reason, noticed[0].detail) or \
-        "backoff" in noticed[0].detail, noticed
+    woke = wait_for(lambda: daemon.json_line(event="exit", role="chat", pid=second), 5)
+    assert woke, daemon.log
+    assert woke["at"] - killed < 0.5, (woke, killed)
+    backoff = wait_for(lambda: events(world, "chat", after=killed), 5)
+    assert backoff and backoff[0].reason == "backoff", (backoff, daemon.log)
     third = new_pid(world, "chat", second)
     assert third, daemon.log
     restart = next(e for e in events(world, "chat", after=killed) if e.verb == "restart")
-    assert 1.0 <= restart.at - noticed[0].at < 2.5, (restart, noticed[0])
+    assert 1.0 <= restart.at - woke["at"] < 2.5, (restart, woke)
     assert ready(port)
 
     def running_metrics():
