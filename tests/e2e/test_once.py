@@ -386,7 +386,7 @@ def test_concurrent_runs_start_one_server(world):
 
 def test_over_budget_is_unplaceable_naming_the_holders(world):
     """A start that would exceed the memory budget is refused and names who holds it."""
-    a, b = free_port(), free_port()
+    a, b = sorted({free_port(), free_port()})  # starts are placed in (port, name) order
     world.node(budget="1MB")
     world.model()
     world.role("first", a, memory="memory: {weights: 600kB, kv: 0}")
