@@ -82,6 +82,16 @@ def _pass_and_report(args, store, operator_starts: frozenset[str]) -> int:
         from reconciler import metrics
 
         metrics.write_file(args.metrics_file, result, store)
+    if getattr(args, "log_format", "text") == "json":
+        # Machine-readable lines on stderr for log collectors; the human plan
+        # and outcomes below stay on stdout (text logs would only repeat them).
+        from reconciler import logs
+
+        logs.setup("json")
+        if result.problems:
+            logs.log_problems(result.problems, kept_last_good=False)
+        else:
+            logs.log_pass(result)
     if result.problems:
         return common.report_problems(result.problems)
     common.report_warnings(result.warnings)

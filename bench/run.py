@@ -1,0 +1,39 @@
+"""``make bench``: every benchmark, one after another, each printing its own figures.
+
+Each benchmark measures its ratio within one run (against ``sha256sum``, a
+bare import, one probe or supervisord), so the figures mean the same on any
+machine. Run one alone for its options: ``.venv/bin/python bench/bench_watch.py --help``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BENCHES = [
+    ("model hashing (issue: models add/verify)", ["bench_hash.py"]),
+    ("observe 200 servers (issue: observing real servers)", ["bench_observe.py"]),
+    ("--once with 20 servers in sync (issue: reconcile --once)", ["bench_once.py"]),
+    ("watch vs supervisord (issue: reconcile watch)", ["bench_watch.py"]),
+]
+
+
+def main() -> int:
+    failed = []
+    for title, argv in BENCHES:
+        print(f"\n=== {title}", flush=True)
+        started = time.monotonic()
+        code = subprocess.run([sys.executable, str(HERE / argv[0]), *argv[1:]]).returncode
+        print(f"--- {argv[0]}: exit {code} in {time.monotonic() - started:.0f} s", flush=True)
+        if code:
+            failed.append(argv[0])
+    if failed:
+        print(f"\nfailed to run: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
