@@ -185,7 +185,7 @@ def run_pass(
     if desired_override is not None:
         desired, warnings = desired_override, ()
     else:
-        loaded = sources.load_desired(paths)
+        loaded = sources.load_desired(paths, cache_dir=state_dir)
         if loaded.problems or loaded.desired is None:
             return PassResult(problems=tuple(loaded.problems), warnings=tuple(loaded.warnings),
                               git_commit=commit, started=started)

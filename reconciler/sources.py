@@ -14,6 +14,8 @@ Problems are values (``Problem`` with line 0: "the file as a whole").
 from __future__ import annotations
 
 import errno
+import hashlib
+import json
 import os
 import stat
 from typing import Sequence
@@ -50,14 +52,59 @@ def read_manifests(paths: Sequence[str]) -> tuple[list[tuple[str, bytes]], list[
     return files, problems
 
 
-def load_desired(paths: Sequence[str]) -> LoadResult:
-    """Read ``paths`` and load them: the whole of ``reconcile validate`` but printing."""
+def load_desired(paths: Sequence[str], *, cache_dir: str | None = None) -> LoadResult:
+    """Read ``paths`` and load them: the whole of ``reconcile validate`` but printing.
+
+    With ``cache_dir`` (the state directory), the digest of a manifest set that
+    loaded without problems is remembered there, and the same bytes later
+    skip the JSON Schema stage (see ``manifests.load``). Any changed byte, a
+    new reconciler version or changed schemas make a new digest.
+    """
     files, problems = read_manifests(paths)
-    result = manifests.load(files)
+    digest = _set_digest(files) if cache_dir and not problems else None
+    known = digest is not None and _remembered(cache_dir, digest)
+    result = manifests.load(files, schema_checked=known)
+    if digest is not None and not known and result.ok:
+        _remember(cache_dir, digest)
     if not problems:
         return result
     return attrs.evolve(result, desired=None, warnings=(),
                         problems=sorted_problems([*result.problems, *problems]))
+
+
+_CACHE_FILE = "validated-manifests"
+
+
+def _set_digest(files: Sequence[tuple[str, bytes]]) -> str:
+    from reconciler import __version__, schemata
+
+    h = hashlib.sha256(__version__.encode())
+    for kind in schemata.KINDS:
+        h.update(json.dumps(schemata.schema(kind), sort_keys=True).encode())
+    for name, data in files:
+        h.update(b"\0%d:%s\0" % (len(data), name.encode("utf-8", "surrogateescape")))
+        h.update(data)
+    return h.hexdigest()
+
+
+def _remembered(cache_dir: str, digest: str) -> bool:
+    try:
+        with open(os.path.join(cache_dir, _CACHE_FILE), encoding="ascii") as f:
+            return f.read().strip() == digest
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _remember(cache_dir: str, digest: str) -> None:
+    path = os.path.join(cache_dir, _CACHE_FILE)
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write(digest + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # only an optimisation
 
 
 def _refusal(name: str, message: str) -> Problem:
