@@ -13,8 +13,9 @@ Contract with the shell (what it persists from a Decision):
 * ``restarts`` → the record's count (this is how ``stable_after`` and operator
   starts reset it, and how crash restarts and Ollama reloads raise it).
 * ``reserved ← reserved − release + reserve`` once the action is done.
-* A ``wait``/``backoff`` (or ``give-up``) on a record without ``exited_at``:
-  the exit was first observed now, so the shell stores ``exited_at = now``.
+* ``exited_at``: when the shell first sees a recorded server dead (or a tag we
+  loaded gone from ``/api/ps``) it stores ``exited_at = now``, whatever the
+  decision; until then the planner counts the exit as first observed now.
 * ``stop``/``exposed`` → terminal ``stopped-exposed``; ``give-up`` → terminal
   ``gave-up``.  ``forget`` → drop the record.
 
@@ -217,7 +218,7 @@ def _backoff(r: _Role, exited: float, now: float, what: str, attempt: str) -> Dr
         left = format_duration(state.left)
         return _d(r, Verb.WAIT, Reason.BACKOFF, Status.BACKOFF,
                   f"{what}; {attempt} {n + 1} of {most} in {left}", why=f"retry in {left}",
-                  retry_in=state.left, holds=r.reserved)
+                  retry_in=state.left, holds=r.reserved or None)
     return None
 
 
@@ -230,7 +231,7 @@ def _removed(r: _Role, guard: bool) -> Draft:
         return _d(r, Verb.KEEP, Reason.EMPTY_MANIFESTS,
                   Status.RUNNING if r.running else Status.UNKNOWN,
                   "the manifest set is empty; nothing is stopped without --allow-empty",
-                  holds=rec.reserved if resident else None)
+                  holds=rec.reserved if resident or rec.reserved else None)
     # §4 adopted role removed → forget (it was never ours to touch).
     if rec.mode is Mode.ADOPTED:
         return _d(r, Verb.FORGET, Reason.REMOVED, Status.UNKNOWN,
@@ -295,7 +296,7 @@ def _start(r: _Role, checks, verb: Verb, reason: Reason, status: Status, detail:
         return _d(r, Verb.REFUSE, Reason.MODEL_UNVERIFIED,
                   Status.DEGRADED if detached else Status.REFUSED, msg, why=msg,
                   release=release, holds=kept)
-    held = r.reserved if keeps or (r.record is not None and r.record.pid is not None) else None
+    held = r.reserved if keeps or r.reserved else None  # a crashed server keeps its reservation
     return _d(r, verb, reason, status, detail, why=why, launch=r.launch,
               reserve=spec.memory.footprint, release=r.reserved, retry_in=policy.POLL,
               restarts=r.restarts if restarts is None else restarts, holds=held, keeps=keeps)
@@ -325,9 +326,12 @@ def _adopted(r: _Role, models) -> Draft:
         resident = policy.has_tag(probe.resident_models, tag)
         if not policy.has_tag(probe.listed_models, tag):
             status, detail = Status.DEGRADED, f"wanted model {tag} is not listed"
+    # Answering adopted servers use memory: the ledger counts their footprint (or
+    # what we still hold, for a server of ours that was switched to adopted).
     return _d(r, Verb.KEEP, Reason.ADOPTED, status, detail,
               retry_in=policy.POLL if status is Status.LOADING else None,
-              holds=spec.memory.footprint if resident else None)
+              holds=max(spec.memory.footprint, r.reserved) if resident else None,
+              release=0 if resident else r.reserved)
 
 
 def _ollama_release(r: _Role, reason: Reason) -> Draft:

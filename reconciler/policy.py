@@ -199,18 +199,39 @@ def place(
             ledger.hold(name, draft.holds, excludes.get(name, frozenset()))
     claims = sorted((dr for dr in drafts if dr.decision.verb in CLAIMS),
                     key=lambda dr: order_key(dr.decision))
-    refused: dict[str, Decision] = {}
-    for draft in claims:
-        d = draft.decision
-        refusal = ledger.claim(d.role, d.reserve, excludes.get(d.role, frozenset()))
-        if refusal is None:
-            continue
-        if not draft.keeps_on_refusal:
-            ledger.release(d.role)
-        counted = d.reason in (Reason.CRASHED, Reason.EVICTED)
-        refused[d.role] = attrs.evolve(
-            d, verb=Verb.REFUSE, reason=refusal.reason, why=refusal.message,
-            status=Status.UNPLACEABLE, detail=refusal.message, launch=None, model_tag=None,
-            keep_alive=None, reserve=0, release=0 if draft.keeps_on_refusal else d.release,
-            retry_in=None, restarts=d.restarts - 1 if counted else d.restarts)
+    refusals: dict[str, Refusal] = {}
+    pending = claims
+    while pending:
+        # A refusal may release a hold that blocked an earlier claim: go round
+        # again with the still-refused ones until nothing more fits. Placing
+        # only adds holds, and each claim is checked against every holder at
+        # its time, so no two placed claims conflict.
+        refusals = {}
+        freed = False
+        for draft in pending:
+            d = draft.decision
+            refusal = ledger.claim(d.role, d.reserve, excludes.get(d.role, frozenset()))
+            if refusal is None:
+                continue
+            refusals[d.role] = refusal
+            if not draft.keeps_on_refusal and d.role in ledger.held:
+                ledger.release(d.role)
+                freed = True
+        still = [dr for dr in pending if dr.decision.role in refusals]
+        if len(still) == len(pending) and not freed:
+            break
+        pending = still
+    refused = {dr.decision.role: _refused(dr, refusals[dr.decision.role])
+               for dr in pending if dr.decision.role in refusals}
     return [refused.get(dr.decision.role, dr.decision) for dr in drafts]
+
+
+def _refused(draft: Draft, refusal: Refusal) -> Decision:
+    """A claim that does not fit: nothing is reserved, a counted restart is not counted."""
+    d = draft.decision
+    counted = d.reason in (Reason.CRASHED, Reason.EVICTED)
+    return attrs.evolve(
+        d, verb=Verb.REFUSE, reason=refusal.reason, why=refusal.message,
+        status=Status.UNPLACEABLE, detail=refusal.message, launch=None, model_tag=None,
+        keep_alive=None, reserve=0, release=0 if draft.keeps_on_refusal else d.release,
+        retry_in=None, restarts=d.restarts - 1 if counted else d.restarts)

@@ -98,7 +98,12 @@ def simulate(
         elif d.verb is Verb.FORGET:
             recs.pop(d.role, None)
         elif rec is not None:
-            dead = d.verb in (Verb.WAIT, Verb.GIVE_UP)
+            proc = o.process
+            ollama_gone = (rec.we_loaded and o.probe is not None and o.probe.health is Health.UP
+                           and not has_tag(o.probe.resident_models, rec.model_tag))
+            # the shell stores when it first saw the exit, whatever the decision
+            dead = (rec.pid is not None and not (proc is not None and proc.owned and proc.alive)
+                    ) or ollama_gone or d.verb in (Verb.WAIT, Verb.GIVE_UP)
             healthy = rec.healthy_since
             if d.reason is Reason.IN_SYNC and healthy is None:
                 healthy = now  # first seen answering since the last start

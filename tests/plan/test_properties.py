@@ -6,20 +6,39 @@ import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler import policy, render
+from reconciler import identity, policy, render
 from reconciler.model import (
     Desired,
+    Health,
     Mode,
+    NodeConfig,
+    Observed,
     Plan,
+    ProcessFacts,
     Reason,
+    Remembered,
     RestartPolicy,
+    RoleObservation,
+    RoleRecord,
+    RoleSpec,
     Runtime,
+    ServeSpec,
     Status,
     Verb,
 )
 from reconciler.plan import plan
 from tests.plan.simulate import simulate
-from tests.plan.worlds import World, converged, desireds, worlds
+from tests.plan.worlds import (
+    MODELS,
+    MODELS_BY_NAME,
+    NOW,
+    SERVE_PROGRAMS,
+    World,
+    converged,
+    desireds,
+    restart_policies,
+    worlds,
+)
 
 
 def run(w: World) -> Plan:
@@ -150,6 +169,41 @@ def test_reservations_never_exceed_the_budget(w: World) -> None:
         assert d.reserve >= 0 and d.release >= 0
 
 
+def residents(w: World) -> set[str]:
+    """Roles using memory in a world: our live servers, our resident Ollama tags, answering adopted roles."""
+    out = set()
+    for spec in w.desired.roles:
+        o, rec = w.observed.role(spec.name), w.remembered.role(spec.name)
+        if spec.mode is Mode.ADOPTED:  # known only through its probe; forgotten when stopped
+            if not spec.wanted:
+                continue
+            tag = MODELS_BY_NAME[spec.model].ollama_tag if spec.model else None
+            if o.probe is not None and o.probe.health is Health.UP and (
+                    spec.runtime is not Runtime.OLLAMA or policy.has_tag(o.probe.resident_models, tag)):
+                out.add(spec.name)
+        elif o.process is not None and o.process.owned and o.process.alive:
+            out.add(spec.name)
+        elif spec.runtime is Runtime.OLLAMA and o.probe is not None and rec is not None and rec.we_loaded:
+            if policy.has_tag(o.probe.resident_models, rec.model_tag):
+                out.add(spec.name)
+    return out
+
+
+@given(worlds())
+def test_a_placed_claim_never_sits_beside_an_exclusion(w: World) -> None:
+    """After a pass, a role we just started/loaded shares residency with nobody it excludes or who excludes it."""
+    p = run(w)
+    after = residents(step(w, p))
+    for d in p.decisions:
+        if d.verb not in (Verb.START, Verb.RESTART, Verb.LOAD):
+            continue
+        mine = w.desired.role(d.role)
+        assert mine is not None
+        for other in after - {d.role}:
+            spec = w.desired.role(other)
+            assert other not in mine.excludes and (spec is None or d.role not in spec.excludes)
+
+
 @given(
     st.integers(0, 40),
     st.integers(0, 40),
@@ -167,3 +221,37 @@ def test_delay_sequence_matches_behaviour() -> None:
     """Defaults give 2, 4, 8, 16, 32, 60, 60 … seconds (BEHAVIOUR §4)."""
     assert [policy.delay(n, RestartPolicy()) for n in range(7)] == [2, 4, 8, 16, 32, 60, 60]
     assert policy.delay(100, RestartPolicy(base=1, cap=10**9)) == 2**16
+
+
+@given(
+    restarts=st.integers(0, 6),
+    policy_=restart_policies(),
+    since_exit=st.floats(0, 200),
+    owned_but_dead=st.booleans(),
+)
+def test_a_crash_restart_counts_exactly_one(
+    restarts: int, policy_: RestartPolicy, since_exit: float, owned_but_dead: bool
+) -> None:
+    """A dead server gives up at max_restarts, waits out delay(n), else restarts as n + 1."""
+    desired = Desired(models=MODELS, node=NodeConfig(serve_programs=SERVE_PROGRAMS), roles=(
+        RoleSpec(name="a", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="qwen",
+                 serve=ServeSpec(port=8080), restart=policy_),))
+    spec = desired.roles[0]
+    exited = NOW - since_exit
+    proc = ProcessFacts(pid=7, create_time=1.0, alive=not owned_but_dead, owned=owned_but_dead)
+    w = World(
+        desired=desired,
+        observed=Observed(roles=(RoleObservation(name="a", process=proc),)),
+        remembered=Remembered(roles=(RoleRecord(
+            name="a", instance_id=identity.instance_id(spec), runtime=spec.runtime,
+            mode=spec.mode, port=8080, pid=7, restarts=restarts, exited_at=exited),)),
+    )
+    d = run(w).decisions[0]
+    assert d.pid is None
+    if restarts >= policy_.max_restarts:
+        assert (d.verb, d.restarts) == (Verb.GIVE_UP, restarts)
+    elif exited + policy.delay(restarts, policy_) - NOW > 0:  # since_exit < delay, in floats
+        assert (d.verb, d.restarts) == (Verb.WAIT, restarts)
+        assert d.retry_in == exited + policy.delay(restarts, policy_) - NOW
+    else:
+        assert (d.verb, d.reason, d.restarts) == (Verb.RESTART, Reason.CRASHED, restarts + 1)

@@ -138,7 +138,7 @@ def ollama_probes() -> st.SearchStrategy[ProbeFacts | None]:
 
 @st.composite
 def observation(draw, name: str, pid: int, port: int) -> RoleObservation:
-    kind = draw(st.sampled_from(["none", "alive", "alive", "dead", "unowned"]))
+    kind = draw(st.sampled_from(["none", "alive", "alive", "dead", "dead", "unowned"]))
     process = None
     if kind != "none":
         process = ProcessFacts(
@@ -175,12 +175,12 @@ def record(draw, name: str, pid: int, spec: RoleSpec | None, node: NodeConfig) -
         runtime=runtime,
         mode=mode,
         port=port,
-        pid=draw(st.sampled_from([None, pid])) if managed and runtime is not Runtime.OLLAMA else None,
+        pid=draw(st.sampled_from([None, pid, pid])) if managed and runtime is not Runtime.OLLAMA else None,
         create_time=1.0,
         launch_digest=digest,
         launch_argv=argv,
-        restarts=draw(st.integers(0, 4)),
-        exited_at=draw(st.sampled_from([None, 950.0, 999.0, 999.5])),
+        restarts=draw(st.sampled_from([0, 0, 1, 2, 4])),
+        exited_at=draw(st.sampled_from([None, 950.0, 950.0, 999.0, 999.5])),
         healthy_since=draw(st.sampled_from([None, 900.0, 995.0])),
         terminal=draw(st.sampled_from([None] * 6 + [Terminal.GAVE_UP, Terminal.STOPPED_EXPOSED])),
         we_loaded=managed and runtime is Runtime.OLLAMA and draw(st.booleans()),
