@@ -1,10 +1,18 @@
-"""Sending probe requests (SHELL; the only module that imports httpx).
+"""Sending probe requests (SHELL; asyncio streams + the framing of ``http11.py``).
 
-Every request follows the §2 hygiene: redirects are never followed, proxy
-environment variables are ignored, each request opens its own connection
-(a fresh client, no keep-alive), connect *and* total time are bounded by the
-timeout, and bodies over 1 MiB are a transport error. Nothing here raises
-for a server's behaviour: the outcome is a ``ProbeAnswer`` value.
+Every request follows the §2 hygiene: redirects are never followed (a 3xx is
+an answer like any other), proxy environment variables are never read, each
+request opens its own connection (sent with ``Connection: close``; nothing is
+pooled or reused), connect *and* total time are bounded by the timeout, and
+bodies over 1 MiB are a transport error, cut off while reading. Nothing here
+raises for a server's behaviour: the outcome is a ``ProbeAnswer`` value.
+
+Why not httpx: probing 200 servers at once took 4-8x one probe, nearly all of
+it client CPU (~1 ms a request for ``httpx.AsyncClient`` + httpcore + anyio;
+~0.4 ms with a custom httpx transport and no client, the rest being
+``httpx.Request``/``Response`` objects). A plain HTTP/1.1 request to a
+loopback server needs none of what a client brings, and the hygiene forbids
+most of it (redirects, proxies, pooling, a cookie jar shared between servers).
 
 ``run_exchange`` drives a runtime module's pure exchange generator (see
 ``runtimes/common.py``), sending each batch of requests concurrently.
@@ -14,12 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import ssl
 import time
 from typing import Any, Awaitable, Callable
 
-import httpx
-
+from reconciler import http11
 from reconciler.runtimes.common import (
     MAX_BODY,
     ErrorKind,
@@ -29,59 +35,33 @@ from reconciler.runtimes.common import (
     seconds,
 )
 
-_USER_AGENT = "reconciler-probe"
+_HEADERS = (
+    (b"User-Agent", b"reconciler-probe"),
+    (b"Accept", b"*/*"),
+    (b"Accept-Encoding", b"identity"),
+)
+_JSON = (b"Content-Type", b"application/json")
 _TEXT_KEEP = 2000  # characters of the body kept for messages
-
-_ssl_context: ssl.SSLContext | None = None
-
-
-def _ssl() -> ssl.SSLContext:
-    """One bare context for every client: we only speak plain HTTP to loopback,
-    and httpx would otherwise load the CA bundle per client (~20 ms each)."""
-    global _ssl_context
-    if _ssl_context is None:
-        _ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    return _ssl_context
+_READ = 65536
 
 
 def url(host: str, port: int, path: str) -> str:
-    bracketed = f"[{host}]" if ":" in host else host
-    return f"http://{bracketed}:{port}{path}"
+    return f"http://{_authority(host, port)}{path}"
 
 
-def _client(timeout: float) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        follow_redirects=False,
-        trust_env=False,
-        limits=httpx.Limits(max_keepalive_connections=0),
-        timeout=timeout,
-        verify=_ssl(),
-        headers={"User-Agent": _USER_AGENT, "Accept-Encoding": "identity"},
-    )
+def _authority(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _refused(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ConnectionRefusedError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return "refused" in str(exc).lower()
-
-
-async def _read_capped(response: httpx.Response) -> bytes | None:
-    """The body, or None once it passes MAX_BODY (declared or actual)."""
-    declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY:
-        return None
-    chunks: list[bytes] = []
-    total = 0
-    async for chunk in response.aiter_raw():
-        total += len(chunk)
-        if total > MAX_BODY:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
+def _encode(host: str, port: int, request: ProbeRequest) -> tuple[http11.Conversation, bytes]:
+    """A fresh conversation and the request's bytes (Host, our headers, JSON body)."""
+    body = b""
+    headers = [(b"Host", _authority(host, port).encode("ascii")), *_HEADERS]
+    if request.body is not None:
+        body = json.dumps(request.body, separators=(",", ":")).encode()
+        headers.append(_JSON)
+    talk = http11.Conversation(MAX_BODY)
+    return talk, talk.request(request.method, request.path.encode("ascii"), headers, body)
 
 
 def _answer(status: int, raw: bytes, latency: float) -> ProbeAnswer:
@@ -93,6 +73,10 @@ def _answer(status: int, raw: bytes, latency: float) -> ProbeAnswer:
         except ValueError:
             body = None
     return ProbeAnswer(status=status, body=body, text=text, latency=latency)
+
+
+def _detail(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".rstrip(": ")
 
 
 async def send(
@@ -109,25 +93,28 @@ async def send(
         )
 
     try:
-        async with asyncio.timeout(timeout):  # total time, not per read
-            async with _client(timeout) as client:
-                async with client.stream(
-                    request.method, url(host, port, request.path), json=request.body
-                ) as response:
-                    raw = await _read_capped(response)
-                    if raw is None:
-                        return failed(ErrorKind.TOO_LARGE, "answer larger than 1 MiB")
-                    return _answer(response.status_code, raw, time.perf_counter() - started)
-    except (TimeoutError, httpx.TimeoutException):
+        talk, outgoing = _encode(host, port, request)
+        async with asyncio.timeout(timeout):  # connect + total time, not per read
+            try:
+                reader, writer = await asyncio.open_connection(host, port)
+            except ConnectionRefusedError:
+                return failed(ErrorKind.REFUSED, "connection refused")
+            except OSError as exc:
+                return failed(ErrorKind.TRANSPORT, f"cannot connect: {_detail(exc)}")
+            try:
+                writer.write(outgoing)
+                reply = None
+                while reply is None:
+                    reply = talk.receive(await reader.read(_READ))
+            finally:
+                writer.close()
+        return _answer(reply.status, reply.body, time.perf_counter() - started)
+    except TimeoutError:
         return failed(ErrorKind.TIMEOUT, f"within {seconds(timeout)}")
-    except httpx.ConnectError as exc:
-        if _refused(exc):
-            return failed(ErrorKind.REFUSED, "connection refused")
-        return failed(ErrorKind.TRANSPORT, f"cannot connect: {exc}")
-    except (httpx.HTTPError, OSError) as exc:
-        return failed(ErrorKind.TRANSPORT, f"{type(exc).__name__}: {exc}".rstrip(": "))
-    except Exception as exc:  # a probe must never take the pass down
-        return failed(ErrorKind.TRANSPORT, f"{type(exc).__name__}: {exc}".rstrip(": "))
+    except http11.TooLarge:
+        return failed(ErrorKind.TOO_LARGE, "answer larger than 1 MiB")
+    except Exception as exc:  # reset, protocol error, anything else: never take the pass down
+        return failed(ErrorKind.TRANSPORT, _detail(exc))
 
 
 Sender = Callable[[ProbeRequest], Awaitable[ProbeAnswer]]

@@ -19,6 +19,7 @@ PURE = {
     "reconciler/model.py", "reconciler/manifests.py", "reconciler/plan.py",
     "reconciler/policy.py", "reconciler/render.py", "reconciler/units.py",
     "reconciler/identity.py", "reconciler/extra_args.py", "reconciler/errors.py",
+    "reconciler/http11.py",  # sans-IO HTTP/1.1 framing over h11
     "reconciler/runtimes/*",
     # the manifest loader's helpers
     "reconciler/yamlsafe.py", "reconciler/schemacheck.py", "reconciler/documents.py",
