@@ -138,6 +138,10 @@ def _observed(
         record.runtime is Runtime.OLLAMA and record.we_loaded
         and decision.reason in (Reason.EVICTED, Reason.BACKOFF)
     )
+    if decision.release:
+        # A refused restart, a held terminal role, a stopped role that is not
+        # running: the planner released their bytes in the ledger; so does the store.
+        record = attrs.evolve(record, reserved=max(0, record.reserved - decision.release))
     if decision.reason is Reason.TERMINAL:
         return record
     if dead or ollama_gone or decision.reason is Reason.BACKOFF:

@@ -103,3 +103,11 @@ def test_ollama_unload_clears_we_loaded_and_forget_deletes():
     after = after_decision(loaded, spec, d, NOTHING, ActionFacts(ok=True), 1.0)
     assert after.we_loaded is False and after.reserved == 0
     assert after_decision(loaded, None, decide(Verb.FORGET, Reason.REMOVED), NOTHING, None, 1.0) is None
+
+
+def test_a_release_without_action_is_remembered():
+    """A refused restart gives its reservation back in the store too."""
+    dead = attrs.evolve(RUNNING, pid=None, exited_at=5.0, reserved=100)
+    d = decide(Verb.REFUSE, Reason.PORT_TAKEN, status=Status.REFUSED, release=100, restarts=1)
+    after = after_decision(dead, SPEC, d, NOTHING, None, 9.0)
+    assert after.reserved == 0
