@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     if result.problems:
         if not getattr(args, "json", False):
             count = len(result.problems)
+            sys.stdout.flush()  # problems first, then the count, also when both go to one terminal
             print(f"{count} problem{'' if count == 1 else 's'}", file=sys.stderr)
         return 1
     if not sum(result.counts.values()):
