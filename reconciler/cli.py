@@ -2,7 +2,7 @@
 
 Each command's work lives in ``reconciler/commands/<module>.py`` as
 ``run(args) -> int`` and is imported only when that command runs, so that
-``reconcile validate`` never pays for httpx or psutil.
+``reconcile validate`` never pays for the probe stack or psutil.
 
 Exit codes, for every command: 0 ok, 1 error (including bad usage and
 invalid manifests), 2 ``plan --detailed-exitcode`` with changes, 3 a role

@@ -216,7 +216,7 @@ def process_side(
     """Process facts, exposure and port_taken per role (blocking; run in a thread)."""
     facts: dict[str, ProcessFacts | None] = {}
     recorded = [t for t in all_targets if t.record is not None and t.record.pid]
-    listeners = procs.listeners_by_group() if recorded else {}
+    listeners = procs.listeners_by_group([t.record.pid for t in recorded]) if recorded else {}
     readable = listeners is not None
     for t in all_targets:
         r = t.record
