@@ -44,17 +44,28 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
-def is_owned(pid: int | None, recorded_create_time: float | None, instance_id: str) -> bool:
-    """pid + create time + marker: the check made before every signal."""
+_DENIED = object()  # the process exists but may not be inspected
+
+
+def _recorded(pid: int | None, recorded_create_time: float | None):
+    """The live process at a recorded pid with the recorded create time, else None."""
     if not pid or recorded_create_time is None:
-        return False
+        return None
     try:
         proc = psutil.Process(pid)
         if abs(proc.create_time() - recorded_create_time) > _CREATE_TIME_SLACK:
-            return False
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return False
-    return _alive(proc) and _marker(proc) == instance_id
+            return None  # a recycled pid
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+    except psutil.AccessDenied:
+        return _DENIED
+    return proc if _alive(proc) else None
+
+
+def is_owned(pid: int | None, recorded_create_time: float | None, instance_id: str) -> bool:
+    """pid + create time + marker: the check made before every signal."""
+    proc = _recorded(pid, recorded_create_time)
+    return proc is not None and proc is not _DENIED and _marker(proc) == instance_id
 
 
 def process_facts(
@@ -233,19 +244,10 @@ def is_running(pid: int | None, recorded_create_time: float | None) -> bool:
     """Is the recorded process (pid + create time) still alive and not a zombie?
 
     Unlike ``is_owned`` this ignores the marker: it answers "is it really
-    gone?" (memory may be released), not "may we signal it?".
+    gone?" (memory may be released), not "may we signal it?". A process we
+    may not inspect counts as running: it is not known to be gone.
     """
-    if not pid or recorded_create_time is None:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        if abs(proc.create_time() - recorded_create_time) > _CREATE_TIME_SLACK:
-            return False
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return False
-    except psutil.AccessDenied:
-        return True  # something is there and we cannot tell: not gone
-    return _alive(proc)
+    return _recorded(pid, recorded_create_time) is not None
 
 
 def marker_of(pid: int) -> str | None:
