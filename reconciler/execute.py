@@ -36,12 +36,13 @@ import attrs
 
 from reconciler import probe, procs, spawn
 from reconciler.identity import MARKER_ENV
-from reconciler.model import Decision, Launch, NodeConfig, Plan, Verb
+from reconciler.model import Decision, Launch, NodeConfig, Plan, Reason, Verb
 from reconciler.runtimes import ollama as ollama_rt
 
 _POLL = 0.02  # seconds between "is it gone yet?" looks
 _KILL_WAIT = 5.0  # how long a SIGKILLed leader may take to disappear
 _SWEEP_WAIT = 1.0  # how long grandchildren may take after the group SIGKILL
+EXPOSED_GRACE = 3.0  # BEHAVIOUR §5: an exposed server is stopped with a 3 s grace
 
 
 @attrs.frozen(kw_only=True)
@@ -299,7 +300,9 @@ def _apply_one(d: Decision, node: NodeConfig, allowed: Callable[[int], bool], ho
     if d.verb in _NEEDS_PORT and not _loopback(host):
         return _outcome(d, ok=False, detail=f"refused: {host} is not a loopback address")
     if d.verb is Verb.STOP:
-        return _stop(d, node.stop_grace)
+        # §5: a server reachable beyond loopback gets 3 s, not the usual grace.
+        exposed = d.reason is Reason.EXPOSED
+        return _stop(d, min(node.stop_grace, EXPOSED_GRACE) if exposed else node.stop_grace)
     if d.verb is Verb.RESTART:
         stopped = _stop(d, node.stop_grace)
         if not stopped.exited:
