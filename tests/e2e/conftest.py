@@ -38,7 +38,7 @@ def _testbed_or_skip() -> None:
     message = f"the real llama.cpp testbed is missing ({LLAMA_SERVER}): run `bash testbed/setup.sh`"
     if os.environ.get("CI"):
         pytest.fail(message)  # in CI a missing testbed is a broken build, not a skip
-    pytest.skip(message)
+    pytest.skip(reason=message)
 
 
 def free_port() -> int:
