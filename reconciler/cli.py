@@ -31,6 +31,13 @@ Typical use:
 """
 
 
+_EPILOG = """\
+exit codes: 0 ok; 1 error (bad usage, invalid manifests: nothing is changed, a failed
+action); 2 'plan --detailed-exitcode' with changes; 3 a role needs an operator
+(gave-up, stopped-exposed, unplaceable, refused).
+'reconcile COMMAND --help' describes each command."""
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors exit 1 like every other error (2 means "changes" for plan)."""
 
@@ -77,7 +84,7 @@ def _add_apply_options(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="reconcile", description=_TOP_HELP,
+        prog="reconcile", description=_TOP_HELP, epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
