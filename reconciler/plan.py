@@ -30,6 +30,9 @@ Choices where the contract is silent:
   reservation, hold their declared footprint in the ledger: they use memory.
 * A changed Ollama tag first unloads the old tag (if we loaded it and it is
   resident); the new one loads on the next pass.
+* Our Ollama load is gone once a pass has seen the tag leave ``/api/ps``
+  (``exited_at`` set, cleared only by our next load): a copy resident after
+  that was loaded by someone else, and is never unloaded (§2).
 """
 
 from __future__ import annotations
@@ -337,7 +340,8 @@ def _adopted(r: _Role, models) -> Draft:
 def _ollama_release(r: _Role, reason: Reason) -> Draft:
     """§2 unload only what we loaded, and never blind; otherwise nothing to undo."""
     rec, probe = r.record, r.obs.probe
-    if rec is not None and rec.we_loaded and rec.model_tag:
+    if _our_load_live(rec):
+        assert rec is not None
         if probe is None or probe.health not in (Health.UP, Health.UNHEALTHY):
             return _d(r, Verb.KEEP, Reason.UNKNOWN, Status.UNKNOWN,
                       f"Ollama not answering; {rec.model_tag} is not unloaded blind",
@@ -351,6 +355,11 @@ def _ollama_release(r: _Role, reason: Reason) -> Draft:
                   release=r.reserved)
     return _d(r, Verb.KEEP, Reason.ABSENT, Status.STOPPED,
               "state: stopped; nothing of ours is resident", release=r.reserved)
+
+
+def _our_load_live(rec: RoleRecord | None) -> bool:
+    """We loaded ``rec.model_tag`` and no pass has seen that load leave /api/ps since."""
+    return rec is not None and rec.we_loaded and bool(rec.model_tag) and rec.exited_at is None
 
 
 def _ollama(r: _Role, models, now: float) -> Draft:
@@ -373,7 +382,7 @@ def _ollama(r: _Role, models, now: float) -> Draft:
                   retry_in=policy.POLL, holds=r.reserved or spec.memory.footprint)
     ours = rec is not None and rec.we_loaded and rec.model_tag is not None
     # A changed tag: unload the old tag we loaded first; the new one loads next pass.
-    if (ours and not policy.same_tag(rec.model_tag, tag)
+    if (_our_load_live(rec) and not policy.same_tag(rec.model_tag, tag)
             and policy.has_tag(probe.resident_models, rec.model_tag)):
         return _d(r, Verb.UNLOAD, Reason.SPEC_CHANGED, Status.RUNNING, f"tag changed to {tag}",
                   why=f"tag {rec.model_tag} → {tag}", model_tag=rec.model_tag,
