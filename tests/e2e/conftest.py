@@ -128,6 +128,33 @@ class World:
           {memory}
         """)
 
+    def ollama_model(self, name: str, tag: str) -> None:
+        """A Model for an Ollama tag: Ollama keeps its own files (no root, no shards)."""
+        self.write(f"model-{name}.yaml", f"""\
+        apiVersion: reconciler/v1
+        kind: Model
+        metadata: {{name: {name}}}
+        spec:
+          format: ollama
+          source: {{ollama_tag: "{tag}"}}
+        """)
+
+    def ollama_role(self, name: str, port: int, *, model: str, mode: str = "managed",
+                    state: str = "running", keep_alive: str = "10m") -> None:
+        """An InferenceSpec driving a running Ollama (or its double) on ``port``."""
+        self.write(f"role-{name}.yaml", f"""\
+        apiVersion: reconciler/v1
+        kind: InferenceSpec
+        metadata: {{name: {name}}}
+        spec:
+          runtime: ollama
+          mode: {mode}
+          model: {model}
+          state: {state}
+          keep_alive: {keep_alive}
+          serve: {{port: {port}}}
+        """)
+
     # ------------------------------------------------------------ commands
 
     def reconcile(self, *args: str, timeout: float = 60.0, env: dict | None = None
