@@ -272,7 +272,7 @@ def apply(
     for decision in plan.decisions:
         if not decision.acts:
             continue
-        if memory_held and decision.verb in _CLAIMS_MEMORY and decision.reserve > 0:
+        if memory_held and _claims(decision):
             outcome = _outcome(decision, ok=False, skipped=True, detail=_SKIPPED)
         else:
             outcome = _apply_one(decision, node, allowed, hooks)
@@ -281,6 +281,14 @@ def apply(
         outcomes.append(outcome)
         hooks.after_action(outcome)
     return tuple(outcomes)
+
+
+def _claims(decision: Decision) -> bool:
+    """Does this action need memory the plan counted as freed by an earlier one?"""
+    if decision.verb in _CLAIMS_MEMORY:
+        return decision.reserve > 0
+    # A restart that grows its footprint (a bigger ctx or kv) claims the difference.
+    return decision.verb is Verb.RESTART and decision.reserve > decision.release
 
 
 def _freed(decision: Decision, outcome: Outcome) -> bool:
@@ -304,10 +312,16 @@ def _apply_one(d: Decision, node: NodeConfig, allowed: Callable[[int], bool], ho
         exposed = d.reason is Reason.EXPOSED
         return _stop(d, min(node.stop_grace, EXPOSED_GRACE) if exposed else node.stop_grace)
     if d.verb is Verb.RESTART:
+        # Everything that can refuse the new launch is checked while the old
+        # server still serves: a model that fails verification must not cost
+        # the running one. Only the port check waits: the old server holds it.
+        refusal = _launch_refusal(d, hooks)
+        if refusal:
+            return _outcome(d, ok=False, detail=f"{refusal}; the running server was left alone")
         stopped = _stop(d, node.stop_grace)
         if not stopped.exited:
             return stopped
-        started = _start(d, host, hooks)
+        started = _start(d, host, hooks, checked=True)
         return attrs.evolve(started, exited=True, detail="; ".join(
             x for x in (stopped.detail, started.detail) if x))
     if d.verb is Verb.START:
@@ -332,26 +346,34 @@ def _stop(d: Decision, grace: float) -> Outcome:
     if d.create_time is None:
         return _outcome(d, ok=False, detail=(
             f"refused: no recorded create time for pid {d.pid}; no signal sent"))
-    result = stop(d.pid, d.create_time, d.instance_id or "", grace=grace)
+    result = stop(d.pid, d.create_time, d.owner_id or d.instance_id or "", grace=grace)
     detail = result.error or result.detail
     if result.killed:
         detail = "; ".join(x for x in (f"SIGKILL after {grace:g}s", detail) if x)
     return _outcome(d, ok=result.ok, exited=result.gone, detail=detail)
 
 
-def _start(d: Decision, host: str, hooks: Hooks) -> Outcome:
+def _launch_refusal(d: Decision, hooks: Hooks) -> str | None:
+    """Why this decision's launch may not be spawned (None: it may)."""
     launch = d.launch
     if launch is None:
-        return _outcome(d, ok=False, detail="refused: start without a launch")
+        return "refused: start without a launch"
     if dict(launch.env).get(MARKER_ENV) != d.instance_id:
-        return _outcome(d, ok=False, detail=(
-            f"refused: the launch does not carry {MARKER_ENV}={d.instance_id}"))
+        return f"refused: the launch does not carry {MARKER_ENV}={d.instance_id}"
+    return hooks.before_start(d)
+
+
+def _start(d: Decision, host: str, hooks: Hooks, *, checked: bool = False) -> Outcome:
+    # The cheap port check first: a taken port needs no model verification.
     if d.port is not None and procs.accepts_connections(host, d.port):
         return _outcome(d, ok=False, detail=(
             f"port {host}:{d.port} already taken; adopt it instead"))
-    refusal = hooks.before_start(d)
-    if refusal:
-        return _outcome(d, ok=False, detail=refusal)
+    if not checked:
+        refusal = _launch_refusal(d, hooks)
+        if refusal:
+            return _outcome(d, ok=False, detail=refusal)
+    launch = d.launch
+    assert launch is not None
     result = spawn.spawn(launch)
     if not result.ok:
         return _outcome(d, ok=False, detail=result.error)

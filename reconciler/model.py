@@ -480,6 +480,7 @@ class Decision:
     runtime: Runtime | None = None
     port: int | None = None
     pid: int | None = None  # the owned pid a stop/restart targets
+    owner_id: str | None = None  # the marker that pid carries (the instance that started it)
     create_time: float | None = None  # that pid's recorded create time (ownership re-check)
     host: str | None = None  # serve host for start's port check and Ollama calls
     instance_id: str | None = None

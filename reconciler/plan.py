@@ -131,6 +131,9 @@ def _role(name, spec, record, obs, node, models, ctx, now) -> _Role:
         create_time=proc.create_time if running and proc is not None else None,
         host=spec.serve.host if spec is not None else record.host,
         instance_id=identity.instance_id(spec) if spec is not None else record.instance_id,
+        # An edit of model, port or host changes the instance id; the running
+        # process still carries the id it was started with: stops use that.
+        owner_id=record.instance_id if running and record is not None else None,
         restarts=restarts,
     )
     return _Role(name=name, spec=spec, record=record, obs=obs, launch=launch, policy=rpolicy,

@@ -68,6 +68,10 @@ def after_decision(
     if verb in (Verb.START, Verb.RESTART):
         assert facts is not None
         launch = decision.launch
+        if verb is Verb.RESTART and not facts.exited:
+            # The old server could not be stopped (or the restart was refused
+            # before stopping it): it still runs, as recorded. Keep it all.
+            return record
         if not facts.ok:
             # A failed spawn is a crash at once: the backoff clock starts now,
             # so a broken launcher is retried with delays, not in a hot loop.

@@ -116,6 +116,23 @@ def test_editing_ctx_restarts_exactly_once(world):
     assert world.pid("chat") == second
 
 
+def test_editing_the_port_moves_the_server(world):
+    """A port edit (a new instance id) stops the old server by its own marker and starts anew."""
+    old_port, new_port = free_port(), free_port()
+    world.node()
+    world.model()
+    world.role("chat", old_port)
+    converge(world)
+    first = world.pid("chat")
+    assert ready(old_port)
+    world.role("chat", new_port)
+    out = converge(world)
+    assert f"~ restart chat :{new_port} (spec_changed: port {old_port} → {new_port})" in out.stdout
+    assert not alive(first) and ready(new_port)
+    assert http_get(old_port, "/health")[0] == 0
+    assert "No changes" in converge(world).stdout
+
+
 def test_memory_only_edit_never_restarts(world):
     """Changing memory figures changes no launch: the server keeps its pid."""
     port = free_port()

@@ -157,6 +157,42 @@ def test_restart_stops_the_old_process_and_starts_a_new_one(world):
     assert "SIGKILL" not in outcome.detail  # python dies of SIGTERM at once
 
 
+def test_restart_to_a_new_instance_id_stops_the_process_by_its_own_marker(world):
+    """An edit of port/model/host changes the instance id; the old process is still stopped."""
+    old = world.spawn(world.launch(SLEEPER, instance=INSTANCE))
+    decision = _start(world, instance="coder-feedbeef")
+    decision = attrs.evolve(decision, verb=Verb.RESTART, reason=Reason.SPEC_CHANGED,
+                            pid=old.pid, create_time=old.create_time, owner_id=INSTANCE)
+    (outcome,) = _apply([decision], Recorder(world))
+    assert outcome.ok and outcome.exited and not alive(old.pid) and alive(outcome.pid)
+
+
+def test_restart_refused_by_verification_leaves_the_running_server_alone(world):
+    """A new launch that fails before_start never costs the old server its life."""
+    old = world.spawn(world.launch(SLEEPER, instance=INSTANCE))
+    decision = attrs.evolve(_start(world), verb=Verb.RESTART, reason=Reason.SPEC_CHANGED,
+                            pid=old.pid, create_time=old.create_time)
+    hooks = Recorder(world, refuse="refused: model m: shard a.gguf hash mismatch")
+    (outcome,) = _apply([decision], hooks)
+    assert not outcome.ok and not outcome.exited and alive(old.pid)
+    assert "hash mismatch" in outcome.detail and "left alone" in outcome.detail
+
+
+def test_growing_restart_is_skipped_after_a_failed_stop(world):
+    """A restart that claims more than it frees waits when an earlier stop freed nothing."""
+    stranger = world.spawn(world.launch(SLEEPER, instance="other-00000000"))
+    failed_stop = Decision(role="old", verb=Verb.STOP, reason=Reason.REMOVED,
+                           instance_id="old-11111111", pid=stranger.pid,
+                           create_time=stranger.create_time, release=50)
+    running = world.spawn(world.launch(SLEEPER, instance=INSTANCE))
+    grow = attrs.evolve(_start(world), verb=Verb.RESTART, reason=Reason.SPEC_CHANGED,
+                        pid=running.pid, create_time=running.create_time,
+                        reserve=100, release=60)
+    stop_outcome, restart_outcome = _apply([failed_stop, grow], Recorder(world))
+    assert not stop_outcome.exited and alive(stranger.pid)
+    assert restart_outcome.skipped and alive(running.pid)
+
+
 def test_non_acting_decisions_produce_no_outcome(world):
     """keep/wait/refuse decisions are not acted on and have no Outcome."""
     decisions = [Decision(role=name, verb=verb, reason=Reason.IN_SYNC, instance_id=f"{name}-0")

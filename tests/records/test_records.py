@@ -36,8 +36,15 @@ def test_start_records_pid_launch_and_reservation():
 def test_failed_spawn_starts_the_backoff_clock():
     """A spawn that failed counts as an exit observed now, so it is retried with backoff."""
     d = decide(Verb.RESTART, Reason.CRASHED, launch=LAUNCH, reserve=100, restarts=2)
-    after = after_decision(RUNNING, SPEC, d, NOTHING, ActionFacts(ok=False), 60.0)
+    after = after_decision(RUNNING, SPEC, d, NOTHING, ActionFacts(ok=False, exited=True), 60.0)
     assert after.pid is None and after.exited_at == 60.0 and after.restarts == 2
+
+
+def test_restart_whose_stop_failed_keeps_the_running_record():
+    """If the old server is still there, the record still describes it."""
+    d = decide(Verb.RESTART, Reason.SPEC_CHANGED, launch=LAUNCH, reserve=100, restarts=1)
+    after = after_decision(RUNNING, SPEC, d, NOTHING, ActionFacts(ok=False, exited=False), 60.0)
+    assert after == RUNNING
 
 
 def test_stop_of_a_removed_role_forgets_it_but_only_once_gone():
