@@ -62,33 +62,64 @@ def data_root(desired: Desired, state_dir: str) -> str:
     return desired.node.data_root or os.path.join(state_dir, "instances")
 
 
-def readopt(store, desired: Desired) -> None:
-    """Record our own servers that a killed reconciler spawned but never recorded.
+def readoptable(store, desired: Desired, root: str) -> list[RoleRecord]:
+    """Records for our own servers that a killed reconciler spawned but never recorded.
 
-    A process carrying a desired role's instance marker was started by a
-    reconciler; if the store does not own it, recording it now means the
-    next plan keeps it instead of starting a second server beside it.
+    A process is taken back only when it carries a desired role's instance
+    marker, leads its own group, runs as the ``run_as`` uid (or ours) and
+    works in that instance's directory: what ``spawn`` makes. Recording it
+    means the next plan keeps it instead of starting a second server. Its
+    launch digest is the current one only if its argv and environment are
+    exactly the current launch's; otherwise a restart follows (spec_changed).
+    It holds its footprint in the ledger like any server we run.
     """
     from reconciler import identity, procs
 
     wanted = {}
     for role in desired.roles:
-        if role.managed and role.runtime is not Runtime.OLLAMA:
-            record = store.role(role.name)
-            iid = identity.instance_id(role)
-            if record is None or not procs.is_owned(record.pid, record.create_time, iid):
-                wanted[iid] = (role, record)
+        if not role.managed or role.runtime is Runtime.OLLAMA:
+            continue
+        record = store.role(role.name)
+        if record is not None and procs.is_owned(record.pid, record.create_time,
+                                                 record.instance_id):
+            continue
+        wanted[identity.instance_id(role)] = (role, record)
     if not wanted:
-        return
-    for iid, found in procs.find_marked(wanted).items():
+        return []
+    uid = desired.node.run_as.uid if desired.node.run_as else os.geteuid()
+    cwds = {iid: os.path.join(root, iid) for iid in wanted}
+    models = {m.name: m for m in desired.models}
+    out = []
+    for iid, hits in sorted(procs.find_marked(wanted, cwds=cwds, uid=uid).items()):
         role, record = wanted[iid]
-        pid, ctime = found[0]
+        pid, ctime, cmdline, environ = max(hits, key=lambda h: h[1])
+        launch = identity.launch(role, models, desired.node, os.environ, root)
+        same = (launch is not None and environ == dict(launch.env)
+                and _runs(cmdline, launch.argv))
         base = record or records.new_record(role, Decision(
             role=role.name, verb=Verb.START, reason=records.Reason.MISSING, instance_id=iid))
-        store.put_role(attrs.evolve(base, instance_id=iid, pid=pid, create_time=ctime,
-                                    exited_at=None))
-        store.record_event(role.name, "adopt", "readopted",
-                           f"found our own server pid {pid} that was never recorded")
+        out.append(attrs.evolve(
+            base, instance_id=iid, pid=pid, create_time=ctime, exited_at=None,
+            launch_digest=launch.digest if same else "unknown: re-adopted",
+            launch_argv=launch.argv if same else cmdline,
+            reserved=role.memory.footprint, terminal=None, terminal_detail="",
+        ))
+    return out
+
+
+def _runs(cmdline: tuple[str, ...], argv: tuple[str, ...]) -> bool:
+    """Does a process's cmdline run ``argv``? (A script's interpreter comes first.)"""
+    if not argv or argv[0] not in cmdline:
+        return False
+    start = cmdline.index(argv[0])
+    return cmdline[start:] == argv
+
+
+def readopt(store, found: list[RoleRecord]) -> None:
+    for record in found:
+        store.put_role(record)
+        store.record_event(record.name, "adopt", "readopted",
+                           f"found our own server pid {record.pid} that was never recorded")
 
 
 def model_checks(desired: Desired, store) -> tuple[ModelCheck, ...]:
@@ -198,14 +229,18 @@ def _converge(desired, warnings, commit, store, state_dir, allow_empty, operator
               dry_run, verifier, clock, started, t0) -> PassResult:
     from reconciler import observe, plan as planner
 
+    root = data_root(desired, state_dir)
+    found = readoptable(store, desired, root)
     if not dry_run:
-        readopt(store, desired)
-    remembered = Remembered(roles=store.roles())
+        readopt(store, found)
+    # A plan-only run shows what apply would do: with the re-adopted records.
+    merged = {r.name: r for r in store.roles()} | {r.name: r for r in found}
+    remembered = Remembered(roles=tuple(merged[name] for name in sorted(merged)))
     observed = observe.observe(desired, remembered, probe_timeout=desired.node.probe_timeout)
     observed = attrs.evolve(observed, models=model_checks(desired, store))
     ctx = PlanContext(
         allow_empty=allow_empty, operator_starts=frozenset(operator_starts),
-        environ=tuple(sorted(os.environ.items())), data_root=data_root(desired, state_dir),
+        environ=tuple(sorted(os.environ.items())), data_root=root,
     )
     now = clock()
     the_plan = planner.plan(desired, observed, remembered, ctx, now)
@@ -222,7 +257,6 @@ def _converge(desired, warnings, commit, store, state_dir, allow_empty, operator
         the_plan, node=desired.node, allowed=desired.node.port_allowed,
         hooks=_Hooks(store, desired, verifier, clock),
     )
-    root = data_root(desired, state_dir)
     _record(store, desired, observed, the_plan, outcomes, commit, clock(), root)
     _rotate_logs(store, root)
     return PassResult(warnings=warnings, desired=desired, observed=observed, plan=the_plan,

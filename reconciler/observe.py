@@ -26,7 +26,6 @@ from typing import Callable, Mapping
 import attrs
 
 from reconciler import probe, procs
-from reconciler.identity import instance_id
 from reconciler.model import (
     OLLAMA_DEFAULT_PORT,
     Desired,
@@ -165,25 +164,6 @@ def _listen_port(address: str) -> int | None:
     return int(port) if port.isdigit() else None
 
 
-def _marked(candidates: list[Target]) -> dict[str, ProcessFacts]:
-    """Unrecorded processes carrying a managed role's marker (spawned, not recorded)."""
-    ids: dict[str, str] = {}
-    for t in candidates:
-        if t.record is not None:
-            ids[t.record.instance_id] = t.name
-        if t.spec is not None:
-            ids[instance_id(t.spec)] = t.name
-    found = procs.find_marked(ids)
-    out: dict[str, ProcessFacts] = {}
-    for marker, hits in sorted(found.items()):
-        pid, ctime = max(hits, key=lambda h: h[1])
-        out.setdefault(ids[marker], ProcessFacts(
-            pid=pid, create_time=ctime, alive=True, owned=True,
-            listen=procs.listening_addresses(pid),
-        ))
-    return out
-
-
 def _exposed(t: Target, facts: ProcessFacts | None, allowed: bool,
              listeners_readable: bool = True) -> tuple[str, ...]:
     if facts is None or not facts.owned or not facts.alive:
@@ -224,12 +204,6 @@ def process_side(
             procs.process_facts(r.pid, r.create_time, r.instance_id, listeners)
             if r is not None and r.pid else None
         )
-    lost = [
-        t for t in all_targets
-        if t.managed and (facts[t.name] is None or not facts[t.name].alive)  # type: ignore[union-attr]
-    ]
-    if lost:
-        facts.update(_marked(lost))
     out = {}
     for t in all_targets:
         f = facts[t.name]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import psutil
 
@@ -192,27 +192,36 @@ def listening_addresses(pgid: int) -> tuple[str, ...]:
     return () if not found else found.get(pgid, ())
 
 
-def find_marked(instance_ids: Iterable[str]) -> dict[str, list[tuple[int, float]]]:
-    """Live processes carrying one of our markers, by instance id.
+def find_marked(
+    instance_ids: Iterable[str], *, cwds: Mapping[str, str], uid: int
+) -> dict[str, list[tuple[int, float, tuple[str, ...], dict[str, str]]]]:
+    """Live group leaders carrying one of our markers, as we would have spawned them.
 
     Used to re-adopt a server whose spawn the store did not get to record
     (the reconciler was killed between spawn and record), so a rerun does
-    not start a second one.
+    not start a second one. The marker alone is a predictable value anyone
+    could set, so the process must also run as ``uid`` in the instance's own
+    working directory ``cwds[marker]``. Each hit: pid, create time, cmdline,
+    environment (the caller compares them with the launch).
     """
     wanted = set(instance_ids)
-    out: dict[str, list[tuple[int, float]]] = {}
+    out: dict[str, list[tuple[int, float, tuple[str, ...], dict[str, str]]]] = {}
     if not wanted:
         return out
     for proc in psutil.process_iter():
         marker = _marker(proc)
-        if marker in wanted and _alive(proc):
-            try:
-                # Only the group leader (the process we spawned) counts.
-                if os.getpgid(proc.pid) != proc.pid:
-                    continue
-                out.setdefault(marker, []).append((proc.pid, proc.create_time()))
-            except (psutil.NoSuchProcess, ProcessLookupError):
+        if marker not in wanted or not _alive(proc):
+            continue
+        try:
+            # Only the group leader (the process we spawned) counts.
+            if os.getpgid(proc.pid) != proc.pid:
                 continue
+            if proc.uids().real != uid or proc.cwd() != cwds.get(marker):
+                continue
+            out.setdefault(marker, []).append(
+                (proc.pid, proc.create_time(), tuple(proc.cmdline()), proc.environ()))
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
     return out
 
 

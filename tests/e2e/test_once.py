@@ -331,37 +331,83 @@ def test_launcher_ignoring_sigterm_is_killed_after_grace_with_its_grandchild(wor
     assert wait_for(lambda: not alive(record.pid) and not alive(grandchild), 5)
 
 
-def test_spawned_but_unrecorded_server_is_readopted_not_doubled(world):
-    """A server spawned by a reconciler killed before recording it is adopted, not started twice."""
+def _orphan(world, role: str, *, cwd: Path | None = None, extra_argv: tuple[str, ...] = ()):
+    """Spawn exactly what the reconciler would, as if it died before recording it."""
     from reconciler import identity
     from reconciler.sources import load_desired
-    from tests.e2e.conftest import LLAMA_SERVER, TINY_GGUF
 
+    desired = load_desired([str(world.manifests)]).desired
+    models = {m.name: m for m in desired.models}
+    launch = identity.launch(desired.role(role), models, desired.node, os.environ,
+                             str(world.state / "instances"))
+    workdir = cwd or Path(launch.cwd)
+    workdir.mkdir(parents=True, exist_ok=True)
+    os.chown(workdir, NOBODY, NOBODY)
+    return launch, subprocess.Popen(
+        [*launch.argv, *extra_argv], env=dict(launch.env), cwd=workdir,
+        start_new_session=True, user=NOBODY, group=NOBODY, extra_groups=[],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
+def test_spawned_but_unrecorded_server_is_readopted_not_doubled(world):
+    """A server spawned by a reconciler killed before recording it is adopted, not started twice."""
     port = free_port()
     world.node()
     world.model()
     world.role("chat", port)
-    desired = load_desired([str(world.manifests)]).desired
-    iid = identity.instance_id(desired.role("chat"))
-    cwd = world.state / "instances" / iid
-    cwd.mkdir(parents=True)
-    orphan = subprocess.Popen(
-        [str(LLAMA_SERVER), "--model", str(TINY_GGUF), "--host", "127.0.0.1", "--port", str(port),
-         "--ctx-size", "512", "--alias", "tiny", "--threads", "1"],
-        env={"PATH": "/usr/bin:/bin", "RECONCILER_INSTANCE": iid}, cwd=cwd,
-        start_new_session=True, user=NOBODY, group=NOBODY, extra_groups=[],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    launch, orphan = _orphan(world, "chat")
     try:
         assert ready(port)
+        assert "= keep chat" in world.reconcile("plan").stdout  # plan predicts the adoption
         out = converge(world)
         assert "start chat" not in out.stdout, out.stdout
-        assert world.pid("chat") == orphan.pid
-        servers = [p for p in world.processes() if p.environ().get("RECONCILER_INSTANCE") == iid]
+        record = world.record("chat")
+        assert record.pid == orphan.pid and record.launch_digest == launch.digest
+        assert record.reserved == world.size  # it holds its footprint like any server
+        marker = record.instance_id
+        servers = [p for p in world.processes() if p.environ().get("RECONCILER_INSTANCE") == marker]
         assert [p.pid for p in servers] == [orphan.pid]
+        assert "No changes" in converge(world).stdout
     finally:
         orphan.kill()
         orphan.wait()
+
+
+def test_readopted_server_with_another_launch_is_restarted(world):
+    """An unrecorded server of ours whose argv differs from the launch is replaced, not kept."""
+    port = free_port()
+    world.node()
+    world.model()
+    world.role("chat", port)
+    _, orphan = _orphan(world, "chat", extra_argv=("--seed", "7"))
+    try:
+        assert ready(port)
+        out = converge(world)
+        assert "~ restart chat" in out.stdout and "spec_changed" in out.stdout, out.stdout
+        assert wait_for(lambda: orphan.poll() is not None, 5)
+        assert ready(port) and world.pid("chat") != orphan.pid
+    finally:
+        orphan.kill()
+        orphan.wait()
+
+
+def test_marker_alone_does_not_make_a_process_ours(world):
+    """A marked process outside the instance directory is foreign: refused, never signalled."""
+    port = free_port()
+    world.node()
+    world.model()
+    world.role("chat", port)
+    elsewhere = world.root / "elsewhere"
+    _, impostor = _orphan(world, "chat", cwd=elsewhere)
+    try:
+        assert ready(port)
+        out = converge(world, expect=3)
+        assert "already taken" in out.stdout, out.stdout
+        assert impostor.poll() is None and world.pid("chat") is None
+    finally:
+        impostor.kill()
+        impostor.wait()
 
 
 def test_a_second_reconciler_waits_for_the_lock_then_gives_up(world):
