@@ -62,10 +62,16 @@ def launch(
     instance = instance_id(role)
     env = child_env(node, environ, instance)
     cwd = f"{data_root.rstrip('/')}/{instance}"
+    # Passed-through values (HOME, PATH, …) come from whoever runs the
+    # reconciler: cron, systemd and an operator's shell differ. The digest
+    # names them but ignores their values, so running `reconcile --once` from
+    # another shell restarts nothing; a server takes them when it (re)starts.
+    passed = {name for name in node.env_passthrough if name in environ}
+    digest_env = [(k, "<passed through>" if k in passed else v) for k, v in env]
     canonical = json.dumps(
         {
             "argv": argv,
-            "env": env,
+            "env": digest_env,
             "cwd": cwd,
             "run_as": [node.run_as.uid, node.run_as.gid] if node.run_as else None,
         },
