@@ -150,7 +150,10 @@ def _wait_gone(pid: int, create_time: float, timeout: float) -> bool:
     deadline = time.monotonic() + max(timeout, 0.0)
     while True:
         spawn.reap()
-        if not procs.is_running(pid, create_time):
+        # A zombie leader is not gone while its other threads still exit: they
+        # hold its memory and its listening socket (a restart would find its
+        # own port taken).
+        if not procs.is_running(pid, create_time) and not procs.exiting(pid, create_time):
             return True
         remaining = deadline - time.monotonic()
         if remaining <= 0:
