@@ -205,6 +205,12 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float)
 def _terminal(r: _Role, rec: RoleRecord) -> Draft:
     status = Status.GAVE_UP if rec.terminal is Terminal.GAVE_UP else Status.STOPPED_EXPOSED
     detail = rec.terminal_detail or f"{rec.terminal}; run `reconcile start {r.name}`"
+    if r.running:
+        # Held, yet our process is alive (it came back, or a stop never took):
+        # it is resident, so it keeps its memory and its exclusions.
+        footprint = r.spec.memory.footprint if r.spec is not None else 0
+        return _d(r, Verb.KEEP, Reason.TERMINAL, status, detail + "; its process is alive",
+                  why=str(rec.terminal), holds=max(rec.reserved, footprint))
     return _d(r, Verb.KEEP, Reason.TERMINAL, status, detail, why=str(rec.terminal),
               release=rec.reserved)
 
