@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import sys
 from typing import Sequence
@@ -46,16 +47,33 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
 
 
+def _seconds(text: str) -> float:
+    """A finite, non-negative number of seconds (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite, non-negative number")
+    return value
+
+
+def _path(text: str) -> str:
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path")
+    return text
+
+
 def _add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     """Global options, accepted before or after the command name."""
     default = (lambda v: argparse.SUPPRESS) if suppress else (lambda v: v)
     g = parser.add_argument_group("global options")
     g.add_argument(
-        "-f", "--manifests", metavar="DIR", default=default("manifests"),
+        "-f", "--manifests", metavar="DIR", type=_path, default=default("manifests"),
         help="directory (or file) of manifests (default: ./manifests)",
     )
     g.add_argument(
-        "--state-dir", metavar="DIR", default=default(None),
+        "--state-dir", metavar="DIR", type=_path, default=default(None),
         help="state directory (default: $RECONCILER_STATE_DIR, $XDG_STATE_HOME/reconciler, "
         "or /var/lib/reconciler as root)",
     )
@@ -64,7 +82,7 @@ def _add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
         help="log line format on stderr (default: text)",
     )
     g.add_argument(
-        "--lock-timeout", metavar="SECONDS", type=float, default=default(0.0),
+        "--lock-timeout", metavar="SECONDS", type=_seconds, default=default(0.0),
         help="wait this long for another reconciler's lock, then exit 1 (default: 0)",
     )
 
@@ -122,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("watch", "converge continuously: on manifest edits, server exits and a timer",
                 "watch:run")
-    p.add_argument("--resync", metavar="SECONDS", type=float, default=30.0,
+    p.add_argument("--resync", metavar="SECONDS", type=_seconds, default=30.0,
                    help="reconcile at least this often (default: 30)")
     p.add_argument("--metrics-addr", metavar="HOST:PORT",
                    help="serve Prometheus /metrics here (loopback only)")
@@ -136,8 +154,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?", help="one role")
     p.add_argument("--json", action="store_true", help="print as JSON")
 
-    p = command("start", "clear gave-up / stopped-exposed, reset restarts, reconcile the role now",
+    p = command("start", "clear gave-up / stopped-exposed, reset restarts, run a whole pass now",
                 "apply:run_start")
+    p.description = (
+        "Clear the role's gave-up / stopped-exposed state, reset its restarts to 0 and run a "
+        "whole pass now (so every other role converges too). While 'reconcile watch' holds "
+        "the lock, the start is handed to that daemon (queued in the state store, then "
+        "SIGHUP) and this waits for its pass, 30 s or --lock-timeout if longer. Exit 0 "
+        "done; 1 not taken in time (it stays queued for the next pass) or a failed action; "
+        "3 a role still needs an operator.")
     p.add_argument("name", help="the role")
     p.add_argument("--json", action="store_true", help="print the plan and outcomes as JSON")
 
@@ -197,6 +222,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(getattr(module, func_name)(args))
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:
+        # An unusable state dir, an unreadable path: a message, not a traceback.
+        where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+        print(f"reconcile: error:{where}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:
+        if type(exc).__name__ != "StoreError":
+            raise  # a bug: keep the traceback
+        print(f"reconcile: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except BrokenPipeError:
         # `reconcile events | head`: not an error worth a traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

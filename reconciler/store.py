@@ -5,13 +5,16 @@ the reconciler needs between passes and across its own crashes (BEHAVIOUR §3):
 the pid and create time it started, the launch digest, the restart count and
 the clocks of the restart policy, terminal states, Ollama ``we_loaded`` and
 the memory reserved in the ledger. Beside it: an append-only event log, and
-the model verification stamps of §1.1.
+the model verification stamps of §1.1, and the operator starts that a
+``reconcile start`` queued for the daemon holding the lock.
 
 The schema is versioned with ``PRAGMA user_version``; ``_MIGRATIONS[i]``
 takes a database from version ``i`` to ``i + 1``.
 
 One writer at a time: ``Lock`` holds ``<state dir>/lock`` (flock) for a whole
-pass or the daemon's life.
+pass or the daemon's life. The one exception is brief and safe under WAL and
+the busy timeout: ``reconcile start`` queues a request (``request_start``)
+while a daemon holds the lock, and the daemon takes it (``take_starts``).
 """
 
 from __future__ import annotations
@@ -79,6 +82,13 @@ _MIGRATIONS: tuple[str, ...] = (
         detail TEXT NOT NULL
     );
     """,
+    # 1 → 2: operator starts queued by `reconcile start` for the lock holder.
+    """
+    CREATE TABLE IF NOT EXISTS operator_starts (
+        name TEXT PRIMARY KEY,
+        requested_at REAL
+    );
+    """,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -108,10 +118,20 @@ def default_state_dir(environ: dict[str, str] | None = None) -> str:
     return str(Path(xdg) / "reconciler")
 
 
+class StoreError(Exception):
+    """The state store cannot be opened or used (permissions, corruption, a newer schema)."""
+
+
 class Store:
     """The SQLite state of one state directory."""
 
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
+        try:
+            self._open(state_dir)
+        except sqlite3.Error as exc:
+            raise StoreError(f"state store {Path(state_dir) / 'state.db'}: {exc}") from None
+
+    def _open(self, state_dir: str | os.PathLike[str]) -> None:
         self.state_dir = Path(state_dir)
         # 0711: other users may not list the state, but the unprivileged uid a
         # managed server runs as must traverse it to reach <state>/instances/<id>.
@@ -135,7 +155,7 @@ class Store:
     def _migrate(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise RuntimeError(
+            raise StoreError(
                 f"{self.path} has schema version {version}; this reconciler knows "
                 f"up to {SCHEMA_VERSION} (a newer reconciler wrote it)"
             )
@@ -173,6 +193,46 @@ class Store:
     def delete_role(self, name: str) -> None:
         self._db.execute("DELETE FROM roles WHERE name = ?", (name,))
 
+    # ------------------------------------------------------------ operator starts
+
+    def operator_start(self, name: str, at: float | None = None) -> str:
+        """BEHAVIOUR §4 operator start: clear the terminal state, restarts → 0.
+
+        The one thing besides ``stable_after`` that gives a role its restarts
+        back. Records an ``operator-start`` event and returns its detail; the
+        pass that follows must name the role in ``operator_starts``.
+        """
+        with self._transaction():
+            record = self.role(name)
+            if record is None:
+                detail = "nothing to clear (no record yet)"
+            else:
+                self.put_role(attrs.evolve(record, terminal=None, terminal_detail="",
+                                           restarts=0, exited_at=None))
+                detail = (f"cleared {record.terminal or 'no terminal state'}, "
+                          f"restarts {record.restarts} → 0")
+            self.record_event(name, "operator-start", "operator", detail, at=at)
+        return detail
+
+    def request_start(self, name: str, at: float | None = None) -> None:
+        """Queue an operator start for whoever holds the lock (its next pass takes it)."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO operator_starts (name, requested_at) VALUES (?, ?)",
+            (name, time.time() if at is None else at),
+        )
+
+    def take_starts(self) -> frozenset[str]:
+        """Every queued operator start, read and deleted in one transaction."""
+        with self._transaction():
+            rows = self._db.execute("SELECT name FROM operator_starts").fetchall()
+            self._db.execute("DELETE FROM operator_starts")
+        return frozenset(row["name"] for row in rows)
+
+    def queued_starts(self) -> frozenset[str]:
+        """The operator starts still waiting for a pass (read only)."""
+        rows = self._db.execute("SELECT name FROM operator_starts").fetchall()
+        return frozenset(row["name"] for row in rows)
+
     # ------------------------------------------------------------ events
 
     def record_event(
@@ -186,7 +246,8 @@ class Store:
              None if ok is None else int(ok), git_commit),
         )
 
-    def events(self, role: str | None = None, since: float | None = None) -> list[Event]:
+    def events(self, role: str | None = None, since: float | None = None,
+               after_id: int | None = None) -> list[Event]:
         query, args = "SELECT * FROM events WHERE 1=1", []
         if role is not None:
             query += " AND role = ?"
@@ -194,6 +255,9 @@ class Store:
         if since is not None:
             query += " AND at >= ?"
             args.append(since)
+        if after_id is not None:
+            query += " AND id > ?"
+            args.append(after_id)
         rows = self._db.execute(query + " ORDER BY id", args).fetchall()
         return [
             Event(id=r["id"], at=r["at"], role=r["role"], verb=r["verb"], reason=r["reason"],
@@ -201,6 +265,10 @@ class Store:
                   git_commit=r["git_commit"])
             for r in rows
         ]
+
+    def last_event_id(self) -> int:
+        """The id of the newest event (0 for none): ``events(after_id=…)`` reads what follows."""
+        return self._db.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
 
     # ------------------------------------------------------------ model stamps
     # (the StampStore protocol of reconciler.modelstore)
@@ -297,6 +365,14 @@ class Lock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
+
+    def holder(self) -> int | None:
+        """The pid the current (or last) holder wrote into the lock file, if any."""
+        try:
+            text = self.path.read_text().strip()
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else None
 
     def release(self) -> None:
         if self._fd is not None:

@@ -10,7 +10,7 @@ import pytest
 
 from reconciler.model import Mode, RoleRecord, Runtime, Terminal
 from reconciler.modelstore import Stamp
-from reconciler.store import SCHEMA_VERSION, Lock, LockHeld, Store
+from reconciler.store import SCHEMA_VERSION, Lock, LockHeld, Store, StoreError
 
 
 def record(**overrides) -> RoleRecord:
@@ -58,7 +58,7 @@ def test_a_newer_schema_is_refused(tmp_path):
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     db.commit()
     db.close()
-    with pytest.raises(RuntimeError, match="newer reconciler"):
+    with pytest.raises(StoreError, match="newer reconciler"):
         Store(tmp_path)
 
 
@@ -127,3 +127,10 @@ def test_lock_waits_up_to_its_timeout(tmp_path):
         second.acquire(timeout=0.3)
     assert 0.25 <= time.monotonic() - started < 2.0
     first.release()
+
+
+def test_a_corrupt_database_is_a_store_error(tmp_path):
+    """Garbage in state.db is reported as a StoreError naming the file, not a sqlite trace."""
+    (tmp_path / "state.db").write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError, match="state.db"):
+        Store(tmp_path)
