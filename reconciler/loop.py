@@ -257,14 +257,16 @@ def _converge(desired, warnings, commit, store, state_dir, allow_empty, operator
         the_plan, node=desired.node, allowed=desired.node.port_allowed,
         hooks=_Hooks(store, desired, verifier, clock),
     )
-    _record(store, desired, observed, the_plan, outcomes, commit, clock(), root)
+    _record(store, desired, observed, the_plan, outcomes, commit, clock(), root,
+            operator_starts)
     _rotate_logs(store, root)
     return PassResult(warnings=warnings, desired=desired, observed=observed, plan=the_plan,
                       outcomes=tuple(outcomes), git_commit=commit, started=started,
                       duration=time.monotonic() - t0)
 
 
-def _record(store, desired, observed, the_plan, outcomes, commit, now, root) -> None:
+def _record(store, desired, observed, the_plan, outcomes, commit, now, root,
+            operator_starts=frozenset()) -> None:
     by_role = {o.role: o for o in outcomes}
     for decision in the_plan.decisions:
         outcome = by_role.get(decision.role)
@@ -284,10 +286,13 @@ def _record(store, desired, observed, the_plan, outcomes, commit, now, root) -> 
                 _remove_instance_dir(root, before)
         elif after != before:
             store.put_role(after)
-        if decision.acts or before is None or _changed_status(before, after):
-            detail = decision.why or decision.detail
-            if outcome is not None and outcome.detail:
-                detail = f"{detail}; {outcome.detail}" if detail else outcome.detail
+        # A role an operator started always gets its decision logged: the
+        # answer to its `operator-start` event, even when that is "keep".
+        detail = decision.why or decision.detail
+        if outcome is not None and outcome.detail:
+            detail = f"{detail}; {outcome.detail}" if detail else outcome.detail
+        if (decision.acts or decision.role in operator_starts
+                or _changed_status(before, after) or _news(store, decision, detail)):
             store.record_event(
                 decision.role, str(decision.verb), str(decision.reason), detail,
                 ok=None if outcome is None else (outcome.ok and not outcome.skipped),
@@ -305,9 +310,20 @@ def _rotate_logs(store, root: str) -> None:
             spawn.rotate_log_if_needed(cwd)
 
 
-def _changed_status(before: RoleRecord, after: RoleRecord | None) -> bool:
-    if after is None:
-        return True
+def _news(store, decision: Decision, detail: str) -> bool:
+    """A decision that is not what this role's last event already says.
+
+    Keeps the append-only log from growing by a line per role per pass
+    (a watch pass can come every second) while a role stays as it was.
+    """
+    last = store.last_event(decision.role)
+    return last is None or (last.verb, last.reason, last.detail) != (
+        str(decision.verb), str(decision.reason), detail)
+
+
+def _changed_status(before: RoleRecord | None, after: RoleRecord | None) -> bool:
+    if before is None or after is None:
+        return before is not after
     return (before.terminal, before.restarts, before.exited_at is None) != (
         after.terminal, after.restarts, after.exited_at is None)
 

@@ -274,6 +274,11 @@ def test_foreign_listener_is_never_signalled_and_role_refused(world):
         assert "already taken" in out.stdout and "adopt it instead" in out.stdout, out.stdout
         assert foreign.poll() is None
         assert world.pid("chat") is None
+        with world.store() as store:
+            logged = len(store.events("chat"))
+        converge(world, expect=3)  # the same refusal again: news to nobody
+        with world.store() as store:
+            assert len(store.events("chat")) == logged == 1
     finally:
         foreign.kill()
         foreign.wait()
