@@ -270,6 +270,17 @@ class Store:
         """The id of the newest event (0 for none): ``events(after_id=…)`` reads what follows."""
         return self._db.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
 
+    def last_event(self, role: str) -> Event | None:
+        row = self._db.execute(
+            "SELECT * FROM events WHERE role = ? ORDER BY id DESC LIMIT 1", (role,)
+        ).fetchone()
+        if row is None:
+            return None
+        return Event(id=row["id"], at=row["at"], role=row["role"], verb=row["verb"],
+                     reason=row["reason"], detail=row["detail"],
+                     ok=None if row["ok"] is None else bool(row["ok"]),
+                     git_commit=row["git_commit"])
+
     # ------------------------------------------------------------ model stamps
     # (the StampStore protocol of reconciler.modelstore)
 
