@@ -158,6 +158,9 @@ def _observed(
                                            if observation.process else None) or now,
             restarts=decision.restarts,
         )
+    if decision.reason in (Reason.UNKNOWN, Reason.UNHEALTHY, Reason.LOADING):
+        # stable_after counts continuous answering: a stall starts it over.
+        record = attrs.evolve(record, healthy_since=None)
     probe = observation.probe
     answering = probe is not None and probe.health is Health.UP
     if decision.status is Status.RUNNING and answering and record.healthy_since is None:

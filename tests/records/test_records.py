@@ -118,3 +118,13 @@ def test_a_release_without_action_is_remembered():
     d = decide(Verb.REFUSE, Reason.PORT_TAKEN, status=Status.REFUSED, release=100, restarts=1)
     after = after_decision(dead, SPEC, d, NOTHING, None, 9.0)
     assert after.reserved == 0
+
+
+def test_a_stall_restarts_the_stable_after_clock():
+    """A server that stops answering loses its healthy_since: stability must be continuous."""
+    stable = attrs.evolve(RUNNING, healthy_since=20.0)
+    up = RoleObservation(name="chat",
+                         process=ProcessFacts(pid=10, create_time=1.0, alive=True, owned=True),
+                         probe=ProbeFacts(health=Health.UNREACHABLE))
+    d = decide(Verb.KEEP, Reason.UNKNOWN, status=Status.DEGRADED, restarts=1)
+    assert after_decision(stable, SPEC, d, up, None, 30.0).healthy_since is None
