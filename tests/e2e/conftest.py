@@ -86,15 +86,17 @@ class World:
 
     def node(self, *, program: str | Path = LLAMA_SERVER, extra: str = "",
              restart: str = "{max_restarts: 3, base: 1s, cap: 8s, stable_after: 60s}",
-             stop_grace: str = "1s", budget: str | None = None) -> None:
+             stop_grace: str = "1s", budget: str | None = None,
+             mlx_program: str | Path | None = None) -> None:
         budget_line = f"\n          memory_budget: {budget}" if budget else ""
+        mlx = f", mlx-lm: {mlx_program}" if mlx_program else ""
         self.write("node.yaml", f"""\
         apiVersion: reconciler/v1
         kind: NodeConfig
         metadata: {{name: test-node}}
         spec:
           allowed_ports: {{from: {PORT_RANGE[0]}, to: {PORT_RANGE[1]}}}
-          serve_programs: {{llamacpp: {program}}}
+          serve_programs: {{llamacpp: {program}{mlx}}}
           run_as: {{uid: {NOBODY}, gid: {NOBODY}}}
           stop_grace: {stop_grace}
           probe_timeout: 2s
