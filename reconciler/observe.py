@@ -111,6 +111,12 @@ def target(name: str, desired: Desired, remembered: Remembered) -> Target:
     )
 
 
+def _gate_readiness(t: Target, process: ProcessFacts | None) -> Target:
+    if not t.ctx.readiness or (process is not None and process.owned and process.alive):
+        return t
+    return attrs.evolve(t, ctx=attrs.evolve(t.ctx, readiness=False))
+
+
 def targets(desired: Desired, remembered: Remembered) -> list[Target]:
     names = sorted({r.name for r in desired.roles} | {r.name for r in remembered.roles})
     return [target(n, desired, remembered) for n in names]
@@ -223,10 +229,12 @@ async def observe_async(
     all_targets = targets(desired, remembered)
     allowed = [t for t in all_targets if desired.node.port_allowed(t.port)]
     allowed_names = {t.name for t in allowed}
-    probes, sides = await asyncio.gather(
-        probe_all(allowed, timeout),
-        asyncio.to_thread(process_side, all_targets, allowed_names),
-    )
+    # The process table first (a few ms): the mlx-lm readiness POST goes only
+    # to a port whose listener is our own live process, never to a stranger
+    # that took the port after our server died.
+    sides = await asyncio.to_thread(process_side, all_targets, allowed_names)
+    allowed = [_gate_readiness(t, sides[t.name][0]) for t in allowed]
+    probes = await probe_all(allowed, timeout)
     roles = []
     for t in all_targets:
         process, exposed, taken = sides[t.name]

@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Iterator
 
+import attrs
 import psutil
 import pytest
 
@@ -192,20 +193,34 @@ def test_roles_are_probed_concurrently() -> None:
 MLX_ROUTES = {"/health": (200, {"status": "ok"}), "/v1/completions": (200, {"choices": [{}]})}
 
 
-def test_mlx_readiness_post_only_after_a_start() -> None:
+def test_mlx_readiness_post_only_after_a_start(children: list[Child]) -> None:
     """Started, not yet healthy → one POST completion without model; after healthy → GET only."""
+    ours = Child("127.0.0.1", free_port(), "voice-0000abcd")  # the recorded, owned process
+    children.append(ours)
     with Scripted(MLX_ROUTES) as server:
         spec = managed("voice", server.port, runtime=Runtime.MLX_LM)
         argv = ("/bin/mlx_lm.server", "--model", "/m/tiny-mlx", "--port", str(server.port))
-        fresh = record("voice", server.port, runtime=Runtime.MLX_LM, started_at=1.0, launch_argv=argv)
+        fresh = record("voice", server.port, ours, runtime=Runtime.MLX_LM, started_at=1.0,
+                       launch_argv=argv)
         obs = observe(Desired(roles=(spec,)), Remembered(roles=(fresh,)), probe_timeout=1)
         assert server.paths()[-2:] == [("GET", "/health"), ("POST", "/v1/completions")]
         assert server.requests[-1][2] == {"prompt": "hi", "max_tokens": 1}
         assert obs.role("voice").probe.identity == "/m/tiny-mlx"
         server.requests.clear()
-        healthy = record("voice", server.port, runtime=Runtime.MLX_LM, started_at=1.0, healthy_since=2.0)
+        healthy = record("voice", server.port, ours, runtime=Runtime.MLX_LM, started_at=1.0,
+                         healthy_since=2.0)
         observe(Desired(roles=(spec,)), Remembered(roles=(healthy,)), probe_timeout=1)
         assert server.paths() == [("GET", "/health")]
+
+
+def test_mlx_readiness_post_never_reaches_a_port_our_process_left() -> None:
+    """Our server died before it first answered: whatever listens there now gets only GETs."""
+    with Scripted(MLX_ROUTES) as stranger:
+        spec = managed("voice", stranger.port, runtime=Runtime.MLX_LM)
+        dead = attrs.evolve(record("voice", stranger.port, runtime=Runtime.MLX_LM,
+                                   started_at=1.0), pid=999_999, create_time=1.0)
+        observe(Desired(roles=(spec,)), Remembered(roles=(dead,)), probe_timeout=1)
+        assert {m for m, _ in stranger.paths()} == {"GET"}
 
 
 def test_adopted_roles_receive_only_gets() -> None:
