@@ -285,3 +285,23 @@ def marker_of(pid: int) -> str | None:
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return None
     return _marker(proc) if _alive(proc) else None
+
+
+def looks_like_watch(pid: int | None) -> bool:
+    """Is ``pid`` alive and does its command line run ``reconcile … watch``?
+
+    ``reconcile start`` reads the lock holder's pid from the lock file and
+    signals it (SIGHUP) only when this says yes; a pid recycled by some
+    other program, or a ``--once`` run holding the lock, is left alone.
+    """
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if not _alive(proc):
+            return False
+        argv = proc.cmdline()
+    except (psutil.Error, OSError):
+        return False
+    runs_us = any(os.path.basename(word) in ("reconcile", "reconciler") for word in argv)
+    return runs_us and "watch" in argv[1:]

@@ -15,6 +15,11 @@ wake-ups only decide *when*:
 * SIGHUP: now. SIGTERM/SIGINT: finish the pass in progress, then leave
   (managed servers keep running unless ``stop_on_exit``).
 
+``reconcile start NAME`` cannot take the lock the daemon holds: it queues the
+start in the store and sends SIGHUP. Every pass first takes the queued starts
+(``Store.take_starts``), applies each (``Store.operator_start``: terminal
+state cleared, restarts 0) and names them in the pass's ``operator_starts``.
+
 All of these meet in one ``selectors`` wait: signals through
 ``signal.set_wakeup_fd``, the file watcher and ``request_*`` through a
 control pipe, server exits through their pidfds.
@@ -316,12 +321,14 @@ class Daemon:
         problems: tuple = ()
         result = None
         try:
-            result = self._call_pass()
+            starts = self._take_starts()
+            result = self._call_pass(operator_starts=starts)
             problems = tuple(result.problems)
             if problems:
                 self._invalid(problems, result.git_commit)
                 if self.last_good is not None:
-                    result = self._call_pass(desired_override=self.last_good)
+                    result = self._call_pass(desired_override=self.last_good,
+                                             operator_starts=starts)
             else:
                 if self._problems:
                     logs.emit("manifests valid again; resuming from them", event="valid",
@@ -342,6 +349,15 @@ class Daemon:
         self._publish(result, problems, started, duration)
         self._watch_exits()
         self._last_end = self._monotonic()
+
+    def _take_starts(self) -> frozenset[str]:
+        """The operator starts ``reconcile start`` queued for us, applied to the store (§4)."""
+        names = self.store.take_starts()
+        for name in sorted(names):
+            detail = self.store.operator_start(name)
+            logs.emit(f"operator start of {name}: {detail}", event="operator-start",
+                      role=name, verb="operator-start", reason="operator", detail=detail)
+        return names
 
     def _call_pass(self, **extra):
         return self._run_pass(paths=self.paths, store=self.store, state_dir=self.state_dir,

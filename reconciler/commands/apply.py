@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import sys
 
-import attrs
-
 from reconciler.cli import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, EXIT_OPERATOR
 from reconciler.commands import common
 from reconciler.model import NEEDS_OPERATOR, Decision
@@ -41,12 +39,18 @@ def run_apply(args) -> int:
     with common.locked(args) as store:
         if store is None:
             return EXIT_ERROR
-        return _pass_and_report(args, store, frozenset())
+        # Starts a `reconcile start` queued while another run held the lock (cron).
+        return _pass_and_report(args, store, _take_operator_starts(store))
 
 
 def run_start(args) -> int:
-    """Operator start: clear a terminal state, reset restarts, reconcile now."""
+    """Operator start: clear a terminal state, reset restarts, run a whole pass now.
+
+    When ``reconcile watch`` holds the lock the start is handed to it
+    (``commands/handoff.py``) instead of failing on the lock.
+    """
     from reconciler import sources
+    from reconciler.store import Lock, LockHeld
 
     args.allow_empty = False
     args.metrics_file = None
@@ -56,19 +60,26 @@ def run_start(args) -> int:
     if loaded.desired.role(args.name) is None:
         print(f"reconcile: error: no role {args.name!r} in the manifests", file=sys.stderr)
         return EXIT_ERROR
-    with common.locked(args) as store:
-        if store is None:
-            return EXIT_ERROR
-        record = store.role(args.name)
-        if record is not None:
-            # BEHAVIOUR §4: an operator start is the one thing besides
-            # stable_after that gives a role its restarts back.
-            store.put_role(attrs.evolve(record, terminal=None, terminal_detail="", restarts=0,
-                                        exited_at=None))
-            store.record_event(args.name, "operator-start", "operator",
-                               f"cleared {record.terminal or 'no terminal state'}, "
-                               f"restarts {record.restarts} → 0")
-        return _pass_and_report(args, store, frozenset({args.name}))
+    lock = Lock(common.state_dir(args))
+    try:
+        lock.acquire(timeout=getattr(args, "lock_timeout", 0.0) or 0.0)
+    except LockHeld:
+        from reconciler.commands import handoff
+
+        return handoff.hand_over(args, lock)
+    try:
+        with common.open_store(args) as store:
+            return _pass_and_report(args, store, _take_operator_starts(store, args.name))
+    finally:
+        lock.release()
+
+
+def _take_operator_starts(store, *names: str) -> frozenset[str]:
+    """The queued operator starts plus ``names``, each applied to the store (§4)."""
+    starts = store.take_starts() | frozenset(names)
+    for name in sorted(starts):
+        store.operator_start(name)
+    return starts
 
 
 def _pass_and_report(args, store, operator_starts: frozenset[str]) -> int:

@@ -1,0 +1,130 @@
+"""``reconcile start`` while another reconciler holds the lock: hand the start over (SHELL).
+
+``reconcile watch`` holds the state directory's lock for its whole life, so
+``start`` cannot run a pass of its own while it runs. Instead it:
+
+1. queues the start in the store (``Store.request_start``: one short write,
+   which SQLite's WAL and busy timeout allow beside the daemon's);
+2. reads the holder's pid from the lock file and, only if that pid is alive
+   and runs ``reconcile … watch``, sends it SIGHUP ("reconcile now");
+3. waits (``--lock-timeout`` or ``WAIT`` seconds, whichever is longer) for
+   the daemon's ``operator-start`` event for the role and the decision its
+   pass logged after it, and prints both.
+
+Exit codes: 0 the daemon took the start and its pass did what it planned;
+1 not taken in time (the request stays queued: the holder's next pass takes
+it) or the action failed; 3 the pass still needs an operator (gave up again,
+refused).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from reconciler.cli import EXIT_ERROR, EXIT_OK, EXIT_OPERATOR
+from reconciler.commands import common
+
+#: The shortest time ``start`` waits for the daemon's answer.
+WAIT = 30.0
+POLL = 0.1
+#: The lock file is truncated, then written, right after the flock is taken.
+HOLDER_GRACE = 1.0
+
+_NEEDS_OPERATOR_VERBS = ("give-up", "refuse")
+
+
+def hand_over(args, lock) -> int:
+    """Queue ``args.name``'s start for the lock holder, wake it, wait and report."""
+    name = args.name
+    wait = max(WAIT, float(getattr(args, "lock_timeout", 0.0) or 0.0))
+    with common.open_store(args) as store:
+        before = store.last_event_id()
+        store.request_start(name)
+        holder = _holder(lock)
+        if not _wake(holder):
+            who = f"pid {holder}" if holder else "another process"
+            print(f"reconcile: another reconciler holds {lock.path} ({who}) and it is not a "
+                  f"running `reconcile watch`; the start of {name} is queued and the next "
+                  f"pass (reconcile --once, start or watch) will take it", file=sys.stderr)
+            return EXIT_ERROR
+        taken, answer = _wait(store, name, before, holder, wait)
+    return _report(args, name, holder, wait, taken, answer)
+
+
+def _holder(lock) -> int | None:
+    deadline = time.monotonic() + HOLDER_GRACE
+    while True:
+        pid = lock.holder()
+        if pid is not None or time.monotonic() >= deadline:
+            return pid
+        time.sleep(0.05)
+
+
+def _wake(pid: int | None) -> bool:
+    """SIGHUP to a live ``reconcile watch``; False for anything else."""
+    from reconciler import procs
+
+    if pid is None or not procs.looks_like_watch(pid):
+        return False
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _wait(store, name: str, before: int, holder: int, wait: float):
+    """The daemon's ``operator-start`` event after ``before`` and the events after it."""
+    from reconciler import procs
+
+    deadline = time.monotonic() + wait
+    while True:
+        seen = store.events(name, after_id=before)
+        taken = next((e for e in seen if e.verb == "operator-start"), None)
+        answer = [e for e in seen if taken is not None and e.id > taken.id
+                  and e.verb != "operator-start"]
+        if answer or time.monotonic() >= deadline or not procs.looks_like_watch(holder):
+            return taken, answer
+        time.sleep(POLL)
+
+
+def _report(args, name: str, holder: int, wait: float, taken, answer) -> int:
+    if getattr(args, "json", False):
+        common.print_json({
+            "handed_to": holder, "taken": taken is not None,
+            "events": [_event_json(e) for e in ([taken] if taken else []) + answer],
+        })
+    if taken is None:
+        print(f"reconcile: `reconcile watch` (pid {holder}) holds the lock and did not take "
+              f"the start of {name} within {wait:g}s; the request stays queued for its next "
+              f"pass (see `reconcile events {name}`)", file=sys.stderr)
+        return EXIT_ERROR
+    if not getattr(args, "json", False):
+        print(f"handed to `reconcile watch` (pid {holder}), which holds the lock:")
+        for event in [taken, *answer]:
+            print(_event_line(event))
+    if not answer:
+        print(f"reconcile: the daemon took the start of {name}, but its pass logged no "
+              f"decision for it within {wait:g}s (see `reconcile events {name}`)",
+              file=sys.stderr)
+        return EXIT_OK
+    if any(e.ok is False for e in answer):
+        return EXIT_ERROR
+    if any(e.verb in _NEEDS_OPERATOR_VERBS for e in answer):
+        return EXIT_OPERATOR
+    return EXIT_OK
+
+
+def _event_line(event) -> str:
+    mark = {True: " done", False: " FAILED", None: ""}[event.ok]
+    detail = f": {event.detail}" if event.detail else ""
+    return f"  {event.role}: {event.verb}{mark} ({event.reason}{detail})"
+
+
+def _event_json(event) -> dict:
+    return {"id": event.id, "at": event.at, "role": event.role, "verb": event.verb,
+            "reason": event.reason, "detail": event.detail, "ok": event.ok}
+
