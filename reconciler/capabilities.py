@@ -18,7 +18,7 @@ from typing import Sequence
 
 import attrs
 
-from reconciler.model import NodeConfig, Runtime
+from reconciler.model import NodeConfig, RunAs, Runtime
 
 VERSION_TIMEOUT = 5.0
 
@@ -78,14 +78,29 @@ def _first_line(data: bytes) -> str:
     return text.splitlines()[0].strip()[:200] if text else ""
 
 
-def run_version_probe(argv: Sequence[str], timeout: float = VERSION_TIMEOUT) -> Check:
-    """Run the probe with env={} in its own session; exit 0 = pass."""
+def run_version_probe(
+    argv: Sequence[str], timeout: float = VERSION_TIMEOUT, run_as: RunAs | None = None
+) -> Check:
+    """Run the probe with env={} in its own session; exit 0 = pass.
+
+    The program gets the checks a serve program gets (absolute, not group- or
+    other-writable) and runs with the servers' privileges (``run_as``), never
+    as a root reconciler: a version probe is configuration, not trust.
+    """
     if not argv:
         return Check(ok=False, why="empty version_probe")
+    program = check_program(argv[0])
+    if not program.ok:
+        return Check(ok=False, why=f"version_probe: {program.why}")
+    drop: dict = {}
+    if run_as is not None and os.geteuid() == 0:
+        drop = {"user": run_as.uid, "group": run_as.gid, "extra_groups": []}
+    elif os.geteuid() == 0:
+        return Check(ok=False, why="version_probe not run: it would run as root (set run_as)")
     try:
         proc = subprocess.Popen(
             list(argv), env={}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True, close_fds=True,
+            stderr=subprocess.PIPE, start_new_session=True, close_fds=True, cwd="/", **drop,
         )
     except OSError as exc:
         return Check(ok=False, why=f"cannot run {argv[0]}: {exc.strerror or exc}")
@@ -118,6 +133,6 @@ def runtime_capabilities(node: NodeConfig) -> list[RuntimeCapability]:
             runtime=runtime,
             program=program,
             program_check=check_program(program),
-            version_check=run_version_probe(argv) if argv else None,
+            version_check=run_version_probe(argv, run_as=node.run_as) if argv else None,
         ))
     return out

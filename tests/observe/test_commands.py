@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import textwrap
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -13,6 +16,7 @@ from reconciler import capabilities
 from reconciler.cli import main
 from reconciler.commands.health import health_report
 from reconciler.model import (
+    RunAs,
     Desired,
     Mode,
     NodeConfig,
@@ -166,6 +170,18 @@ def script(path: Path, body: str, mode: int = 0o755) -> str:
     return str(path)
 
 
+NOBODY = RunAs(uid=65534, gid=65534)
+
+
+@pytest.fixture
+def bindir() -> Iterator[Path]:
+    """A directory the unprivileged probe uid can reach (pytest's tmp_path is 0700)."""
+    path = Path(tempfile.mkdtemp(prefix="reconciler-cap-", dir="/var/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def test_check_program_rules(tmp_path: Path) -> None:
     """Absolute, existing, executable, not group/other writable: each failure says why."""
     good = script(tmp_path / "good", "exit 0")
@@ -179,30 +195,43 @@ def test_check_program_rules(tmp_path: Path) -> None:
     assert "not configured" in capabilities.check_program(None).why
 
 
-def test_version_probe_cleared_env_first_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_version_probe_cleared_env_first_line(bindir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The probe runs with env={}; exit 0 passes and the first stdout line is the version."""
     monkeypatch.setenv("LEAK_ME", "secret")
-    probe = script(tmp_path / "v", 'echo "v1.2 ${LEAK_ME:-clean}"; echo second')
-    check = capabilities.run_version_probe([probe, "--version"])
-    assert check.ok and check.version == "v1.2 clean"
+    probe = script(bindir / "v", 'echo "v1.2 ${LEAK_ME:-clean} $(id -u)"; echo second')
+    check = capabilities.run_version_probe([probe, "--version"], run_as=NOBODY)
+    assert check.ok and check.version == "v1.2 clean 65534"  # and not as root
 
 
-def test_version_probe_failures(tmp_path: Path) -> None:
+def test_version_probe_failures(bindir: Path) -> None:
     """Non-zero exit and a hang past the timeout both fail with the reason."""
-    bad = script(tmp_path / "bad", "echo broken >&2; exit 3")
-    assert capabilities.run_version_probe([bad]).why.endswith("exited 3: broken")
-    slow = script(tmp_path / "slow", "exec sleep 30")
-    check = capabilities.run_version_probe([slow], timeout=0.3)
+    bad = script(bindir / "bad", "echo broken >&2; exit 3")
+    assert capabilities.run_version_probe([bad], run_as=NOBODY).why.endswith("exited 3: broken")
+    slow = script(bindir / "slow", "exec sleep 30")
+    check = capabilities.run_version_probe([slow], timeout=0.3, run_as=NOBODY)
     assert not check.ok and "did not exit within 0.3s" in check.why
 
 
-def test_capabilities_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_version_probe_is_checked_like_a_serve_program(bindir: Path) -> None:
+    """A writable probe program, or a root run without run_as, is refused: nothing runs."""
+    marker = bindir / "ran"
+    loose = script(bindir / "loose", f"touch {marker}", mode=0o777)
+    assert "writable by group or others" in capabilities.run_version_probe([loose]).why
+    good = script(bindir / "good", f"touch {marker}")
+    if os.geteuid() == 0:
+        assert "set run_as" in capabilities.run_version_probe([good]).why
+    assert not marker.exists()
+
+
+def test_capabilities_table(tmp_path: Path, bindir: Path,
+                            capsys: pytest.CaptureFixture[str]) -> None:
     """The table: programs, versions, ok-or-why; an Ollama endpoint answering /api/version."""
-    good = script(tmp_path / "llama-server", 'echo "version: 42 (abc)" >&2')
-    loose = script(tmp_path / "mlx_lm.server", "exit 0", mode=0o777)
+    good = script(bindir / "llama-server", 'echo "version: 42 (abc)" >&2')
+    loose = script(bindir / "mlx_lm.server", "exit 0", mode=0o777)
     extra = (
         f"serve_programs: {{llamacpp: {good}, mlx-lm: {loose}}}\n"
         f"version_probe: {{llamacpp: [{good}, --version]}}\n"
+        "run_as: {uid: 65534, gid: 65534}\n"
     )
     with OllamaDouble() as o:
         args = write(tmp_path, node(extra=extra), OLLAMA_ROLE.format(port=o.port))
