@@ -389,6 +389,12 @@ def _ollama(r: _Role, models, now: float) -> Draft:
     if probe.health is Health.LOADING:
         return _d(r, Verb.KEEP, Reason.LOADING, Status.LOADING, "a load is in flight",
                   retry_in=policy.POLL, holds=r.reserved or spec.memory.footprint)
+    # Answering, but /api/tags or /api/ps failed: its lists cannot be trusted,
+    # so an empty one is no eviction and no missing pull. Unknown is not down.
+    if probe.health is not Health.UP:
+        return _d(r, Verb.KEEP, Reason.UNKNOWN, Status.DEGRADED,
+                  r.probe_detail("Ollama answers badly") + "; nothing is done on it",
+                  holds=r.reserved or None)
     ours = rec is not None and rec.we_loaded and rec.model_tag is not None
     # A changed tag: unload the old tag we loaded first; the new one loads next pass.
     if (_our_load_live(rec) and not policy.same_tag(rec.model_tag, tag)
@@ -416,5 +422,14 @@ def _ollama(r: _Role, models, now: float) -> Draft:
         n, most = r.restarts + 1, r.policy.max_restarts
         return _d(r, Verb.LOAD, Reason.EVICTED, Status.EXITED, f"{tag} evicted behind our back",
                   why=f"reload {n} of {most}", restarts=n, holds=rec.reserved, **load)
+    # §4 a load of ours that failed is retried with backoff and counted, like
+    # a crashed start: polling is not backoff.
+    if rec is not None and rec.exited_at is not None and not r.operator:
+        held = _backoff(r, rec.exited_at, now, f"loading {tag} failed", "load")
+        if held is not None:
+            return held
+        n, most = r.restarts + 1, r.policy.max_restarts
+        return _d(r, Verb.LOAD, Reason.MISSING, Status.EXITED, f"loading {tag} failed before",
+                  why=f"load attempt {n + 1}; retry {n} of {most}", restarts=n, **load)
     # §2 wanted, pulled, not resident → load.
     return _d(r, Verb.LOAD, Reason.MISSING, Status.LOADED, f"{tag} not resident", **load)

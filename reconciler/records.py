@@ -148,6 +148,12 @@ def _observed(
         record = attrs.evolve(record, reserved=max(0, record.reserved - decision.release))
     if decision.reason is Reason.TERMINAL:
         return record
+    if (record.runtime is Runtime.OLLAMA and decision.reason is Reason.IN_SYNC
+            and record.exited_at is not None):
+        # Resident again, but not by a load of ours (a client loaded it): the
+        # residency is not ours to unload, and its next eviction is no crash.
+        return attrs.evolve(record, we_loaded=False, exited_at=None,
+                            restarts=decision.restarts)
     if dead or ollama_gone or decision.reason is Reason.BACKOFF:
         # The backoff clock starts when the exit is first observed. The pid
         # stays recorded: it says "we started this and it died" (a crash, not

@@ -89,8 +89,11 @@ def read(answers: Mapping[str, ProbeAnswer], ctx: ProbeContext) -> ProbeFacts:
         identity=listed_match(wanted, resident) if wanted else None,
     )
     if wanted and listed_match(wanted, listed) is None:
+        # The server itself is fine and its lists are trustworthy (UP); the
+        # planner refuses the role from listed_models. UNHEALTHY is kept for
+        # answers whose lists cannot be trusted, on which nothing may act.
         return attrs.evolve(
-            facts, health=Health.UNHEALTHY,
+            facts,
             detail=f"model {wanted} is not listed by the server (not pulled; never pulled for you)",
         )
     if ps.error is ErrorKind.TIMEOUT:

@@ -225,10 +225,10 @@ def test_ollama_ps_timeout_reads_loading() -> None:
 
 
 def test_ollama_not_pulled_and_not_resident() -> None:
-    """A tag missing from /api/tags is 'not listed'; pulled but absent from ps is up, not resident."""
+    """A tag missing from /api/tags is 'not listed' on a healthy server (its lists are trusted)."""
     script = {"/api/version": ok({"version": "1"}), "/api/tags": TAGS, "/api/ps": ok({"models": []})}
     facts, _ = oll(script, "qwen3:8b")
-    assert facts.health is Health.UNHEALTHY
+    assert facts.health is Health.UP and facts.listed_models == ("llama3.2:latest",)
     assert facts.detail.startswith("model qwen3:8b is not listed by the server")
     facts, _ = oll(script, "llama3.2")
     assert facts.health is Health.UP and facts.identity is None
@@ -277,6 +277,16 @@ def test_ollama_not_pulled_still_reports_resident_models() -> None:
     """Whatever the verdict, resident models are reported (the planner unloads by them)."""
     script = {"/api/version": ok({"version": "1"}), "/api/tags": TAGS, "/api/ps": PS}
     facts, _ = oll(script, "qwen3:8b")
-    assert facts.health is Health.UNHEALTHY
+    assert facts.health is Health.UP
     assert facts.resident_models == ("llama3.2:latest",)
     assert facts.listed_models == ("llama3.2:latest",)
+
+
+def test_ollama_failed_lists_are_unhealthy_not_empty() -> None:
+    """/api/ps or /api/tags failing reads UNHEALTHY: an empty list there is no evidence."""
+    failing = {"/api/version": ok({"version": "1"}), "/api/tags": TAGS,
+               "/api/ps": ProbeAnswer(status=500, text="boom")}
+    facts, _ = oll(failing, "llama3.2")
+    assert facts.health is Health.UNHEALTHY
+    no_tags = {"/api/version": ok({"version": "1"}), "/api/tags": ProbeAnswer(status=500)}
+    assert oll(no_tags, "llama3.2")[0].health is Health.UNHEALTHY
