@@ -15,7 +15,13 @@ import attrs
 from reconciler.documents import RoleDraft
 from reconciler.errors import Problem
 from reconciler.model import (
-    LOADABLE_FORMATS, Desired, ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime,
+    Desired,
+    LOADABLE_FORMATS,
+    ModelFormat,
+    ModelSpec,
+    NodeConfig,
+    RoleSpec,
+    Runtime,
     sorted_by_name,
 )
 from reconciler.yamlsafe import Document

@@ -20,9 +20,22 @@ import attrs
 from reconciler import units
 from reconciler.errors import Problem
 from reconciler.model import (
-    OLLAMA_DEFAULT_PORT, MemorySpec, Mode, ModelFile, ModelFormat, ModelSourceInfo,
-    ModelSpec, NodeConfig, PortRange, RestartPolicy, RoleSpec, RunAs, Runtime, ServeSpec,
-    SourceRef, WantedState,
+    MemorySpec,
+    Mode,
+    ModelFile,
+    ModelFormat,
+    ModelSourceInfo,
+    ModelSpec,
+    NodeConfig,
+    OLLAMA_DEFAULT_PORT,
+    PortRange,
+    RestartPolicy,
+    RoleSpec,
+    RunAs,
+    Runtime,
+    ServeSpec,
+    SourceRef,
+    WantedState,
 )
 from reconciler.yamlsafe import Document, Path
 

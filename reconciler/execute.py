@@ -36,7 +36,8 @@ import attrs
 
 from reconciler import probe, procs, spawn
 from reconciler.identity import MARKER_ENV
-from reconciler.model import Decision, Launch, NodeConfig, Plan, Reason, Verb
+from reconciler.decisions import Decision, Plan, Reason, Verb
+from reconciler.model import Launch, NodeConfig
 from reconciler.runtimes import ollama as ollama_rt
 
 _POLL = 0.02  # seconds between "is it gone yet?" looks

@@ -17,10 +17,9 @@ from typing import Callable, Sequence
 import attrs
 
 from reconciler import records
-from reconciler.model import (
-    Decision, Desired, ModelCheck, ModelState, Observed, Plan, PlanContext, Remembered,
-    RoleRecord, Runtime, Verb,
-)
+from reconciler.decisions import Decision, Plan, PlanContext, Verb
+from reconciler.model import Desired, Runtime
+from reconciler.observed import ModelCheck, ModelState, Observed, Remembered, RoleRecord
 
 
 @attrs.frozen(kw_only=True)

@@ -38,7 +38,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterable
 
-from reconciler.model import Status
+from reconciler.decisions import Status
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -33,7 +33,8 @@ from typing import Iterator, Protocol
 
 import attrs
 
-from reconciler.model import ModelCheck, ModelFile, ModelFormat, ModelSpec, ModelState
+from reconciler.model import ModelFile, ModelFormat, ModelSpec
+from reconciler.observed import ModelCheck, ModelState
 from reconciler.modeldoc import is_safe_relpath
 
 #: Read size for hashing: large enough that syscalls do not show, small enough to stay cached.

@@ -26,19 +26,15 @@ from typing import Callable, Mapping
 import attrs
 
 from reconciler import probe, procs
-from reconciler.model import (
-    OLLAMA_DEFAULT_PORT,
-    Desired,
+from reconciler.model import Desired, Mode, OLLAMA_DEFAULT_PORT, RoleSpec, Runtime
+from reconciler.observed import (
     Health,
-    Mode,
     Observed,
     ProbeFacts,
     ProcessFacts,
     Remembered,
     RoleObservation,
     RoleRecord,
-    RoleSpec,
-    Runtime,
 )
 from reconciler.runtimes import llamacpp, mlx_lm, ollama
 from reconciler.runtimes.common import Exchange, ProbeAnswer, ProbeContext

@@ -42,10 +42,26 @@ from typing import Mapping
 import attrs
 
 from reconciler import identity, policy
+from reconciler.decisions import Decision, Plan, PlanContext, Reason, Status, Verb
 from reconciler.model import (
-    Decision, Desired, Health, Launch, ModelCheck, ModelSpec, ModelState, Mode, NodeConfig,
-    Observed, Plan, PlanContext, Reason, Remembered, RestartPolicy, RoleObservation,
-    RoleRecord, RoleSpec, Runtime, Status, Terminal, Verb,
+    Desired,
+    Launch,
+    Mode,
+    ModelSpec,
+    NodeConfig,
+    RestartPolicy,
+    RoleSpec,
+    Runtime,
+)
+from reconciler.observed import (
+    Health,
+    ModelCheck,
+    ModelState,
+    Observed,
+    Remembered,
+    RoleObservation,
+    RoleRecord,
+    Terminal,
 )
 from reconciler.policy import Draft
 from reconciler.units import format_duration

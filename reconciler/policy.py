@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import attrs
 
-from reconciler.model import Decision, Health, Reason, RestartPolicy, RoleRecord, Status, Verb
+from reconciler.decisions import Decision, Reason, Status, Verb
+from reconciler.model import RestartPolicy
+from reconciler.observed import Health, RoleRecord
 from reconciler.units import format_size
 
 #: Requeue hint for things that are in progress (loading, starting): polling,

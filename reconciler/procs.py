@@ -16,7 +16,7 @@ from typing import Iterable, Mapping
 import psutil
 
 from reconciler.identity import MARKER_ENV
-from reconciler.model import ProcessFacts
+from reconciler.observed import ProcessFacts
 
 # psutil derives create_time from /proc ticks (10 ms); a stored float compared
 # with a fresh reading can differ in the last digits.

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import attrs
 
-from reconciler.model import (
-    Decision, Health, Mode, Reason, RoleObservation, RoleRecord, RoleSpec, Runtime,
-    Status, Terminal, Verb,
-)
+from reconciler.decisions import Decision, Reason, Status, Verb
+from reconciler.model import Mode, RoleSpec, Runtime
+from reconciler.observed import Health, RoleObservation, RoleRecord, Terminal
 
 
 @attrs.frozen(kw_only=True)

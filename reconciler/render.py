@@ -57,7 +57,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.model import NEEDS_OPERATOR, Decision, Plan, Reason, Status, Verb
+from reconciler.decisions import Decision, NEEDS_OPERATOR, Plan, Reason, Status, Verb
 
 SYMBOLS = {
     Verb.START: "+",

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import attrs
 
-from reconciler.model import Mode, RoleRecord, Runtime, Terminal
+from reconciler.model import Mode, Runtime
+from reconciler.observed import RoleRecord, Terminal
 from reconciler.modelstore import Stamp
 
 _MIGRATIONS: tuple[str, ...] = (

@@ -16,7 +16,8 @@ PACKAGE = Path(__file__).parents[1] / "reconciler"
 
 #: Pure modules and packages (paths relative to the repository, "/*" = every module inside).
 PURE = {
-    "reconciler/model.py", "reconciler/manifests.py", "reconciler/plan.py",
+    "reconciler/model.py", "reconciler/observed.py", "reconciler/decisions.py",
+    "reconciler/manifests.py", "reconciler/plan.py", "reconciler/records.py",
     "reconciler/policy.py", "reconciler/render.py", "reconciler/units.py",
     "reconciler/identity.py", "reconciler/extra_args.py", "reconciler/errors.py",
     "reconciler/http11.py",  # sans-IO HTTP/1.1 framing over h11

@@ -7,7 +7,7 @@ import sys
 
 from reconciler.cli import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, EXIT_OPERATOR
 from reconciler.commands import common
-from reconciler.model import NEEDS_OPERATOR, Decision
+from reconciler.decisions import Decision, NEEDS_OPERATOR
 
 
 def run_plan(args) -> int:

@@ -18,7 +18,8 @@ import sys
 
 from reconciler.cli import EXIT_ERROR, EXIT_OK
 from reconciler.commands import common
-from reconciler.model import Desired, Health, Remembered, RoleSpec, Runtime
+from reconciler.model import Desired, RoleSpec, Runtime
+from reconciler.observed import Health, Remembered
 from reconciler.runtimes import llamacpp, mlx_lm, ollama
 from reconciler.runtimes.common import (
     DeepResult,

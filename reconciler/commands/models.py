@@ -30,7 +30,8 @@ from typing import Iterator
 from reconciler import modeldoc, modelstore
 from reconciler.cli import EXIT_ERROR, EXIT_OK
 from reconciler.commands import common
-from reconciler.model import ModelCheck, ModelFile, ModelFormat, ModelSpec, ModelState
+from reconciler.model import ModelFile, ModelFormat, ModelSpec
+from reconciler.observed import ModelCheck, ModelState
 from reconciler.modeldoc import FileFact
 from reconciler.units import format_size, is_plain_token
 

@@ -26,7 +26,8 @@ from typing import Any, Generator, Mapping
 
 import attrs
 
-from reconciler.model import Health, ProbeFacts, Status
+from reconciler.decisions import Status
+from reconciler.observed import Health, ProbeFacts
 
 frozen = attrs.frozen(kw_only=True)
 

@@ -6,7 +6,8 @@ from typing import Any, Mapping
 
 import attrs
 
-from reconciler.model import Health, ModelSpec, ProbeFacts, RoleSpec
+from reconciler.model import ModelSpec, RoleSpec
+from reconciler.observed import Health, ProbeFacts
 from reconciler.runtimes.common import (
     Exchange,
     ProbeAnswer,

@@ -6,7 +6,8 @@ from typing import Mapping, Sequence
 
 import attrs
 
-from reconciler.model import Health, ModelSpec, ProbeFacts, RoleSpec
+from reconciler.model import ModelSpec, RoleSpec
+from reconciler.observed import Health, ProbeFacts
 from reconciler.runtimes.common import (
     ErrorKind,
     Exchange,

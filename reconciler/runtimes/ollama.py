@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from reconciler.model import Health, ProbeFacts
+from reconciler.observed import Health, ProbeFacts
 from reconciler.runtimes.common import (
     ErrorKind,
     Exchange,

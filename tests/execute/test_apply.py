@@ -11,7 +11,8 @@ import pytest
 
 from reconciler import execute
 from reconciler.identity import MARKER_ENV
-from reconciler.model import Decision, NodeConfig, Plan, Reason, Verb
+from reconciler.decisions import Decision, Plan, Reason, Verb
+from reconciler.model import NodeConfig
 
 from .conftest import alive, wait_for
 

@@ -7,7 +7,8 @@ import math
 import pytest
 
 from reconciler import execute
-from reconciler.model import Decision, NodeConfig, Plan, Reason, Verb
+from reconciler.decisions import Decision, Plan, Reason, Verb
+from reconciler.model import NodeConfig
 from tests.doubles.ollama import OllamaDouble
 
 TAG = "llama3.2:latest"

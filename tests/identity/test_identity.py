@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from reconciler import identity
 from reconciler.model import (
-    MemorySpec, Mode, ModelFile, ModelFormat, ModelSpec, NodeConfig, RestartPolicy, RoleSpec,
-    RunAs, Runtime, ServeSpec,
+    MemorySpec,
+    Mode,
+    ModelFile,
+    ModelFormat,
+    ModelSpec,
+    NodeConfig,
+    RestartPolicy,
+    RoleSpec,
+    RunAs,
+    Runtime,
+    ServeSpec,
 )
 
 MODEL = ModelSpec(name="tiny", format=ModelFormat.GGUF, root="/m",

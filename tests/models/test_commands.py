@@ -12,7 +12,8 @@ import yaml
 
 from reconciler import manifests
 from reconciler.cli import main
-from reconciler.model import ModelFormat, ModelState
+from reconciler.model import ModelFormat
+from reconciler.observed import ModelState
 from reconciler.modelstore import MemoryStampStore, Verifier
 
 from .conftest import digest

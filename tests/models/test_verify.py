@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from reconciler import modelstore
-from reconciler.model import ModelFormat, ModelSourceInfo, ModelSpec, ModelState
+from reconciler.model import ModelFormat, ModelSourceInfo, ModelSpec
+from reconciler.observed import ModelState
 from reconciler.modelstore import MemoryStampStore, Verifier, hash_file, verify_model
 
 from .conftest import make_spec

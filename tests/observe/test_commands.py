@@ -16,16 +16,16 @@ from reconciler import capabilities
 from reconciler.cli import main
 from reconciler.commands.health import health_report
 from reconciler.model import (
-    RunAs,
     Desired,
     Mode,
     NodeConfig,
     PortRange,
-    Remembered,
     RoleSpec,
+    RunAs,
     Runtime,
     ServeSpec,
 )
+from reconciler.observed import Remembered
 from tests.doubles.ollama import OllamaDouble
 from tests.observe.servers import Scripted, Silent
 

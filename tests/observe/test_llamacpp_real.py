@@ -16,16 +16,8 @@ import pytest
 
 from reconciler.commands.health import deep_check
 from reconciler.identity import MARKER_ENV, instance_id
-from reconciler.model import (
-    Desired,
-    Health,
-    Mode,
-    Remembered,
-    RoleRecord,
-    RoleSpec,
-    Runtime,
-    ServeSpec,
-)
+from reconciler.model import Desired, Mode, RoleSpec, Runtime, ServeSpec
+from reconciler.observed import Health, Remembered, RoleRecord
 from reconciler.observe import observe
 
 TESTBED = Path(os.environ.get("RECONCILER_TESTBED", "/opt/reconciler-testbed"))

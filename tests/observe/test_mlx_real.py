@@ -16,16 +16,8 @@ import pytest
 
 from reconciler import probe
 from reconciler.identity import MARKER_ENV
-from reconciler.model import (
-    Desired,
-    Health,
-    Mode,
-    Remembered,
-    RoleRecord,
-    RoleSpec,
-    Runtime,
-    ServeSpec,
-)
+from reconciler.model import Desired, Mode, RoleSpec, Runtime, ServeSpec
+from reconciler.observed import Health, Remembered, RoleRecord
 from reconciler.observe import observe
 from reconciler.runtimes import mlx_lm
 

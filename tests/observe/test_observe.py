@@ -18,17 +18,15 @@ import pytest
 from reconciler.identity import MARKER_ENV
 from reconciler.model import (
     Desired,
-    Health,
     Mode,
     ModelFormat,
     ModelSourceInfo,
     ModelSpec,
-    Remembered,
-    RoleRecord,
     RoleSpec,
     Runtime,
     ServeSpec,
 )
+from reconciler.observed import Health, Remembered, RoleRecord
 from reconciler.observe import observe
 from tests.doubles.ollama import OllamaDouble
 from tests.observe.servers import Scripted, Silent, free_port

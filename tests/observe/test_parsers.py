@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.model import Health, ProbeFacts, Status
+from reconciler.decisions import Status
+from reconciler.observed import Health, ProbeFacts
 from reconciler.runtimes import llamacpp, mlx_lm, ollama
 from reconciler.runtimes.common import (
     ErrorKind,

@@ -9,17 +9,8 @@ import time
 import pytest
 
 from reconciler import probe
-from reconciler.model import (
-    Desired,
-    Health,
-    Mode,
-    NodeConfig,
-    PortRange,
-    Remembered,
-    RoleSpec,
-    Runtime,
-    ServeSpec,
-)
+from reconciler.model import Desired, Mode, NodeConfig, PortRange, RoleSpec, Runtime, ServeSpec
+from reconciler.observed import Health, Remembered
 from reconciler.observe import observe
 from reconciler.runtimes.common import ErrorKind, ProbeRequest
 from tests.observe.servers import Scripted, Silent, free_port

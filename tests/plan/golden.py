@@ -47,32 +47,34 @@ import attrs
 import yaml
 
 from reconciler import identity
+from reconciler.decisions import PlanContext
 from reconciler.model import (
     Desired,
-    Health,
     MemorySpec,
-    ModelCheck,
+    Mode,
     ModelFile,
     ModelFormat,
     ModelSourceInfo,
     ModelSpec,
-    ModelState,
-    Mode,
     NodeConfig,
-    Observed,
-    PlanContext,
     PortRange,
-    ProbeFacts,
-    ProcessFacts,
-    Remembered,
     RestartPolicy,
-    RoleObservation,
-    RoleRecord,
     RoleSpec,
     Runtime,
     ServeSpec,
-    Terminal,
     WantedState,
+)
+from reconciler.observed import (
+    Health,
+    ModelCheck,
+    ModelState,
+    Observed,
+    ProbeFacts,
+    ProcessFacts,
+    Remembered,
+    RoleObservation,
+    RoleRecord,
+    Terminal,
 )
 from reconciler.units import parse_size
 

@@ -11,20 +11,17 @@ from __future__ import annotations
 
 import attrs
 
-from reconciler.model import (
-    Decision,
+from reconciler.decisions import Decision, Plan, Reason, Verb
+from reconciler.model import Mode
+from reconciler.observed import (
     Health,
-    Mode,
     Observed,
-    Plan,
     ProbeFacts,
     ProcessFacts,
-    Reason,
     Remembered,
     RoleObservation,
     RoleRecord,
     Terminal,
-    Verb,
 )
 from reconciler.policy import has_tag, same_tag
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from reconciler import render
-from reconciler.model import ACTING_VERBS, Decision, Verb
+from reconciler.decisions import ACTING_VERBS, Decision, Verb
 from reconciler.plan import plan
 from tests.plan import golden
 from tests.plan.golden import size

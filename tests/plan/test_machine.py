@@ -13,31 +13,31 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from reconciler import render
+from reconciler.decisions import Decision, Plan, Verb
 from reconciler.model import (
-    Decision,
     Desired,
-    Health,
     MemorySpec,
-    ModelCheck,
+    Mode,
+    ModelFormat,
     ModelSourceInfo,
     ModelSpec,
-    ModelFormat,
-    ModelState,
-    Mode,
     NodeConfig,
-    Observed,
-    Plan,
     PortRange,
-    ProbeFacts,
-    Remembered,
     RestartPolicy,
-    RoleObservation,
     RoleSpec,
     Runtime,
     ServeSpec,
-    Terminal,
-    Verb,
     WantedState,
+)
+from reconciler.observed import (
+    Health,
+    ModelCheck,
+    ModelState,
+    Observed,
+    ProbeFacts,
+    Remembered,
+    RoleObservation,
+    Terminal,
 )
 from reconciler.plan import plan
 from tests.plan.simulate import simulate

@@ -7,24 +7,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reconciler import identity, policy, render
-from reconciler.model import (
-    Desired,
+from reconciler.decisions import Plan, Reason, Status, Verb
+from reconciler.model import Desired, Mode, NodeConfig, RestartPolicy, RoleSpec, Runtime, ServeSpec
+from reconciler.observed import (
     Health,
-    Mode,
-    NodeConfig,
     Observed,
-    Plan,
     ProcessFacts,
-    Reason,
     Remembered,
-    RestartPolicy,
     RoleObservation,
     RoleRecord,
-    RoleSpec,
-    Runtime,
-    ServeSpec,
-    Status,
-    Verb,
 )
 from reconciler.plan import plan
 from tests.plan.simulate import simulate

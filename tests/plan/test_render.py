@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from reconciler import render
-from reconciler.model import ACTING_VERBS, Decision, Plan, Reason, Status, Verb
+from reconciler.decisions import ACTING_VERBS, Decision, Plan, Reason, Status, Verb
 
 FIELDS = {
     "role", "verb", "reason", "why", "acts", "status", "detail", "runtime", "port", "pid",

@@ -12,32 +12,34 @@ import attrs
 from hypothesis import strategies as st
 
 from reconciler import identity
+from reconciler.decisions import PlanContext
 from reconciler.model import (
     Desired,
-    Health,
     MemorySpec,
-    ModelCheck,
+    Mode,
     ModelFile,
     ModelFormat,
     ModelSourceInfo,
     ModelSpec,
-    ModelState,
-    Mode,
     NodeConfig,
-    Observed,
-    PlanContext,
     PortRange,
-    ProbeFacts,
-    ProcessFacts,
-    Remembered,
     RestartPolicy,
-    RoleObservation,
-    RoleRecord,
     RoleSpec,
     Runtime,
     ServeSpec,
-    Terminal,
     WantedState,
+)
+from reconciler.observed import (
+    Health,
+    ModelCheck,
+    ModelState,
+    Observed,
+    ProbeFacts,
+    ProcessFacts,
+    Remembered,
+    RoleObservation,
+    RoleRecord,
+    Terminal,
 )
 
 GB = 10**9

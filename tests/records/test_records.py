@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import attrs
 
-from reconciler.model import (
-    Decision, Health, Launch, Mode, ProbeFacts, ProcessFacts, Reason, RoleObservation,
-    RoleRecord, RoleSpec, Runtime, ServeSpec, Status, Terminal, Verb,
+from reconciler.decisions import Decision, Reason, Status, Verb
+from reconciler.model import Launch, Mode, RoleSpec, Runtime, ServeSpec
+from reconciler.observed import (
+    Health,
+    ProbeFacts,
+    ProcessFacts,
+    RoleObservation,
+    RoleRecord,
+    Terminal,
 )
 from reconciler.records import ActionFacts, after_decision
 

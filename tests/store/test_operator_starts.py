@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from reconciler.model import Mode, RoleRecord, Runtime, Terminal
+from reconciler.model import Mode, Runtime
+from reconciler.observed import RoleRecord, Terminal
 from reconciler.store import _MIGRATIONS, SCHEMA_VERSION, Lock, Store
 
 

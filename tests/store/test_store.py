@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from reconciler.model import Mode, RoleRecord, Runtime, Terminal
+from reconciler.model import Mode, Runtime
+from reconciler.observed import RoleRecord, Terminal
 from reconciler.modelstore import Stamp
 from reconciler.store import SCHEMA_VERSION, Lock, LockHeld, Store, StoreError
 

@@ -6,10 +6,9 @@ import attrs
 
 from reconciler.errors import Problem
 from reconciler.loop import PassResult
-from reconciler.model import (
-    Decision, Desired, Health, MemorySpec, Mode, NodeConfig, Observed, Plan, ProbeFacts,
-    Reason, RoleObservation, RoleSpec, Runtime, ServeSpec, Status, Verb,
-)
+from reconciler.decisions import Decision, Plan, Reason, Status, Verb
+from reconciler.model import Desired, MemorySpec, Mode, NodeConfig, RoleSpec, Runtime, ServeSpec
+from reconciler.observed import Health, Observed, ProbeFacts, RoleObservation
 
 
 def role_spec(name: str, port: int = 20001, mode: Mode = Mode.MANAGED) -> RoleSpec:

@@ -12,7 +12,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler import procs, watch
-from reconciler.model import Mode, RoleRecord, Runtime, WantedState
+from reconciler.model import Mode, Runtime, WantedState
+from reconciler.observed import RoleRecord
 from reconciler.store import Store
 from tests.watch.fakes import FakePasses, bad, desired, good, role_spec
 

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from reconciler import exits, procs
-from reconciler.model import Mode, RoleRecord, Runtime
+from reconciler.model import Mode, Runtime
+from reconciler.observed import RoleRecord
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs Linux pidfds")
 

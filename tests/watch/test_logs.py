@@ -12,7 +12,7 @@ import pytest
 from reconciler import logs
 from reconciler.execute import Outcome
 from reconciler.loop import PassResult
-from reconciler.model import Decision, Plan, Reason, Status, Verb
+from reconciler.decisions import Decision, Plan, Reason, Status, Verb
 from tests.watch.fakes import bad, keep
 
 TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"

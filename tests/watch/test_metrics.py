@@ -10,7 +10,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler import metrics
-from reconciler.model import Decision, Mode, Reason, RoleRecord, Runtime, Status, Verb
+from reconciler.decisions import Decision, Reason, Status, Verb
+from reconciler.model import Mode, Runtime
+from reconciler.observed import RoleRecord
 from reconciler.store import Store
 from tests.watch.fakes import bad, desired, good, keep
 

@@ -17,7 +17,8 @@ import pytest
 
 from reconciler import cli, procs, watch
 from reconciler.commands import handoff
-from reconciler.model import Mode, RoleRecord, Runtime, Terminal
+from reconciler.model import Mode, Runtime
+from reconciler.observed import RoleRecord, Terminal
 from reconciler.store import Store
 from tests.watch.fakes import FakePasses, bad, desired, good
 

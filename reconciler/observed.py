@@ -1,0 +1,131 @@
+"""Value types of what is (PURE): observations of this pass and the store's memory.
+
+``observe.py`` fills ``Observed`` (process and probe facts per role, model
+checks); ``store.py`` fills ``Remembered`` (one ``RoleRecord`` per role the
+reconciler has started, loaded or adopted). With ``model.Desired`` they are
+the inputs of ``plan()``.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from reconciler.model import Mode, Runtime
+
+frozen = attrs.frozen(kw_only=True)
+
+
+# ---------------------------------------------------------------- observed
+
+
+class Health(enum.StrEnum):
+    UP = "up"  # answering and healthy
+    LOADING = "loading"  # 503 loading / Ollama load in flight / ps timed out
+    UNHEALTHY = "unhealthy"  # answering but unhealthy (e.g. mlx 503 thread died)
+    UNREACHABLE = "unreachable"  # refused, timed out, transport error
+    NOT_PROBED = "not-probed"  # port outside the allowlist: no packet sent
+
+
+@frozen
+class ProcessFacts:
+    """A process the store says we started, as seen in the process table."""
+
+    pid: int
+    create_time: float
+    alive: bool
+    owned: bool  # pid + create time + RECONCILER_INSTANCE marker all match
+    listen: tuple[str, ...] = ()  # "host:port" of the process group's listeners
+    exit_observed_at: float | None = None
+
+
+@frozen
+class ProbeFacts:
+    health: Health
+    detail: str = ""
+    listed_models: tuple[str, ...] = ()  # /v1/models ids, /api/tags names
+    resident_models: tuple[str, ...] = ()  # Ollama /api/ps names
+    identity: str | None = None  # /props model_path, argv --model, …
+    version: str | None = None
+    latency: float | None = None  # seconds
+
+
+@frozen
+class RoleObservation:
+    """Everything observed about one role (desired or remembered) this pass."""
+
+    name: str
+    process: ProcessFacts | None = None
+    probe: ProbeFacts | None = None
+    port_taken: bool = False  # something not ours accepts connections on the port
+    exposed: tuple[str, ...] = ()  # non-loopback listen addresses of our process
+
+
+class ModelState(enum.StrEnum):
+    VERIFIED = "verified"
+    UNVERIFIED = "unverified"  # not checked yet (e.g. plan-only run)
+    MISMATCH = "mismatch"  # sticky until a full verification passes
+    MISSING = "missing"
+    DETACHED = "detached"  # the root is gone (unmounted drive)
+
+
+@frozen
+class ModelCheck:
+    name: str
+    state: ModelState
+    detail: str = ""
+
+
+@frozen
+class Observed:
+    roles: tuple[RoleObservation, ...] = ()
+    models: tuple[ModelCheck, ...] = ()
+
+    def role(self, name: str) -> RoleObservation:
+        found = next((r for r in self.roles if r.name == name), None)
+        return found if found is not None else RoleObservation(name=name)
+
+    def model(self, name: str | None) -> ModelCheck | None:
+        return next((m for m in self.models if m.name == name), None)
+
+
+# ---------------------------------------------------------------- remembered
+
+
+class Terminal(enum.StrEnum):
+    GAVE_UP = "gave-up"
+    STOPPED_EXPOSED = "stopped-exposed"
+
+
+@frozen
+class RoleRecord:
+    """What the state store remembers about one role between passes."""
+
+    name: str
+    instance_id: str
+    runtime: Runtime
+    mode: Mode
+    host: str = "127.0.0.1"
+    port: int = 0
+    model_tag: str | None = None  # the Ollama tag we loaded, for unload
+    pid: int | None = None
+    create_time: float | None = None
+    launch_digest: str | None = None
+    launch_argv: tuple[str, ...] = ()  # for "spec_changed: ctx 4096 → 8192"
+    restarts: int = 0
+    started_at: float | None = None
+    exited_at: float | None = None  # when the exit was first observed
+    healthy_since: float | None = None  # first answered since the last start
+    terminal: Terminal | None = None
+    terminal_detail: str = ""
+    we_loaded: bool = False
+    reserved: int = 0  # bytes held in the residency ledger
+
+
+@frozen
+class Remembered:
+    roles: tuple[RoleRecord, ...] = ()
+
+    def role(self, name: str) -> RoleRecord | None:
+        return next((r for r in self.roles if r.name == name), None)
