@@ -22,7 +22,8 @@ import sys
 import tempfile
 import time
 
-from reconciler.model import ModelFile, ModelFormat, ModelSpec, ModelState
+from reconciler.model import ModelFile, ModelFormat, ModelSpec
+from reconciler.observed import ModelState
 from reconciler.modelstore import MemoryStampStore, Verifier, hash_file
 
 BIG = 1 << 30

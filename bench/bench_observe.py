@@ -23,14 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reconciler.model import (  # noqa: E402
-    Desired,
-    Mode,
-    Remembered,
-    RoleSpec,
-    Runtime,
-    ServeSpec,
-)
+from reconciler.model import Desired, Mode, RoleSpec, Runtime, ServeSpec
+from reconciler.observed import Remembered
 from reconciler.observe import observe  # noqa: E402
 
 BODIES = {
