@@ -74,8 +74,8 @@ def _add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     )
     g.add_argument(
         "--state-dir", metavar="DIR", type=_path, default=default(None),
-        help="state directory (default: $RECONCILER_STATE_DIR, $XDG_STATE_HOME/reconciler, "
-        "or /var/lib/reconciler as root)",
+        help="state directory (default: $RECONCILER_STATE_DIR, else /var/lib/reconciler as "
+        "root, else $XDG_STATE_HOME/reconciler)",
     )
     g.add_argument(
         "--log-format", choices=("text", "json"), default=default("text"),
@@ -130,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "apply:run_plan")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--detailed-exitcode", action="store_true",
-                   help="exit 0 with no changes, 2 with changes, 1 on error")
+                   help="exit 0 with no changes, 2 with changes, 1 on error (plan never "
+                   "exits 3: roles needing an operator are counted in its summary)")
     p.add_argument("--allow-empty", action="store_true",
                    help="plan stops even when the manifest set is empty")
 

@@ -345,8 +345,8 @@ def _apply_one(d: Decision, node: NodeConfig, allowed: Callable[[int], bool], ho
 
 
 def _stop(d: Decision, grace: float) -> Outcome:
-    if d.pid is None:
-        return _outcome(d, ok=True, exited=True, detail="no process recorded")
+    if d.pid is None:  # a crashed server's restart: nothing left to stop
+        return _outcome(d, ok=True, exited=True, detail="")
     if d.create_time is None:
         return _outcome(d, ok=False, detail=(
             f"refused: no recorded create time for pid {d.pid}; no signal sent"))

@@ -42,18 +42,26 @@ class PassResult:
 
 
 def manifests_commit(paths: Sequence[str]) -> str | None:
-    """The git commit of the manifests' checkout, if they live in one."""
+    """The git commit of the manifests' checkout, if they live in one.
+
+    ``<sha>+dirty`` when the manifests differ from that commit (uncommitted
+    edits, untracked files): the commit alone would claim what was applied.
+    """
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     for path in paths:
         folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
         try:
-            out = subprocess.run(
-                ["git", "-C", folder, "rev-parse", "HEAD"], capture_output=True, text=True,
-                timeout=5, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-            )
+            head = subprocess.run(["git", "-C", folder, "rev-parse", "HEAD"],
+                                  capture_output=True, text=True, timeout=5, env=env)
+            if head.returncode != 0:
+                continue
+            dirty = subprocess.run(
+                ["git", "-C", folder, "status", "--porcelain", "--", "."],
+                capture_output=True, text=True, timeout=5, env=env)
         except (OSError, subprocess.SubprocessError):
             return None
-        if out.returncode == 0:
-            return out.stdout.strip()
+        commit = head.stdout.strip()
+        return f"{commit}+dirty" if dirty.returncode == 0 and dirty.stdout.strip() else commit
     return None
 
 

@@ -239,8 +239,8 @@ def _backoff(r: _Role, exited: float, now: float, what: str, attempt: str) -> Dr
     # §4 max restarts reached and dead → gave-up (terminal, releases memory).
     if state.gave_up:
         return _d(r, Verb.GIVE_UP, Reason.MAX_RESTARTS, Status.GAVE_UP,
-                  f"{what} after {n} restarts (max_restarts {most}); run `reconcile start "
-                  f"{r.name}`", release=r.reserved)
+                  f"{what} after {n} restart{'' if n == 1 else 's'} (max_restarts {most}); "
+                  f"run `reconcile start {r.name}`", release=r.reserved)
     # §4 backoff: the clock starts when the exit was first observed.
     if state.left > 0:
         left = format_duration(state.left)

@@ -210,8 +210,10 @@ class Store:
             else:
                 self.put_role(attrs.evolve(record, terminal=None, terminal_detail="",
                                            restarts=0, exited_at=None))
-                detail = (f"cleared {record.terminal or 'no terminal state'}, "
-                          f"restarts {record.restarts} → 0")
+                parts = [f"cleared {record.terminal}"] if record.terminal else []
+                if record.restarts:
+                    parts.append(f"restarts {record.restarts} → 0")
+                detail = ", ".join(parts) or "nothing to clear"
             self.record_event(name, "operator-start", "operator", detail, at=at)
         return detail
 
