@@ -223,6 +223,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(getattr(module, func_name)(args))
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `reconcile events | head`: the reader had enough; not an error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except OSError as exc:
         # An unusable state dir, an unreadable path: a message, not a traceback.
         where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
@@ -233,7 +237,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise  # a bug: keep the traceback
         print(f"reconcile: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    except BrokenPipeError:
-        # `reconcile events | head`: not an error worth a traceback.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK

@@ -296,7 +296,11 @@ def _claims(decision: Decision) -> bool:
 
 
 def _freed(decision: Decision, outcome: Outcome) -> bool:
-    return outcome.ok if decision.verb is Verb.UNLOAD else outcome.exited
+    if decision.verb is Verb.UNLOAD:
+        return outcome.ok
+    if decision.verb is Verb.RESTART and decision.pid is None:
+        return True  # a crashed server's restart: nothing was running to hold memory
+    return outcome.exited
 
 
 def _outcome(decision: Decision, **fields) -> Outcome:
@@ -318,14 +322,17 @@ def _apply_one(d: Decision, node: NodeConfig, allowed: Callable[[int], bool], ho
     if d.verb is Verb.RESTART:
         # Everything that can refuse the new launch is checked while the old
         # server still serves: a model that fails verification must not cost
-        # the running one. Only the port check waits: the old server holds it.
+        # the running one. The port check waits: the old server holds it.
         refusal = _launch_refusal(d, hooks)
         if refusal:
-            return _outcome(d, ok=False, detail=f"{refusal}; the running server was left alone")
+            kept = "; the running server was left alone" if d.pid is not None else ""
+            return _outcome(d, ok=False, detail=refusal + kept)
         stopped = _stop(d, node.stop_grace)
         if not stopped.exited:
             return stopped
-        started = _start(d, host, hooks, checked=True)
+        # Verified again now: the stop took up to stop_grace, and what is
+        # spawned must be what was verified (the lazy re-check only stats).
+        started = _start(d, host, hooks)
         return attrs.evolve(started, exited=True, detail="; ".join(
             x for x in (stopped.detail, started.detail) if x))
     if d.verb is Verb.START:
@@ -367,15 +374,14 @@ def _launch_refusal(d: Decision, hooks: Hooks) -> str | None:
     return hooks.before_start(d)
 
 
-def _start(d: Decision, host: str, hooks: Hooks, *, checked: bool = False) -> Outcome:
+def _start(d: Decision, host: str, hooks: Hooks) -> Outcome:
     # The cheap port check first: a taken port needs no model verification.
     if d.port is not None and procs.accepts_connections(host, d.port):
         return _outcome(d, ok=False, detail=(
             f"port {host}:{d.port} already taken; adopt it instead"))
-    if not checked:
-        refusal = _launch_refusal(d, hooks)
-        if refusal:
-            return _outcome(d, ok=False, detail=refusal)
+    refusal = _launch_refusal(d, hooks)
+    if refusal:
+        return _outcome(d, ok=False, detail=refusal)
     launch = d.launch
     assert launch is not None
     result = spawn.spawn(launch)

@@ -280,6 +280,7 @@ def _record(store, desired, observed, the_plan, outcomes, commit, now, root,
         facts = None
         if outcome is not None and decision.acts:
             facts = records.ActionFacts(ok=outcome.ok and not outcome.skipped,
+                                        skipped=outcome.skipped,
                                         exited=outcome.exited, pid=outcome.pid,
                                         create_time=outcome.create_time)
         # The spawn hook may have written a fresher record than `remembered`.

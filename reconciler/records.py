@@ -23,6 +23,7 @@ class ActionFacts:
     """What the executor reports about one acted decision."""
 
     ok: bool
+    skipped: bool = False  # not attempted (an earlier stop failed): nothing happened
     exited: bool = False  # a stopped process is really gone
     pid: int | None = None
     create_time: float | None = None
@@ -50,6 +51,8 @@ def after_decision(
     now: float,
 ) -> RoleRecord | None:
     """The record to store after ``decision`` (and, when it acted, ``facts``)."""
+    if facts is not None and facts.skipped:
+        return record  # never attempted: no crash, no count, nothing changed
     if record is None:
         if spec is None:
             return None
@@ -67,10 +70,12 @@ def after_decision(
     if verb in (Verb.START, Verb.RESTART):
         assert facts is not None
         launch = decision.launch
-        if verb is Verb.RESTART and not facts.exited:
+        if verb is Verb.RESTART and not facts.exited and decision.pid is not None:
             # The old server could not be stopped (or the restart was refused
             # before stopping it): it still runs, as recorded. Keep it all.
             return record
+        # (A crashed server's restart that was refused before spawning falls
+        # through as a failed spawn: counted, with backoff, towards gave-up.)
         if not facts.ok:
             # A failed spawn is a crash at once: the backoff clock starts now,
             # so a broken launcher is retried with delays, not in a hot loop.

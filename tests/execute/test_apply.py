@@ -179,6 +179,22 @@ def test_restart_refused_by_verification_leaves_the_running_server_alone(world):
     assert "hash mismatch" in outcome.detail and "left alone" in outcome.detail
 
 
+def test_refused_restart_of_a_crashed_server_blocks_no_later_start(world):
+    """Nothing ran, so nothing held memory: a refused crash restart skips no start after it."""
+    crashed = attrs.evolve(_start(world, role="flaky", instance="flaky-22222222"),
+                           verb=Verb.RESTART, reason=Reason.CRASHED, reserve=10)
+
+    class RefuseFlaky(Recorder):
+        def before_start(self, decision):
+            super().before_start(decision)
+            return "refused: model m: shard a.gguf is missing" if decision.role == "flaky" else None
+
+    later = _start(world, reserve=10)
+    refused, started = _apply([crashed, later], RefuseFlaky(world))
+    assert not refused.ok and "left alone" not in refused.detail
+    assert started.ok and not started.skipped and alive(started.pid)
+
+
 def test_growing_restart_is_skipped_after_a_failed_stop(world):
     """A restart that claims more than it frees waits when an earlier stop freed nothing."""
     stranger = world.spawn(world.launch(SLEEPER, instance="other-00000000"))

@@ -48,9 +48,27 @@ def test_failed_spawn_starts_the_backoff_clock():
 
 def test_restart_whose_stop_failed_keeps_the_running_record():
     """If the old server is still there, the record still describes it."""
-    d = decide(Verb.RESTART, Reason.SPEC_CHANGED, launch=LAUNCH, reserve=100, restarts=1)
+    d = decide(Verb.RESTART, Reason.SPEC_CHANGED, launch=LAUNCH, reserve=100, restarts=1,
+               pid=10)
     after = after_decision(RUNNING, SPEC, d, NOTHING, ActionFacts(ok=False, exited=False), 60.0)
     assert after == RUNNING
+
+
+def test_refused_restart_of_a_crashed_server_counts_and_backs_off():
+    """Nothing runs and the new launch was refused: counted and timed like a failed spawn."""
+    dead = attrs.evolve(RUNNING, exited_at=40.0)
+    d = decide(Verb.RESTART, Reason.CRASHED, launch=LAUNCH, reserve=100, restarts=2)
+    after = after_decision(dead, SPEC, d, NOTHING, ActionFacts(ok=False, exited=False), 60.0)
+    assert after.restarts == 2 and after.exited_at == 60.0 and after.pid is None
+
+
+def test_a_skipped_action_changes_nothing():
+    """A start the executor skipped (an earlier stop failed) is no crash and no count."""
+    d = decide(Verb.START, Reason.MISSING, launch=LAUNCH, reserve=100, restarts=0)
+    assert after_decision(None, SPEC, d, NOTHING, ActionFacts(ok=False, skipped=True), 5.0) is None
+    d = decide(Verb.RESTART, Reason.CRASHED, launch=LAUNCH, reserve=100, restarts=3)
+    dead = attrs.evolve(RUNNING, exited_at=1.0)
+    assert after_decision(dead, SPEC, d, NOTHING, ActionFacts(ok=False, skipped=True), 5.0) == dead
 
 
 def test_stop_of_a_removed_role_forgets_it_but_only_once_gone():
