@@ -11,9 +11,15 @@ BEHAVIOUR §1.1: a model is usable only when every file exists inside its
   opened and must be a regular file; it is then opened ``O_NONBLOCK |
   O_NOFOLLOW`` and checked again with ``fstat`` (a FIFO swapped in between
   cannot hang the reconciler).
-* **Stamps.** After a file hashes, its ``(size, mtime_ns, inode)`` stamp and
-  digest are stored. The first check of a model in a process (and ``--full``)
-  hashes every byte; later checks re-hash only files whose stamp changed.
+* **Stamps.** After a file hashes, its stamp ``(size, mtime_ns, inode,
+  ctime_ns, dev)`` and digest are stored. The first check of a model in a
+  process (and ``--full``) hashes every byte; later checks re-hash only files
+  whose stamp changed. §1.1 names a ``(size, mtime_ns, inode)`` stamp; this one
+  is deliberately stronger: a file rewritten in place with its mtime put back
+  (``touch -d``, ``os.utime``) keeps those three, but not its ctime, which
+  only root or a clock change can set back; and a different device means a
+  different file whatever its inode number. Stamps stored before ctime and
+  device were recorded never match, so such a file is simply re-hashed once.
 * **Sticky mismatch.** A mismatch is recorded and keeps the model refused,
   without re-hashing, until a full verification passes.
 * **Detached.** A root that is not there (or an empty directory, as an
@@ -54,10 +60,19 @@ class Stamp:
     size: int
     mtime_ns: int
     inode: int
+    ctime_ns: int  # changes on any write, chmod or utime; cannot be set back by a user
+    dev: int
     sha256: str
 
     def same_file(self, st: os.stat_result) -> bool:
-        return (self.size, self.mtime_ns, self.inode) == (st.st_size, st.st_mtime_ns, st.st_ino)
+        return (self.size, self.mtime_ns, self.inode, self.ctime_ns, self.dev) == (
+            st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns, st.st_dev)
+
+    @classmethod
+    def of(cls, st: os.stat_result, sha256: str) -> "Stamp":
+        """The stamp of a file as ``st`` describes it, with its digest."""
+        return cls(size=st.st_size, mtime_ns=st.st_mtime_ns, inode=st.st_ino,
+                   ctime_ns=st.st_ctime_ns, dev=st.st_dev, sha256=sha256)
 
 
 class StampStore(Protocol):
@@ -136,8 +151,7 @@ def hash_file(path: str, *, buffer_size: int = HASH_BUFFER) -> Hashed:
         after = os.fstat(fd)
     finally:
         os.close(fd)
-    stamp = Stamp(size=before.st_size, mtime_ns=before.st_mtime_ns, inode=before.st_ino,
-                  sha256=digest.hexdigest())
+    stamp = Stamp.of(before, digest.hexdigest())
     return Hashed(stamp=stamp, stable=stamp.same_file(after))
 
 

@@ -90,6 +90,27 @@ _MIGRATIONS: tuple[str, ...] = (
         requested_at REAL
     );
     """,
+    # 2 → 3: stronger model stamps, with ctime and device. Rows from before get
+    # NULL there and are never read back as stamps: their files re-hash once.
+    # A rebuild, not ALTER TABLE ADD COLUMN, so that a racing second run of the
+    # step succeeds too (it only costs that race's stamps one more re-hash).
+    """
+    CREATE TABLE IF NOT EXISTS stamps_v3 (
+        model TEXT NOT NULL,
+        path TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        mtime_ns INTEGER NOT NULL,
+        inode INTEGER NOT NULL,
+        ctime_ns INTEGER DEFAULT NULL,
+        dev INTEGER DEFAULT NULL,
+        sha256 TEXT NOT NULL,
+        PRIMARY KEY (model, path)
+    );
+    INSERT OR IGNORE INTO stamps_v3 (model, path, size, mtime_ns, inode, sha256)
+        SELECT model, path, size, mtime_ns, inode, sha256 FROM stamps;
+    DROP TABLE stamps;
+    ALTER TABLE stamps_v3 RENAME TO stamps;
+    """,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -225,10 +246,17 @@ class Store:
         )
 
     def take_starts(self) -> frozenset[str]:
-        """Every queued operator start, read and deleted in one transaction."""
+        """Every queued operator start, read and deleted in one transaction.
+
+        Nothing queued (the usual pass) is a plain read: no write lock, no
+        write, so a quiet daemon leaves the database alone.
+        """
+        if not self.queued_starts():
+            return frozenset()
         with self._transaction():
             rows = self._db.execute("SELECT name FROM operator_starts").fetchall()
-            self._db.execute("DELETE FROM operator_starts")
+            if rows:
+                self._db.execute("DELETE FROM operator_starts")
         return frozenset(row["name"] for row in rows)
 
     def queued_starts(self) -> frozenset[str]:
@@ -288,10 +316,13 @@ class Store:
     # (the StampStore protocol of reconciler.modelstore)
 
     def get_stamps(self, model: str) -> dict[str, Stamp]:
-        rows = self._db.execute("SELECT * FROM stamps WHERE model = ?", (model,)).fetchall()
+        rows = self._db.execute(
+            "SELECT * FROM stamps WHERE model = ? AND ctime_ns IS NOT NULL AND dev IS NOT NULL",
+            (model,),
+        ).fetchall()
         return {
             r["path"]: Stamp(size=r["size"], mtime_ns=r["mtime_ns"], inode=r["inode"],
-                             sha256=r["sha256"])
+                             ctime_ns=r["ctime_ns"], dev=r["dev"], sha256=r["sha256"])
             for r in rows
         }
 
@@ -299,9 +330,10 @@ class Store:
         with self._transaction():
             self._db.execute("DELETE FROM stamps WHERE model = ?", (model,))
             self._db.executemany(
-                "INSERT INTO stamps (model, path, size, mtime_ns, inode, sha256) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [(model, p, s.size, s.mtime_ns, s.inode, s.sha256) for p, s in stamps.items()],
+                "INSERT INTO stamps (model, path, size, mtime_ns, inode, ctime_ns, dev, sha256) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(model, p, s.size, s.mtime_ns, s.inode, s.ctime_ns, s.dev, s.sha256)
+                 for p, s in stamps.items()],
             )
 
     def get_sticky(self, model: str) -> str | None:

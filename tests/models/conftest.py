@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
 
+from reconciler import modelstore
 from reconciler.model import ModelFile, ModelFormat, ModelSpec
 from reconciler.modelstore import MemoryStampStore, Verifier
 
@@ -39,3 +41,17 @@ def stamps() -> MemoryStampStore:
 @pytest.fixture
 def verifier(stamps: MemoryStampStore) -> Verifier:
     return Verifier(stamps)
+
+
+@pytest.fixture
+def hashed(monkeypatch) -> list[str]:
+    """Every path hash_file is asked to read, in order."""
+    calls: list[str] = []
+    real = modelstore.hash_file
+
+    def counting(path: str, **kw):
+        calls.append(os.path.basename(path))
+        return real(path, **kw)
+
+    monkeypatch.setattr(modelstore, "hash_file", counting)
+    return calls

@@ -6,34 +6,36 @@ import hashlib
 import os
 from pathlib import Path
 
-import pytest
+import attrs
 
 from reconciler import modelstore
 from reconciler.model import ModelFormat, ModelSourceInfo, ModelSpec
 from reconciler.observed import ModelState
-from reconciler.modelstore import MemoryStampStore, Verifier, hash_file, verify_model
+from reconciler.modelstore import MemoryStampStore, Stamp, Verifier, hash_file, verify_model
 
 from .conftest import make_spec
 
 W1, W2 = b"a" * 5000, b"b" * 7000
 
 
-@pytest.fixture
-def hashed(monkeypatch) -> list[str]:
-    """Every path hash_file is asked to read, in order."""
-    calls: list[str] = []
-    real = modelstore.hash_file
-
-    def counting(path: str, **kw):
-        calls.append(os.path.basename(path))
-        return real(path, **kw)
-
-    monkeypatch.setattr(modelstore, "hash_file", counting)
-    return calls
+def after_clock_tick(path: Path) -> None:
+    """Return once a new ctime would differ from ``path``'s (the kernel's clock may be coarse)."""
+    probe = path.with_name(".tick")
+    probe.write_bytes(b"")
+    before = path.stat().st_ctime_ns
+    for _ in range(1_000_000):
+        os.utime(probe)  # sets the ctime to the kernel's now
+        if probe.stat().st_ctime_ns > before:
+            break
+    probe.unlink()
 
 
 def tamper_keep_stamp(path: Path) -> None:
-    """Flip one byte in place and put the mtime back: size, mtime and inode unchanged."""
+    """Flip one byte in place and put the mtime back: size, mtime and inode unchanged.
+
+    The ctime moves (no user can set it back): that is what the stamp catches.
+    """
+    after_clock_tick(path)
     st = path.stat()
     with open(path, "r+b") as f:
         f.seek(10)
@@ -43,6 +45,7 @@ def tamper_keep_stamp(path: Path) -> None:
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert (path.stat().st_size, path.stat().st_mtime_ns, path.stat().st_ino) == (
         st.st_size, st.st_mtime_ns, st.st_ino)
+    assert path.stat().st_ctime_ns != st.st_ctime_ns
 
 
 def test_hash_file_matches_hashlib(tmp_path):
@@ -117,13 +120,39 @@ def test_tamper_with_stamp_restored_is_caught_by_a_new_process(tmp_path, stamps)
     assert (check.state, check.detail) == (ModelState.MISMATCH, "model m: shard a.gguf hash mismatch")
 
 
-def test_tamper_with_stamp_restored_is_caught_by_full(tmp_path, verifier):
-    """The same tamper within one process passes a lazy check (by design) but not --full."""
-    spec = make_spec(tmp_path / "m", {"a.gguf": W1})
+def test_tamper_with_mtime_restored_is_caught_by_the_lazy_check(tmp_path, verifier, hashed):
+    """The same tamper within one process: the ctime moved, so the lazy check re-hashes and refuses."""
+    spec = make_spec(tmp_path / "m", {"a.gguf": W1, "b.gguf": W2})
     verifier.verify(spec)
     tamper_keep_stamp(tmp_path / "m" / "a.gguf")
-    assert verifier.verify(spec).state is ModelState.VERIFIED  # the price of laziness
-    assert verifier.verify(spec, full=True).state is ModelState.MISMATCH
+    hashed.clear()
+    check = verifier.verify(spec)
+    assert (check.state, check.detail) == (ModelState.MISMATCH, "model m: shard a.gguf hash mismatch")
+    assert hashed == ["a.gguf"]
+
+
+def test_a_ctime_change_alone_is_re_hashed(tmp_path, verifier, hashed):
+    """A chmod to the same mode moves only the ctime: the file is re-hashed (and still verifies)."""
+    spec = make_spec(tmp_path / "m", {"a.gguf": W1, "b.gguf": W2})
+    verifier.verify(spec)
+    p = tmp_path / "m" / "b.gguf"
+    after_clock_tick(p)
+    os.chmod(p, p.stat().st_mode & 0o7777)
+    hashed.clear()
+    assert verifier.verify(spec).state is ModelState.VERIFIED
+    assert hashed == ["b.gguf"]
+
+
+def test_stamp_compares_ctime_and_device(tmp_path):
+    """A stamp matches only the same size, mtime, inode, ctime and device."""
+    p = tmp_path / "f"
+    p.write_bytes(W1)
+    st = p.stat()
+    stamp = Stamp.of(st, "0" * 64)
+    assert stamp.same_file(st)
+    for field in ("size", "mtime_ns", "inode", "ctime_ns", "dev"):
+        other = attrs.evolve(stamp, **{field: getattr(stamp, field) + 1})
+        assert not other.same_file(st), field
 
 
 def test_mismatch_is_sticky_until_a_full_check_passes(tmp_path, stamps, hashed):

@@ -80,11 +80,14 @@ def test_events_are_appended_and_filtered(tmp_path):
 def test_stamps_and_sticky_mismatches(tmp_path):
     """Model stamps replace as a set; a sticky mismatch stays until cleared."""
     with Store(tmp_path) as store:
-        store.put_stamps("m", {"a.gguf": Stamp(size=1, mtime_ns=2, inode=3, sha256="f" * 64),
-                               "b.gguf": Stamp(size=4, mtime_ns=5, inode=6, sha256="e" * 64)})
-        store.put_stamps("m", {"a.gguf": Stamp(size=9, mtime_ns=2, inode=3, sha256="f" * 64)})
-        assert store.get_stamps("m") == {"a.gguf": Stamp(size=9, mtime_ns=2, inode=3,
-                                                         sha256="f" * 64)}
+        store.put_stamps("m", {"a.gguf": Stamp(size=1, mtime_ns=2, inode=3, ctime_ns=7, dev=8,
+                                               sha256="f" * 64),
+                               "b.gguf": Stamp(size=4, mtime_ns=5, inode=6, ctime_ns=7, dev=8,
+                                               sha256="e" * 64)})
+        store.put_stamps("m", {"a.gguf": Stamp(size=9, mtime_ns=2, inode=3, ctime_ns=7, dev=8,
+                                               sha256="f" * 64)})
+        assert store.get_stamps("m") == {"a.gguf": Stamp(size=9, mtime_ns=2, inode=3, ctime_ns=7,
+                                                         dev=8, sha256="f" * 64)}
         assert store.get_stamps("other") == {}
         assert store.get_sticky("m") is None
         store.set_sticky("m", "model m: shard a.gguf hash mismatch")
