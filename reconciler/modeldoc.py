@@ -14,6 +14,12 @@ File kinds are decided by name alone:
   ``chat_template.json``;
 * anything else (``config.json``, READMEs) is not part of the document.
 
+A directory of GGUF files is often several models side by side: quantisations
+(``x-q4_k_m.gguf``, ``x-q8_0.gguf``) and a vision projector (``mmproj-*.gguf``,
+which is no model). ``one_gguf_model`` accepts exactly one model there, a
+single file or one complete split set ``x-0000K-of-0000N.gguf``, and otherwise
+names the candidates so the user can pass the file they mean.
+
 Ollama's manifests (JSON in Ollama's own store) are read here too: the tag
 grammar and the model layer's digest.
 """
@@ -98,6 +104,63 @@ def split_gguf_parts(name: str) -> tuple[str, ...] | None:
     if total < 1 or int(m["part"]) > total:
         return None
     return tuple(f"{m['stem']}-{i:05d}-of-{total:05d}.gguf" for i in range(1, total + 1))
+
+
+def is_projector(path: str) -> bool:
+    """A multimodal projector (``mmproj-*.gguf``): a GGUF that is not a model by itself."""
+    return "mmproj" in path.rsplit("/", 1)[-1].lower()
+
+
+def one_gguf_model(ggufs: Iterable[str], *, where: str) -> tuple[str, ...]:
+    """The files of the one GGUF model among a directory's ``*.gguf`` (paths relative to it).
+
+    One single file, or every part of one split set. Anything else (several
+    models, a projector beside the model, only a projector, an incomplete
+    split set) is a ValueError that names the candidates and the command to
+    describe one of them; ``where`` is the directory as the user wrote it.
+    """
+    files = sorted(set(ggufs))
+    if not files:
+        raise ValueError(f"no GGUF files in {where}")
+    groups: dict[tuple[str, ...], list[str]] = {}  # a model's full file list → those present
+    projectors = []
+    for p in files:
+        if is_projector(p):
+            projectors.append(p)
+            continue
+        folder, _, base = p.rpartition("/")
+        parts = split_gguf_parts(base) or (base,)
+        groups.setdefault(tuple(f"{folder}/{x}" if folder else x for x in parts), []).append(p)
+    if len(groups) == 1 and not projectors:
+        ((model, present),) = groups.items()
+        missing = [x for x in model if x not in present]
+        if missing:
+            raise ValueError(f"split GGUF {model[0]} in {where} is incomplete: "
+                             f"{len(missing)} of {len(model)} parts missing "
+                             f"({', '.join(missing)})")
+        return model
+    lines = []
+    for model, present in sorted(groups.items()):
+        note = "" if len(model) == 1 else f"  (split: {len(present)} of {len(model)} parts)"
+        lines.append(f"  {present[0]}{note}")
+    lines += [f"  {p}  (multimodal projector, not a model)" for p in projectors]
+    complete = sorted(present[0] for model, present in groups.items() if len(present) == len(model))
+    pick = complete[0] if complete else None if groups else projectors[0]
+    if groups:
+        extra = f" and {_count(len(projectors), 'projector')}" if projectors else ""
+        head = (f"{where} holds {_count(len(groups), 'GGUF model')}{extra}, "
+                "and a Model document describes one model:")
+        tail = "pass the model's file"
+    else:
+        head = f"{where} holds no GGUF model, only a multimodal projector:"
+        tail = "pass the file if it really is the model"
+    if pick is not None:
+        tail += f", e.g. `reconcile models add {where.rstrip('/')}/{pick}`"
+    raise ValueError("\n".join([head, *lines, tail]))
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def weights_for(fmt: ModelFormat, paths: Iterable[str]) -> tuple[str, ...]:

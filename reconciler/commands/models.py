@@ -7,7 +7,10 @@ a valid ``kind: Model`` document, or writes it with ``-o FILE``:
 * a directory: its weights, tokenizer and chat template (``modeldoc`` names
   them); hidden entries and symlinked directories are not descended into;
   a file that resolves outside the directory is refused, as verification
-  would refuse it (a Hugging Face snapshot may link into its own ``blobs/``);
+  would refuse it (a Hugging Face snapshot may link into its own ``blobs/``).
+  A GGUF directory must hold exactly one model (one file, or one complete
+  split set); beside several quantisations or a ``mmproj-*`` projector the
+  command lists the candidates and asks for the file;
 * ``--ollama NAME:TAG``: read from Ollama's own manifest and blob store under
   ``$OLLAMA_MODELS`` or ``~/.ollama/models`` (no server needed); the model
   blob is hashed against its digest, and the document names the tag only.
@@ -97,6 +100,8 @@ def _files_document(args) -> dict:
         raise ValueError(f"cannot tell the format of {args.path} from its weights "
                          f"({', '.join(kinds) or 'none found'}); use --format")
     weights = modeldoc.weights_for(fmt, rels)
+    if fmt is ModelFormat.GGUF and stat.S_ISDIR(st.st_mode) and weights:
+        weights = modeldoc.one_gguf_model(weights, where=args.path)
     tokenizer = template = None
     if fmt is not ModelFormat.GGUF:  # a GGUF carries its own tokenizer and template
         tokenizer = modeldoc.first_of(modeldoc.TOKENIZER_NAMES, rels)

@@ -121,11 +121,86 @@ def test_add_refuses_a_file_that_escapes_the_directory(tmp_path, capsys):
     """A weight that is a symlink out of the directory is not described."""
     d = tmp_path / "m"
     d.mkdir()
-    (d / "a.gguf").write_bytes(W1)
-    os.symlink("/etc/passwd", d / "b.gguf")
+    (d / "a-00001-of-00002.gguf").write_bytes(W1)
+    os.symlink("/etc/passwd", d / "a-00002-of-00002.gguf")
     code, out, err = add(capsys, str(d))
     assert (code, out) == (1, "")
-    assert "b.gguf resolves outside the model root" in err
+    assert "a-00002-of-00002.gguf resolves outside the model root" in err
+
+
+# ---------------------------------------------------------------- a directory of GGUF files
+
+
+def gguf_dir(root: Path, *names: str) -> Path:
+    root.mkdir()
+    for i, n in enumerate(names):
+        (root / n).write_bytes(bytes([65 + i]) * (1000 + i))
+    return root
+
+
+def test_add_gguf_directory_with_one_file(tmp_path, capsys):
+    """A directory holding one GGUF (and other files) describes that file, named after the directory."""
+    d = gguf_dir(tmp_path / "qwen", "qwen-q4_k_m.gguf", "README.md")
+    code, out, err = add(capsys, str(d))
+    assert code == 0, err
+    model = loaded_model(out)
+    assert (model.name, [s.path for s in model.shards]) == ("qwen", ["qwen-q4_k_m.gguf"])
+
+
+def test_add_gguf_directory_with_a_complete_split_set(tmp_path, capsys):
+    """One complete split set is one model: every part, in order."""
+    d = gguf_dir(tmp_path / "big", "big-00002-of-00003.gguf", "big-00001-of-00003.gguf",
+                 "big-00003-of-00003.gguf")
+    code, out, err = add(capsys, str(d))
+    assert code == 0, err
+    assert [s.path for s in loaded_model(out).shards] == [
+        "big-00001-of-00003.gguf", "big-00002-of-00003.gguf", "big-00003-of-00003.gguf"]
+
+
+def test_add_gguf_directory_with_an_incomplete_split_set(tmp_path, capsys, hashed):
+    """A split set with a part missing is refused before hashing, naming the missing part."""
+    d = gguf_dir(tmp_path / "big", "big-00001-of-00003.gguf", "big-00003-of-00003.gguf")
+    code, out, err = add(capsys, str(d))
+    assert (code, out, hashed) == (1, "", [])
+    assert "incomplete" in err and "big-00002-of-00003.gguf" in err
+
+
+def test_add_gguf_directory_with_several_quantisations(tmp_path, capsys, hashed):
+    """Several models (and a projector) are refused: the candidates are listed, and the command."""
+    d = gguf_dir(tmp_path / "qwen", "mmproj-qwen-f16.gguf", "qwen-q4_k_m.gguf", "qwen-q8_0.gguf")
+    code, out, err = add(capsys, str(d))
+    assert (code, out, hashed) == (1, "", [])
+    lines = err.splitlines()
+    assert lines[0].startswith(f"reconcile: error: {d} holds 2 GGUF models and 1 projector")
+    assert lines[1:4] == ["  qwen-q4_k_m.gguf", "  qwen-q8_0.gguf",
+                          "  mmproj-qwen-f16.gguf  (multimodal projector, not a model)"]
+    assert lines[4] == f"pass the model's file, e.g. `reconcile models add {d}/qwen-q4_k_m.gguf`"
+    code, out, err = add(capsys, str(d / "qwen-q4_k_m.gguf"))
+    assert code == 0, err
+    assert [s.path for s in loaded_model(out).shards] == ["qwen-q4_k_m.gguf"]
+
+
+def test_add_gguf_directory_with_a_projector_beside_one_model(tmp_path, capsys, hashed):
+    """A projector beside the model is not silently dropped: the user is asked for the model file."""
+    d = gguf_dir(tmp_path / "vl", "mmproj-vl-f16.gguf", "vl-q4_k_m.gguf")
+    code, out, err = add(capsys, str(d))
+    assert (code, out, hashed) == (1, "", [])
+    assert f"{d} holds 1 GGUF model and 1 projector" in err
+    assert f"reconcile models add {d}/vl-q4_k_m.gguf" in err
+
+
+def test_add_gguf_directory_with_split_sets_of_two_quantisations(tmp_path, capsys):
+    """Two split sets are two models: each is listed once, by its first part."""
+    d = gguf_dir(tmp_path / "big", "big-q4-00001-of-00002.gguf", "big-q4-00002-of-00002.gguf",
+                 "big-q8-00001-of-00002.gguf", "big-q8-00002-of-00002.gguf")
+    code, _, err = add(capsys, str(d))
+    assert code == 1
+    assert err.splitlines()[1:3] == ["  big-q4-00001-of-00002.gguf  (split: 2 of 2 parts)",
+                                     "  big-q8-00001-of-00002.gguf  (split: 2 of 2 parts)"]
+    code, out, err = add(capsys, str(d / "big-q8-00002-of-00002.gguf"))
+    assert code == 0, err
+    assert [s.path for s in loaded_model(out).shards] == [
+        "big-q8-00001-of-00002.gguf", "big-q8-00002-of-00002.gguf"]
 
 
 def test_add_does_not_block_on_a_fifo(tmp_path, capsys):

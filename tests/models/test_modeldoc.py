@@ -62,6 +62,43 @@ def test_split_gguf_parts():
     assert modeldoc.split_gguf_parts("single.gguf") is None
 
 
+@pytest.mark.parametrize("files, chosen", [
+    (["m.gguf"], ("m.gguf",)),
+    (["x-00002-of-00002.gguf", "x-00001-of-00002.gguf"],
+     ("x-00001-of-00002.gguf", "x-00002-of-00002.gguf")),
+    (["q4/x-00001-of-00002.gguf", "q4/x-00002-of-00002.gguf"],
+     ("q4/x-00001-of-00002.gguf", "q4/x-00002-of-00002.gguf")),
+])
+def test_one_gguf_model_accepts_one_model(files, chosen):
+    """One file, or one complete split set (also in a subdirectory), is the model."""
+    assert modeldoc.one_gguf_model(files, where="d") == chosen
+
+
+@pytest.mark.parametrize("files, message", [
+    (["a.gguf", "b.gguf"], "d holds 2 GGUF models, and a Model document describes one model:"),
+    (["m.gguf", "mmproj-m.gguf"], "d holds 1 GGUF model and 1 projector"),
+    (["m.gguf", "m-mmproj-f16.gguf", "mmproj-m.gguf"], "d holds 1 GGUF model and 2 projectors"),
+    (["mmproj-m.gguf"], "d holds no GGUF model, only a multimodal projector"),
+    (["x-00001-of-00003.gguf"], "split GGUF x-00001-of-00003.gguf in d is incomplete: 2 of 3"),
+    (["q4/x-00001-of-00002.gguf", "q8/x-00001-of-00002.gguf", "q8/x-00002-of-00002.gguf"],
+     "`reconcile models add d/q8/x-00001-of-00002.gguf`"),
+    (["x-00001-of-00002.gguf", "x-00001-of-00003.gguf"], "  x-00001-of-00003.gguf  (split: 1 of 3"),
+    ([], "no GGUF files in d"),
+])
+def test_one_gguf_model_refuses_anything_else(files, message):
+    """Several models, projectors, incomplete or mixed split sets: a message naming them."""
+    with pytest.raises(ValueError) as e:
+        modeldoc.one_gguf_model(files, where="d")
+    assert message in str(e.value)
+
+
+def test_one_gguf_model_suggests_no_file_when_none_is_complete():
+    """With only incomplete split sets there is no file to suggest."""
+    with pytest.raises(ValueError) as e:
+        modeldoc.one_gguf_model(["x-00001-of-00002.gguf", "y-00001-of-00002.gguf"], where="d")
+    assert "e.g." not in str(e.value)
+
+
 @pytest.mark.parametrize("text, name", [
     ("Qwen2.5-7B-Instruct-Q4_K_M.gguf", "Qwen2.5-7B-Instruct-Q4_K_M"),
     ("big-00001-of-00003.gguf", "big"),
