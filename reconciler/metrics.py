@@ -14,6 +14,7 @@ series                                                type   from
 ``reconciler_last_pass_timestamp_seconds``            gauge  unix time the pass began
 ``reconciler_last_pass_duration_seconds``             gauge
 ``reconciler_last_pass_success``                      gauge  1 when every action worked
+                                                             (0 when the pass raised)
 ``reconciler_manifest_problems``                      gauge  0 when the manifests are valid
 ====================================================  =====  ===========================
 
@@ -85,8 +86,13 @@ def _family(name: str, samples: Iterable[tuple[dict[str, str], float]]) -> list[
     return lines
 
 
-def render(result, store, *, problems_count: int, last_pass_ts: float, duration: float) -> str:
-    """The exposition text for one pass; ``store`` gives restarts and reservations."""
+def render(result, store, *, problems_count: int, last_pass_ts: float, duration: float,
+           failed: bool = False) -> str:
+    """The exposition text for one pass; ``store`` gives restarts and reservations.
+
+    ``failed``: the pass raised; ``result`` is the last one known (its role
+    series stay published) and ``reconciler_last_pass_success`` is 0.
+    """
     records = {r.name: r for r in store.roles()} if store is not None else {}
     plan = getattr(result, "plan", None)
     decisions = {d.role: d for d in plan.decisions} if plan is not None else {}
@@ -117,7 +123,7 @@ def render(result, store, *, problems_count: int, last_pass_ts: float, duration:
             if obs.probe is not None and obs.probe.latency is not None:
                 latency.append(({"role": obs.name}, float(obs.probe.latency)))
 
-    ok = bool(getattr(result, "ok", False)) and problems_count == 0
+    ok = not failed and bool(getattr(result, "ok", False)) and problems_count == 0
     lines: list[str] = []
     lines += _family("reconciler_role_status", status_samples)
     lines += _family("reconciler_role_restarts", restarts)

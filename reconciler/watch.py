@@ -22,7 +22,14 @@ state cleared, restarts 0) and names them in the pass's ``operator_starts``.
 
 All of these meet in one ``selectors`` wait: signals through
 ``signal.set_wakeup_fd``, the file watcher and ``request_*`` through a
-control pipe, server exits through their pidfds.
+control pipe, server exits through their pidfds. ``signals_held`` blocks the
+three signals from before the lock is taken until ``Daemon.run`` has its
+handlers in, so an early SIGHUP (``reconcile start``) does not kill.
+
+A pass that raises (a bug, a failing store) is logged with its traceback
+and retried after ``ERROR_RETRY``; its metrics still go out, with
+``reconciler_last_pass_success 0``, its own time and duration and the role
+series of the last result known.
 
 An invalid manifest edit keeps the last good desired state: its problems
 are logged with file:line, one ``manifests invalid`` event is recorded per
@@ -32,13 +39,15 @@ file is simply the next good state.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import selectors
 import signal
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import attrs
 
@@ -53,6 +62,9 @@ ERROR_RETRY = 5.0
 #: watchfiles: yield once nothing changed for STEP ms, at the latest after DEBOUNCE ms.
 FILE_STEP_MS = 50
 FILE_DEBOUNCE_MS = 400
+
+#: The signals the daemon acts on (between passes, through the wake-up fd).
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 _CONTROL, _SIGNALS = "control", "signals"
 _FILES, _STOP, _NOW = b"f", b"s", b"p"
@@ -77,6 +89,29 @@ def next_deadline(
         if at < deadline:
             deadline, why = at, "requeue"
     return deadline, why
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Block ``SIGNALS`` until a ``Daemon.run`` has its handlers in; the old mask after.
+
+    ``reconcile start`` sends SIGHUP as soon as the lock file names our pid,
+    and SIGHUP's default action kills. Held from before the lock is taken, a
+    signal arriving early stays pending and reaches the daemon once its
+    handlers are installed (``Daemon.run`` unblocks them): SIGHUP is one more
+    pass, SIGTERM/SIGINT a clean stop after the first pass. Nothing may spawn
+    a process while they are held: a child would inherit the mask.
+    """
+    saved = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+        yield
+    finally:
+        # One that came while the daemon was stopping asks for nothing more
+        # (a late SIGHUP must not turn a clean exit into death by signal).
+        ours = set(SIGNALS) - saved
+        while ours and signal.sigtimedwait(ours, 0) is not None:
+            pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, saved)
 
 
 # ---------------------------------------------------------------- manifest files
@@ -181,6 +216,7 @@ class Daemon:
 
         self.last_good: Desired | None = None
         self.last_result = None
+        self._shown = None  # the last pass result the metrics were rendered from
         self.passes = 0
         self._problems: tuple[str, ...] = ()
         self._warnings: tuple[str, ...] = ()
@@ -197,6 +233,7 @@ class Daemon:
         self._files: FileWatch | None = None
         self._saved_signals: dict[int, object] = {}
         self._saved_wakeup: int | None = None
+        self._saved_mask: set[int] | None = None
 
     # ------------------------------------------------------------ control (any thread)
 
@@ -257,12 +294,18 @@ class Daemon:
         if threading.current_thread() is not threading.main_thread():
             return  # tests drive a daemon from a thread with request_*()
         self._saved_wakeup = signal.set_wakeup_fd(self._sig_w, warn_on_full_buffer=False)
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for signum in SIGNALS:
             # The handler does nothing: the wake-up fd carries the signal
             # number into the select, where the loop acts on it between passes.
             self._saved_signals[signum] = signal.signal(signum, _ignore)
+        # Only now may they arrive (``signals_held``): one pending since is acted on.
+        self._saved_mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
 
     def _restore_signals(self) -> None:
+        if self._saved_mask is not None:
+            # Held again first, so none meets a restored default action mid-teardown.
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._saved_mask)
+            self._saved_mask = None
         for signum, handler in self._saved_signals.items():
             signal.signal(signum, handler)  # type: ignore[arg-type]
         self._saved_signals.clear()
@@ -320,6 +363,7 @@ class Daemon:
         self.passes += 1
         problems: tuple = ()
         result = None
+        failed = False
         try:
             starts = self._take_starts()
             result = self._call_pass(operator_starts=starts)
@@ -344,9 +388,12 @@ class Daemon:
         except Exception:
             logs.emit("the pass failed", level=logging.ERROR, exc_info=True, event="error")
             self._requeue = ERROR_RETRY
+            failed = True
+            if result is None:
+                problems = self._problems  # nothing new is known about the manifests
         self.last_result = result
         duration = self._monotonic() - t0
-        self._publish(result, problems, started, duration)
+        self._publish(result, problems, started, duration, failed=failed)
         self._watch_exits()
         self._last_end = self._monotonic()
 
@@ -383,14 +430,32 @@ class Daemon:
             logs.log_warnings(warnings)
             self._warnings = texts
 
-    def _publish(self, result, problems: tuple, started: float, duration: float) -> None:
-        if result is None or (self.metrics_server is None and not self.metrics_file):
+    def _publish(self, result, problems: tuple, started: float, duration: float,
+                 *, failed: bool = False) -> None:
+        """The pass's metrics to /metrics and --metrics-file.
+
+        A pass that raised still publishes: success 0 with this pass's time
+        and duration, and the role series of the last result known (so a
+        scrape sees the failure, not the last success).
+        """
+        if failed and getattr(result, "plan", None) is None:
+            result = self._shown  # nothing newer is known about the roles
+        else:
+            self._shown = result
+        if self.metrics_server is None and not self.metrics_file:
             return
         from reconciler import metrics
 
+        render = functools.partial(metrics.render, result, problems_count=len(problems),
+                                   last_pass_ts=started, duration=duration, failed=failed)
         try:
-            text = metrics.render(result, self.store, problems_count=len(problems),
-                                  last_pass_ts=started, duration=duration)
+            text = render(self.store)
+        except Exception:
+            # Most likely the very store that failed the pass: say so without it.
+            logs.emit("cannot read the store for the metrics", level=logging.ERROR,
+                      exc_info=True, event="error")
+            text = render(None, failed=True)
+        try:
             if self.metrics_server is not None:
                 self.metrics_server.update(text)
             if self.metrics_file:

@@ -3,7 +3,9 @@
 The loop itself is ``reconciler.watch.Daemon``; this command sets up logging,
 checks ``--metrics-addr`` (loopback only) before anything else, takes the
 lock, starts the ``/metrics`` server and runs the daemon until SIGTERM or
-SIGINT (exit 0).
+SIGINT (exit 0). Those signals are held (blocked) from the start until the
+daemon's handlers are installed, so one that comes early is acted on, not
+fatal (SIGHUP) or lost.
 """
 
 from __future__ import annotations
@@ -16,6 +18,15 @@ from reconciler.commands import common
 
 
 def run(args) -> int:
+    from reconciler import watch
+
+    # SIGHUP/SIGTERM/SIGINT wait from here until the daemon's handlers are in:
+    # `reconcile start` signals us as soon as the lock file names our pid.
+    with watch.signals_held():
+        return _run(args)
+
+
+def _run(args) -> int:
     from reconciler import logs, metrics
 
     logs.setup(getattr(args, "log_format", "text") or "text")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import logging
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -11,7 +14,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from reconciler import procs, watch
+from reconciler import logs, procs, watch
 from reconciler.model import Mode, Runtime, WantedState
 from reconciler.observed import RoleRecord
 from reconciler.store import Store
@@ -39,6 +42,16 @@ def make(tmp_path, store):
     yield daemon
     for d in made:
         d.close()
+
+
+@pytest.fixture
+def log():
+    """The daemon's log lines (DEBUG and up) in a string."""
+    stream = io.StringIO()
+    logs.setup("text", stream=stream, level=logging.DEBUG)
+    yield stream
+    for handler in list(logs.LOGGER.handlers):
+        logs.LOGGER.removeHandler(handler)
 
 
 def events(store, verb=None):
@@ -97,6 +110,121 @@ def test_metrics_file_counts_problems_while_the_last_good_state_runs(make, tmp_p
     assert {s.labels["role"] for s in fams["reconciler_role_status"].samples} == {"chat"}
 
 
+class Scrapes:
+    """A stand-in for ``metrics.MetricsServer``: keeps what /metrics would serve."""
+
+    text = ""
+
+    def update(self, text: str) -> None:
+        self.text = text
+
+
+def families(text: str) -> dict:
+    return {f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}
+            for f in text_string_to_metric_families(text)}
+
+
+def test_a_failing_pass_publishes_failure_with_the_last_known_roles(make, store, tmp_path):
+    """A pass that raises: /metrics and file say success 0, its own time and duration, the last roles."""
+    store.put_role(RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
+                              mode=Mode.MANAGED, restarts=3, reserved=1024))
+    now, calls = [100.0], []
+
+    def passes(**kwargs):
+        calls.append(kwargs)
+        if len(calls) == 1:
+            now[0] += 0.25
+            return good(desired("chat"))
+        now[0] += 1.5
+        raise RuntimeError("a bug")
+
+    target, server = tmp_path / "m.prom", Scrapes()
+    d = make(passes, metrics_server=server, metrics_file=str(target),
+             monotonic=lambda: now[0], wall=lambda: 1_700_000_000.0 + now[0])
+    d.reconcile("start")
+    assert families(server.text)["reconciler_last_pass_success"] == {(): 1}
+
+    d.reconcile("resync")
+    assert target.read_text() == server.text
+    fams = families(server.text)
+    assert fams["reconciler_last_pass_success"] == {(): 0}
+    assert fams["reconciler_last_pass_timestamp_seconds"] == {(): 1_700_000_100.25}
+    assert fams["reconciler_last_pass_duration_seconds"] == {(): 1.5}
+    assert fams["reconciler_role_status"][(("role", "chat"), ("status", "running"))] == 1
+    assert fams["reconciler_role_restarts"] == {(("role", "chat"),): 3}
+    assert fams["reconciler_reserved_bytes"] == {(("role", "chat"),): 1024}
+    assert fams["reconciler_manifest_problems"] == {(): 0}
+
+
+def test_a_failure_on_the_last_good_state_publishes_its_problems_and_the_last_roles(make):
+    """Invalid set, then the last-good pass raises: problems counted, last roles kept, success 0."""
+    script = FakePasses(good(desired("chat")), bad("port out of range"))
+
+    def passes(**kwargs):
+        if "desired_override" in kwargs:
+            raise RuntimeError("a bug")
+        return script(**kwargs)
+
+    server = Scrapes()
+    d = make(passes, metrics_server=server)
+    d.reconcile("start")
+    d.reconcile("manifests changed")
+    fams = families(server.text)
+    assert fams["reconciler_last_pass_success"] == {(): 0}
+    assert fams["reconciler_manifest_problems"] == {(): 1}
+    assert fams["reconciler_role_status"][(("role", "chat"), ("status", "running"))] == 1
+
+
+def test_a_first_pass_that_fails_publishes_failure_from_the_store(make, store, tmp_path):
+    """With no result yet, a raising pass publishes success 0 and the store's roles as unknown."""
+    store.put_role(RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
+                              mode=Mode.MANAGED))
+
+    def broken(**kwargs):
+        raise RuntimeError("a bug")
+
+    server = Scrapes()
+    d = make(broken, metrics_server=server)
+    d.reconcile("start")
+    fams = families(server.text)
+    assert fams["reconciler_last_pass_success"] == {(): 0}
+    assert fams["reconciler_role_status"][(("role", "chat"), ("status", "unknown"))] == 1
+
+
+class BreakableStore:
+    """The real store until ``broken``: then every use raises, as a failing database would."""
+
+    def __init__(self, real: Store) -> None:
+        self.real, self.broken = real, False
+
+    def __getattr__(self, name: str):
+        if self.broken:
+            raise RuntimeError("database disk image is malformed")
+        return getattr(self.real, name)
+
+
+def test_a_store_failure_still_publishes_the_failed_pass(make, store, tmp_path, log):
+    """The store itself fails (pass and metrics reads raise): success 0 is published anyway."""
+    breakable = BreakableStore(store)
+    target, server = tmp_path / "m.prom", Scrapes()
+    d = watch.Daemon(paths=[str(tmp_path / "manifests")], store=breakable,
+                     state_dir=str(tmp_path / "state"), run_pass=FakePasses(good(desired("chat"))),
+                     resync=3600, watch_files=False, metrics_server=server,
+                     metrics_file=str(target))
+    try:
+        d.reconcile("start")
+        assert families(target.read_text())["reconciler_last_pass_success"] == {(): 1}
+        breakable.broken = True
+        d.reconcile("resync")
+    finally:
+        d.close()
+    for text in (server.text, target.read_text()):
+        fams = families(text)
+        assert fams["reconciler_last_pass_success"] == {(): 0}
+        assert fams["reconciler_role_status"][(("role", "chat"), ("status", "running"))] == 1
+    assert "cannot read the store for the metrics" in log.getvalue()
+
+
 def test_requeue_hint_wakes_the_daemon_then(make):
     """A requeue hint wakes the daemon after that delay, long before the resync."""
     d = make(FakePasses(good(desired("chat"), requeue_after=0.15)))
@@ -151,12 +279,30 @@ def test_a_server_gone_before_the_watch_starts_requeues_a_pass(make, store):
     assert d.wait().reasons == ("requeue",)
 
 
-def test_a_failing_pass_is_logged_and_retried(make):
-    """A pass that raises does not end the daemon; it retries after ERROR_RETRY at most."""
+def test_a_failing_pass_is_logged_and_retried(make, log, monkeypatch):
+    """A pass that raises is logged with its traceback; the next pass runs on the retry timer."""
+    monkeypatch.setattr(watch, "ERROR_RETRY", 0.05)
     calls = []
 
-    def broken(**kwargs):
+    def broken_once(**kwargs):
         calls.append(kwargs)
+        if len(calls) == 1:
+            raise RuntimeError("a bug")
+        d.request_stop()
+        return good(desired("chat"))
+
+    d = make(broken_once, resync=2.0)  # no retry: the resync pass, and the log check fails
+    assert d.run() == 0
+    assert len(calls) == 2
+    text = log.getvalue()
+    assert re.search(r"error: the pass failed\nTraceback .*RuntimeError: a bug", text, re.S), text
+    assert "pass (requeue)" in text.split("RuntimeError: a bug", 1)[1], text
+    assert d.last_result is not None and d.passes == 2
+
+
+def test_a_failing_pass_requeues_after_error_retry(make):
+    """The retry hint after a pass that raised is ERROR_RETRY; no result is kept."""
+    def broken(**kwargs):
         raise RuntimeError("a bug")
 
     d = make(broken)
@@ -165,14 +311,30 @@ def test_a_failing_pass_is_logged_and_retried(make):
 
 
 def test_run_stops_on_request_and_leaves_servers_alone(make):
-    """request_stop ends run() with 0 after the pass; no stop pass runs by default."""
-    passes = FakePasses(good(desired("chat")))
+    """request_pass from a thread runs a pass; request_stop then ends run() with 0, no stop pass."""
+    ran = [threading.Event(), threading.Event()]
+    script = FakePasses(good(desired("chat")))
+
+    def passes(**kwargs):
+        result = script(**kwargs)
+        ran[len(script.calls) - 1].set()
+        return result
+
+    def operator() -> None:
+        # Each request waits for the pass before it: no two land in one wait, however slow.
+        # (A request that ran no pass still ends in a stop, and the count below fails.)
+        ran[0].wait(10)
+        d.request_pass()
+        ran[1].wait(10)
+        d.request_stop()
+
     d = make(passes)
-    threading.Timer(0.2, d.request_pass).start()
-    threading.Timer(0.4, d.request_stop).start()
+    helper = threading.Thread(target=operator)
+    helper.start()
     assert d.run() == 0
-    assert len(passes.calls) == 2
-    assert all("desired_override" not in c for c in passes.calls)
+    helper.join(10)
+    assert len(script.calls) == 2
+    assert all("desired_override" not in c for c in script.calls)
 
 
 def test_stop_on_exit_stops_managed_roles_only(make):
@@ -199,6 +361,53 @@ def test_signals_are_restored_after_run(make):
     assert signal.set_wakeup_fd(-1) == -1
 
 
+def test_held_signals_are_let_in_only_while_the_daemon_runs(make):
+    """signals_held blocks the three signals; run() lets them in for its passes; the mask comes back."""
+    def blocked() -> set[int]:
+        return signal.pthread_sigmask(signal.SIG_BLOCK, []) & set(watch.SIGNALS)
+
+    before = blocked()
+    during: list[set[int]] = []
+
+    def passes(**kwargs):
+        during.append(blocked())
+        d.request_stop()
+        return good(desired("chat"))
+
+    d = make(passes)
+    with watch.signals_held():
+        assert blocked() == set(watch.SIGNALS)
+        assert d.run() == 0
+        assert blocked() == set(watch.SIGNALS)
+    assert during == [set()]
+    assert blocked() == before
+
+
+def watched_inodes() -> set[int]:
+    """The inodes this process's inotify instances watch (``/proc/self/fdinfo``)."""
+    found: set[int] = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:inotify":
+                continue
+            with open(f"/proc/self/fdinfo/{fd}") as info:
+                text = info.read()
+        except OSError:
+            continue  # closed meanwhile
+        inodes = re.findall(r"^inotify wd:\d+ ino:([0-9a-f]+)", text, re.M)
+        found |= {int(ino, 16) for ino in inodes}
+    return found
+
+
+def wait_watching(*paths, timeout: float = 10.0) -> None:
+    """Until the kernel has an inotify watch on every path: from then on no event is missed."""
+    wanted = {os.stat(p).st_ino for p in paths}
+    deadline = time.monotonic() + timeout
+    while not wanted <= watched_inodes():
+        assert time.monotonic() < deadline, f"no inotify watch on {paths} after {timeout}s"
+        time.sleep(0.01)
+
+
 def test_manifest_edits_notify_and_other_files_do_not(tmp_path):
     """A YAML write in the manifests tree notifies within a second; a stray .txt does not."""
     folder = tmp_path / "manifests"
@@ -207,7 +416,7 @@ def test_manifest_edits_notify_and_other_files_do_not(tmp_path):
     files = watch.FileWatch([str(folder)], hits.set)
     files.start()
     try:
-        time.sleep(0.2)  # inotify watches are being set up by the helper thread
+        wait_watching(folder, folder / "sub")
         (folder / "notes.txt").write_text("x")
         assert not hits.wait(0.5)
         (folder / "sub" / "chat.yaml").write_text("kind: x\n")
@@ -224,7 +433,7 @@ def test_a_single_manifest_file_is_watched_through_rename(tmp_path):
     files = watch.FileWatch([str(target)], hits.set)
     files.start()
     try:
-        time.sleep(0.2)
+        wait_watching(tmp_path)
         (tmp_path / "other.yaml").write_text("b: 1\n")
         assert not hits.wait(0.4)
         (tmp_path / ".all.yaml.tmp").write_text("a: 2\n")

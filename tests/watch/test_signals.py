@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
+
+from reconciler.store import Lock
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -88,3 +92,92 @@ def test_stop_signal_finishes_the_pass_in_progress(harness, signum):
     assert h.lines.count("pass start") == 1
     assert f"received {signal.Signals(signum).name}" in h.stderr
     assert "Traceback" not in h.stderr
+
+
+class EarlyDaemon:
+    """A real ``reconcile watch`` held in the window between taking the lock and its handlers.
+
+    The test holds an exclusive SQLite lock on the (empty) state database, so
+    once the lock file names the daemon's pid it waits in opening the store,
+    where ``reconcile start`` may already signal it. ``release()`` lets it on;
+    its first pass ends with the metrics file.
+    """
+
+    def __init__(self, root: Path) -> None:
+        (root / "manifests").mkdir()
+        self.state, self.prom = root / "state", root / "reconciler.prom"
+        self.state.mkdir()
+        self._db = sqlite3.connect(self.state / "state.db", isolation_level=None)
+        self._db.execute("BEGIN EXCLUSIVE")
+        self.log_path = root / "watch.log"
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "reconciler", "-f", str(root / "manifests"),
+                 "--state-dir", str(self.state), "watch", "--resync", "3600",
+                 "--metrics-file", str(self.prom)],
+                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
+            )
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_for_lock(self, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while Lock(self.state).holder() != self.proc.pid:
+            assert self.proc.poll() is None, f"exited {self.proc.returncode}: {self.log}"
+            assert time.monotonic() < deadline, self.log
+            time.sleep(0.005)
+
+    def release(self) -> None:
+        if self._db is not None:
+            self._db.execute("ROLLBACK")
+            self._db.close()
+            self._db = None
+
+    def close(self) -> None:
+        self.release()
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def early(tmp_path):
+    daemon = EarlyDaemon(tmp_path)
+    yield daemon
+    daemon.close()
+
+
+def test_sighup_before_the_handlers_does_not_kill_the_daemon(early):
+    """SIGHUP from when the lock names the daemon to its first pass: it survives, exits 0 later."""
+    early.wait_for_lock()
+    # Signalled inside the window for sure: it cannot open the store until release().
+    for _ in range(3):
+        early.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.01)
+    assert early.proc.poll() is None, f"killed ({early.proc.returncode}) in the window"
+    early.release()
+    deadline = time.monotonic() + 20
+    while not early.prom.exists():
+        assert early.proc.poll() is None, f"exited {early.proc.returncode}: {early.log}"
+        assert time.monotonic() < deadline, early.log
+        early.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.005)
+    early.proc.send_signal(signal.SIGHUP)  # handled now: one more pass
+    assert early.proc.poll() is None
+    early.proc.send_signal(signal.SIGTERM)
+    assert early.proc.wait(20) == 0, early.log
+    assert "received SIGTERM" in early.log and "Traceback" not in early.log
+
+
+def test_sigterm_before_the_handlers_stops_the_daemon_after_its_first_pass(early):
+    """A SIGTERM in the window is not lost and not fatal: one pass, then a clean exit 0."""
+    early.wait_for_lock()
+    early.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.05)
+    assert early.proc.poll() is None, f"killed ({early.proc.returncode}) in the window"
+    early.release()
+    assert early.proc.wait(20) == 0, early.log
+    assert early.prom.exists(), early.log
+    assert "received SIGTERM" in early.log and "stopping: lock released" in early.log

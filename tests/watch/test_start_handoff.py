@@ -7,12 +7,14 @@ pass (no servers), holding the real lock; `start` runs in-process.
 from __future__ import annotations
 
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
+import attrs
 import pytest
 
 from reconciler import cli, procs, watch
@@ -159,7 +161,9 @@ def test_a_holder_that_is_not_a_watch_is_not_signalled_and_the_start_stays_queue
     with store_of(site) as store:
         assert store.queued_starts() == frozenset()
         assert [e.verb for e in store.events("chat")][:1] == ["operator-start"]
-        assert store.role("chat") is None or store.role("chat").restarts == 0
+        # Cleared by the operator start; the pass then refuses (the model is unverifiable).
+        assert store.role("chat") == attrs.evolve(gave_up(), terminal=None, terminal_detail="",
+                                                  restarts=0, exited_at=None)
 
 
 def test_a_watch_that_does_not_answer_leaves_the_start_queued(site, child, monkeypatch, capsys):
@@ -196,6 +200,32 @@ def test_each_daemon_pass_takes_the_queued_starts_first(tmp_path):
         assert record.terminal is None and record.restarts == 0
         assert store.queued_starts() == frozenset()
         assert [e.verb for e in store.events("chat")] == ["operator-start"]
+
+
+def test_a_quiet_pass_writes_nothing_to_the_store(tmp_path):
+    """With no start queued, a daemon pass commits nothing (take_starts only reads)."""
+    with Store(tmp_path / "state") as store:
+        other = sqlite3.connect(tmp_path / "state" / "state.db")
+        try:
+            def version() -> int:
+                # Changes when another connection commits to the database.
+                return other.execute("PRAGMA data_version").fetchone()[0]
+
+            d = watch.Daemon(paths=[str(tmp_path / "m")], store=store,
+                             state_dir=str(tmp_path / "state"), resync=3600,
+                             run_pass=FakePasses(good(desired("chat"))), watch_files=False)
+            try:
+                before = version()
+                d.reconcile("start")
+                d.reconcile("resync")
+                assert version() == before
+                store.request_start("chat")
+                d.reconcile("SIGHUP")
+                assert version() != before  # the probe sees a commit when there is one
+            finally:
+                d.close()
+        finally:
+            other.close()
 
 
 def test_looks_like_watch_wants_a_live_reconcile_watch():
