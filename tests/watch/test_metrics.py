@@ -107,19 +107,33 @@ def test_write_file_replaces_atomically(tmp_path, store):
     assert target.stat().st_mode & 0o777 == 0o644
 
 
-def test_write_file_failure_leaves_the_old_file(tmp_path, store):
-    """A failed write (here: rendering raises) leaves the old file and no temporary file."""
+def test_write_failure_after_the_temporary_leaves_the_old_file_and_removes_it(
+        tmp_path, store, monkeypatch):
+    """The write fails after the temporary exists (no space): old file kept, temporary removed."""
     target = tmp_path / "reconciler.prom"
     target.write_text("old\n")
+    made: list[str] = []
 
-    class Broken:
-        def roles(self):
-            raise OSError("disk on fire")
+    def full(fd: int) -> None:
+        made.extend(name for name in os.listdir(tmp_path) if name.endswith(".tmp"))
+        raise OSError(28, "No space left on device")
 
-    with pytest.raises(OSError):
-        metrics.write_file(target, good(desired("chat")), Broken())
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space left"):
+        metrics.write_file(target, good(desired("chat")), store)
+    assert made  # the failure came after the temporary file was made
     assert target.read_text() == "old\n"
     assert sorted(os.listdir(tmp_path)) == ["reconciler.prom", "state"]
+
+
+def test_a_failed_rename_removes_the_temporary(tmp_path, store):
+    """The rename fails (the target is a directory): it raises and leaves no temporary file."""
+    target = tmp_path / "reconciler.prom"
+    (target / "inside").mkdir(parents=True)
+    with pytest.raises(OSError):
+        metrics.write_file(target, good(desired("chat")), store)
+    assert sorted(os.listdir(tmp_path)) == ["reconciler.prom", "state"]
+    assert os.listdir(target) == ["inside"]
 
 
 @pytest.mark.parametrize("addr, expected", [
