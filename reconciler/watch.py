@@ -1,12 +1,12 @@
-"""The ``reconcile watch`` daemon loop (SHELL; the only module that imports watchfiles).
+"""The ``reconcile watch`` daemon loop (SHELL).
 
 Level-triggered: whatever wakes the daemon, it runs one whole pass
 (``loop.run_pass``: re-read every manifest, re-observe every server). The
 wake-ups only decide *when*:
 
 * at start;
-* a manifest change (watchfiles in a helper thread, debounced; the event
-  carries no meaning beyond "reconcile soon");
+* a manifest change (``filewatch.FileWatch``: watchfiles in a helper thread,
+  debounced; the event carries no meaning beyond "reconcile soon");
 * the resync timer (``--resync``), counted from the end of the last pass;
 * the planner's requeue hint (``Plan.requeue_after``: a short poll while a
   server loads, the exact end of a backoff delay), counted from the end of
@@ -52,6 +52,7 @@ from typing import Callable, Iterator, Sequence
 import attrs
 
 from reconciler import exits, logs
+from reconciler.filewatch import FileWatch
 from reconciler.model import Desired, WantedState
 
 #: The requeue hint is honoured from this gap on, so a planner that keeps
@@ -59,16 +60,12 @@ from reconciler.model import Desired, WantedState
 MIN_REQUEUE = 0.02
 #: After a pass that crashed with a bug, try again after at most this long.
 ERROR_RETRY = 5.0
-#: watchfiles: yield once nothing changed for STEP ms, at the latest after DEBOUNCE ms.
-FILE_STEP_MS = 50
-FILE_DEBOUNCE_MS = 400
 
 #: The signals the daemon acts on (between passes, through the wake-up fd).
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 _CONTROL, _SIGNALS = "control", "signals"
 _FILES, _STOP, _NOW = b"f", b"s", b"p"
-_MANIFEST_SUFFIXES = (".yaml", ".yml")
 
 
 @attrs.frozen(kw_only=True)
@@ -112,67 +109,6 @@ def signals_held() -> Iterator[None]:
         while ours and signal.sigtimedwait(ours, 0) is not None:
             pass
         signal.pthread_sigmask(signal.SIG_SETMASK, saved)
-
-
-# ---------------------------------------------------------------- manifest files
-
-
-class FileWatch:
-    """watchfiles on the manifest paths, in a daemon thread; calls ``notify()`` per batch."""
-
-    def __init__(self, paths: Sequence[str], notify: Callable[[], None]) -> None:
-        self._notify = notify
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self.missing: list[str] = []
-        for path in paths:
-            path = os.path.abspath(path)
-            if os.path.isdir(path):
-                root, recursive, only = path, True, None
-            elif os.path.exists(path):
-                # A single file: watch its directory (editors replace files by rename).
-                root, recursive, only = os.path.dirname(path), False, path
-            else:
-                self.missing.append(path)
-                continue
-            thread = threading.Thread(
-                target=self._run, args=(root, recursive, only),
-                name=f"reconciler-files:{path}", daemon=True,
-            )
-            self._threads.append(thread)
-
-    def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
-
-    def _run(self, root: str, recursive: bool, only: str | None) -> None:
-        import watchfiles
-
-        class _Manifests(watchfiles.DefaultFilter):
-            def __call__(self, change, path: str) -> bool:
-                if not super().__call__(change, path):
-                    return False
-                if only is not None:
-                    return path == only
-                base = os.path.basename(path)
-                # Directories (no suffix) too: a removed or renamed folder of manifests.
-                return base.endswith(_MANIFEST_SUFFIXES) or "." not in base or path == root
-
-        try:
-            for _changes in watchfiles.watch(
-                root, watch_filter=_Manifests(), debounce=FILE_DEBOUNCE_MS, step=FILE_STEP_MS,
-                stop_event=self._stop, rust_timeout=0, raise_interrupt=False,
-                recursive=recursive,
-            ):
-                self._notify()
-        except Exception:  # the watcher is a convenience; the resync timer remains
-            logs.emit(f"watching {root} failed; relying on the resync timer",
-                      level=logging.WARNING, exc_info=True)
-
-    def close(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=2.0)
 
 
 # ---------------------------------------------------------------- the daemon

@@ -39,7 +39,7 @@ OWNERS: dict[str, set[str]] = {
     "httpx": set(),  # probes use h11 over asyncio streams (probe.py says why)
     "psutil": {"reconciler/procs.py"},
     "sqlite3": {"reconciler/store.py"},
-    "watchfiles": {"reconciler/commands/watch.py", "reconciler/watch.py"},
+    "watchfiles": {"reconciler/filewatch.py"},
 }
 
 

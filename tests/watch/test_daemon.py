@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler import logs, procs, watch
+from reconciler.filewatch import FileWatch
 from reconciler.model import Mode, Runtime, WantedState
 from reconciler.observed import RoleRecord
 from reconciler.store import Store
@@ -413,7 +414,7 @@ def test_manifest_edits_notify_and_other_files_do_not(tmp_path):
     folder = tmp_path / "manifests"
     (folder / "sub").mkdir(parents=True)
     hits = threading.Event()
-    files = watch.FileWatch([str(folder)], hits.set)
+    files = FileWatch([str(folder)], hits.set)
     files.start()
     try:
         wait_watching(folder, folder / "sub")
@@ -430,7 +431,7 @@ def test_a_single_manifest_file_is_watched_through_rename(tmp_path):
     target = tmp_path / "all.yaml"
     target.write_text("a: 1\n")
     hits = threading.Event()
-    files = watch.FileWatch([str(target)], hits.set)
+    files = FileWatch([str(target)], hits.set)
     files.start()
     try:
         wait_watching(tmp_path)
