@@ -24,7 +24,7 @@ PURE = {
     "reconciler/runtimes/*",
     # the manifest loader's helpers
     "reconciler/yamlsafe.py", "reconciler/schemacheck.py", "reconciler/documents.py",
-    "reconciler/crosscheck.py", "reconciler/schemata.py",
+    "reconciler/crosscheck.py", "reconciler/schemata.py", "reconciler/modeldoc.py",
 }
 
 #: What a pure module may not import (top-level names).
