@@ -31,7 +31,7 @@ def _mlx_testbed_or_skip() -> None:
     message = f"the real mlx-lm testbed is missing ({MLX_SERVER}): run `bash testbed/setup_mlx.sh`"
     if os.environ.get("CI"):
         pytest.fail(message)  # in CI a missing testbed is a broken build, not a skip
-    pytest.skip(message)
+    pytest.skip(reason=message)
 
 
 @pytest.fixture
