@@ -220,12 +220,6 @@ def json_list(body: Any, key: str) -> list[Any]:
     return []
 
 
-def answers_by_path(
-    requests: tuple[ProbeRequest, ...], answers: tuple[ProbeAnswer, ...]
-) -> Mapping[str, ProbeAnswer]:
-    return {r.path: a for r, a in zip(requests, answers)}
-
-
 # ---------------------------------------------------------------- deep health
 
 
