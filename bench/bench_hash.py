@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from reconciler.model import ModelFile, ModelFormat, ModelSpec
+from reconciler.desired import ModelFile, ModelFormat, ModelSpec
 from reconciler.observed import ModelState
 from reconciler.modelstore import MemoryStampStore, Verifier, hash_file
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reconciler.model import Desired, Mode, RoleSpec, Runtime, ServeSpec
+from reconciler.desired import Desired, Mode, RoleSpec, Runtime, ServeSpec
 from reconciler.observed import Remembered
 from reconciler.observe import observe  # noqa: E402
 

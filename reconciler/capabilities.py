@@ -18,7 +18,7 @@ from typing import Sequence
 
 import attrs
 
-from reconciler.model import NodeConfig, RunAs, Runtime
+from reconciler.desired import NodeConfig, RunAs, Runtime
 
 VERSION_TIMEOUT = 5.0
 

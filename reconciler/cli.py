@@ -4,7 +4,7 @@ Each command's work lives in ``reconciler/commands/<module>.py`` as
 ``run(args) -> int`` and is imported only when that command runs, so that
 ``reconcile validate`` never pays for the probe stack or psutil.
 
-Exit codes, for every command: 0 ok, 1 error (including bad usage and
+Exit codes (``exitcodes.py``), for every command: 0 ok, 1 error (including bad usage and
 invalid manifests), 2 ``plan --detailed-exitcode`` with changes, 3 a role
 needs an operator (gave-up, stopped-exposed, unplaceable, refused).
 """
@@ -18,7 +18,7 @@ import os
 import sys
 from typing import Sequence
 
-EXIT_OK, EXIT_ERROR, EXIT_CHANGES, EXIT_OPERATOR = 0, 1, 2, 3
+from reconciler.exitcodes import Exit
 
 _TOP_HELP = """\
 Make this machine's local LLM inference servers match YAML manifests.
@@ -44,7 +44,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+        self.exit(Exit.ERROR, f"{self.prog}: error: {message}\n")
 
 
 def _seconds(text: str) -> float:
@@ -215,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         if not args.once:
             parser.print_help()
-            return EXIT_ERROR
+            return Exit.ERROR
         args.target = "apply:run_apply"
     module_name, func_name = args.target.split(":")
     module = importlib.import_module(f"reconciler.commands.{module_name}")
@@ -226,14 +226,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # `reconcile events | head`: the reader had enough; not an error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
+        return Exit.OK
     except OSError as exc:
         # An unusable state dir, an unreadable path: a message, not a traceback.
         where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
         print(f"reconcile: error:{where}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return Exit.ERROR
     except Exception as exc:
         if type(exc).__name__ != "StoreError":
             raise  # a bug: keep the traceback
         print(f"reconcile: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return Exit.ERROR

@@ -14,7 +14,7 @@ import attrs
 
 from reconciler.documents import RoleDraft
 from reconciler.errors import Problem
-from reconciler.model import (
+from reconciler.desired import (
     Desired,
     LOADABLE_FORMATS,
     ModelFormat,

@@ -11,7 +11,7 @@ import enum
 
 import attrs
 
-from reconciler.model import Launch, Runtime
+from reconciler.desired import Launch, Runtime
 
 frozen = attrs.frozen(kw_only=True)
 

@@ -19,7 +19,7 @@ import attrs
 
 from reconciler import units
 from reconciler.errors import Problem
-from reconciler.model import (
+from reconciler.desired import (
     MemorySpec,
     Mode,
     ModelFile,

@@ -37,7 +37,7 @@ import attrs
 from reconciler import probe, procs, spawn
 from reconciler.identity import MARKER_ENV
 from reconciler.decisions import Decision, Plan, Reason, Verb
-from reconciler.model import Launch, NodeConfig
+from reconciler.desired import Launch, NodeConfig
 from reconciler.runtimes import ollama as ollama_rt
 
 _POLL = 0.02  # seconds between "is it gone yet?" looks

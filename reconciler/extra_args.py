@@ -20,7 +20,7 @@ from typing import Sequence
 
 import attrs
 
-from reconciler.model import Runtime
+from reconciler.desired import Runtime
 
 MAX_ENTRIES = 32
 MAX_VALUE_CHARS = 256

@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Mapping
 
-from reconciler.model import Launch, ModelSpec, NodeConfig, RoleSpec, Runtime
+from reconciler.desired import Launch, ModelSpec, NodeConfig, RoleSpec, Runtime
 from reconciler.runtimes import launch_argv
 
 MARKER_ENV = "RECONCILER_INSTANCE"

@@ -18,7 +18,7 @@ import attrs
 
 from reconciler import records
 from reconciler.decisions import Decision, Plan, PlanContext, Verb
-from reconciler.model import Desired, Runtime
+from reconciler.desired import Desired, Runtime
 from reconciler.observed import ModelCheck, ModelState, Observed, Remembered, RoleRecord
 
 

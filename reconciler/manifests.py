@@ -26,7 +26,7 @@ from reconciler import documents, extra_args, yamlsafe
 from reconciler.crosscheck import Declared, assemble
 from reconciler.documents import RoleDraft
 from reconciler.errors import Problem, sorted_problems
-from reconciler.model import Desired, ModelSpec, NodeConfig, Runtime
+from reconciler.desired import Desired, ModelSpec, NodeConfig, Runtime
 from reconciler.schemata import KINDS
 from reconciler.yamlsafe import Document
 

@@ -34,7 +34,7 @@ from typing import Iterable
 import attrs
 import yaml
 
-from reconciler.model import ModelFormat
+from reconciler.desired import ModelFormat
 from reconciler.units import is_plain_token
 
 API_VERSION = "reconciler/v1"

@@ -39,7 +39,7 @@ from typing import Iterator, Protocol
 
 import attrs
 
-from reconciler.model import ModelFile, ModelFormat, ModelSpec
+from reconciler.desired import ModelFile, ModelFormat, ModelSpec
 from reconciler.observed import ModelCheck, ModelState
 from reconciler.modeldoc import is_safe_relpath
 

@@ -26,7 +26,7 @@ from typing import Callable, Mapping
 import attrs
 
 from reconciler import probe, procs
-from reconciler.model import Desired, Mode, OLLAMA_DEFAULT_PORT, RoleSpec, Runtime
+from reconciler.desired import Desired, Mode, OLLAMA_DEFAULT_PORT, RoleSpec, Runtime
 from reconciler.observed import (
     Health,
     Observed,

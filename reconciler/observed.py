@@ -12,7 +12,7 @@ import enum
 
 import attrs
 
-from reconciler.model import Mode, Runtime
+from reconciler.desired import Mode, Runtime
 
 frozen = attrs.frozen(kw_only=True)
 

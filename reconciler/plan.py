@@ -43,7 +43,7 @@ import attrs
 
 from reconciler import identity, policy
 from reconciler.decisions import Decision, Plan, PlanContext, Reason, Status, Verb
-from reconciler.model import (
+from reconciler.desired import (
     Desired,
     Launch,
     Mode,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import attrs
 
 from reconciler.decisions import Decision, Reason, Status, Verb
-from reconciler.model import RestartPolicy
+from reconciler.desired import RestartPolicy
 from reconciler.observed import Health, RoleRecord
 from reconciler.units import format_size
 

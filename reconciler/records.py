@@ -14,7 +14,7 @@ from __future__ import annotations
 import attrs
 
 from reconciler.decisions import Decision, Reason, Status, Verb
-from reconciler.model import Mode, RoleSpec, Runtime
+from reconciler.desired import Mode, RoleSpec, Runtime
 from reconciler.observed import Health, RoleObservation, RoleRecord, Terminal
 
 

@@ -50,7 +50,7 @@ JSON (``as_json``), stable field names::
     }
 
 Verbs: start stop restart load unload keep wait give-up refuse forget.
-Reasons and statuses are the ``Reason``/``Status`` values of ``model.py``.
+Reasons and statuses are the ``Reason``/``Status`` values of ``decisions.py``.
 """
 
 from __future__ import annotations

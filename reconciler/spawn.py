@@ -49,7 +49,7 @@ import subprocess
 import attrs
 
 from reconciler import procs
-from reconciler.model import Launch
+from reconciler.desired import Launch
 
 LOG_NAME = "server.log"
 DEFAULT_LOG_MAX_BYTES = 10 * 1024 * 1024

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import attrs
 
-from reconciler.model import Mode, Runtime
+from reconciler.desired import Mode, Runtime
 from reconciler.observed import RoleRecord, Terminal
 from reconciler.modelstore import Stamp
 

@@ -11,7 +11,7 @@ wake-ups only decide *when*:
 * the planner's requeue hint (``Plan.requeue_after``: a short poll while a
   server loads, the exact end of a backoff delay), counted from the end of
   the pass that planned it, so the next pass is never early;
-* the moment a managed server exits (a pidfd per server, ``exits.py``);
+* the moment a managed server exits (a pidfd per server, ``pidwatch.py``);
 * SIGHUP: now. SIGTERM/SIGINT: finish the pass in progress, then leave
   (managed servers keep running unless ``stop_on_exit``).
 
@@ -51,9 +51,9 @@ from typing import Callable, Iterator, Sequence
 
 import attrs
 
-from reconciler import exits, logs
+from reconciler import logs, pidwatch
 from reconciler.filewatch import FileWatch
-from reconciler.model import Desired, WantedState
+from reconciler.desired import Desired, WantedState
 
 #: The requeue hint is honoured from this gap on, so a planner that keeps
 #: asking for 0 s cannot spin the daemon.
@@ -165,7 +165,7 @@ class Daemon:
         self._sig_r, self._sig_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._selector.register(self._ctl_r, selectors.EVENT_READ, _CONTROL)
         self._selector.register(self._sig_r, selectors.EVENT_READ, _SIGNALS)
-        self.exits = exits.ExitWatch(self._selector)
+        self.exits = pidwatch.ExitWatch(self._selector)
         self._files: FileWatch | None = None
         self._saved_signals: dict[int, object] = {}
         self._saved_wakeup: int | None = None
@@ -275,7 +275,7 @@ class Daemon:
                         reasons.append("manifests changed")
                     if _NOW in data:
                         reasons.append("requested")
-                elif isinstance(key.data, tuple) and key.data[0] == exits.TAG:
+                elif isinstance(key.data, tuple) and key.data[0] == pidwatch.TAG:
                     role = key.data[1]
                     ended = self.exits.exited(role)
                     pid = ended[0] if ended else None
@@ -401,7 +401,7 @@ class Daemon:
 
     def _watch_exits(self) -> None:
         try:
-            targets = exits.targets_from(self.store.roles())
+            targets = pidwatch.targets_from(self.store.roles())
         except Exception:
             logs.emit("cannot read the store for exit watching", level=logging.ERROR,
                       exc_info=True, event="error")

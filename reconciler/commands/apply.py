@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from reconciler.cli import EXIT_CHANGES, EXIT_ERROR, EXIT_OK, EXIT_OPERATOR
+from reconciler.exitcodes import Exit
 from reconciler.commands import common
 from reconciler.decisions import Decision, NEEDS_OPERATOR
 
@@ -27,8 +27,8 @@ def run_plan(args) -> int:
     else:
         print(render.text(result.plan).rstrip("\n"))
     if args.detailed_exitcode and result.plan.changes:
-        return EXIT_CHANGES
-    return EXIT_OK
+        return Exit.CHANGES
+    return Exit.OK
 
 
 def run_apply(args) -> int:
@@ -38,7 +38,7 @@ def run_apply(args) -> int:
         return run_plan(args)
     with common.locked(args) as store:
         if store is None:
-            return EXIT_ERROR
+            return Exit.ERROR
         # Starts a `reconcile start` queued while another run held the lock (cron).
         return _pass_and_report(args, store, _take_operator_starts(store))
 
@@ -59,7 +59,7 @@ def run_start(args) -> int:
         return common.report_problems(loaded.problems)
     if loaded.desired.role(args.name) is None:
         print(f"reconcile: error: no role {args.name!r} in the manifests", file=sys.stderr)
-        return EXIT_ERROR
+        return Exit.ERROR
     lock = Lock(common.state_dir(args))
     try:
         lock.acquire(timeout=getattr(args, "lock_timeout", 0.0) or 0.0)
@@ -117,10 +117,10 @@ def _pass_and_report(args, store, operator_starts: frozenset[str]) -> int:
         for line in _outcome_lines(result.outcomes):
             print(line)
     if not result.ok:
-        return EXIT_ERROR
+        return Exit.ERROR
     if any(_needs_operator(d) for d in result.plan.decisions):
-        return EXIT_OPERATOR
-    return EXIT_OK
+        return Exit.OPERATOR
+    return Exit.OK
 
 
 def _needs_operator(decision: Decision) -> bool:

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Iterator
 
-from reconciler.cli import EXIT_ERROR
+from reconciler.exitcodes import Exit
 
 
 def state_dir(args) -> str:
@@ -56,7 +56,7 @@ def report_problems(problems) -> int:
         print(str(problem), file=sys.stderr)
     print(f"reconcile: {len(problems)} manifest problem(s); nothing was changed",
           file=sys.stderr)
-    return EXIT_ERROR
+    return Exit.ERROR
 
 
 def report_warnings(warnings) -> None:

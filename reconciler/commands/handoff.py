@@ -24,7 +24,7 @@ import signal
 import sys
 import time
 
-from reconciler.cli import EXIT_ERROR, EXIT_OK, EXIT_OPERATOR
+from reconciler.exitcodes import Exit
 from reconciler.commands import common
 
 #: The shortest time ``start`` waits for the daemon's answer.
@@ -49,7 +49,7 @@ def hand_over(args, lock) -> int:
             print(f"reconcile: another reconciler holds {lock.path} ({who}) and it is not a "
                   f"running `reconcile watch`; the start of {name} is queued and the next "
                   f"pass (reconcile --once, start or watch) will take it", file=sys.stderr)
-            return EXIT_ERROR
+            return Exit.ERROR
         taken, answer = _wait(store, name, before, holder, wait)
     return _report(args, name, holder, wait, taken, answer)
 
@@ -101,7 +101,7 @@ def _report(args, name: str, holder: int, wait: float, taken, answer) -> int:
         print(f"reconcile: `reconcile watch` (pid {holder}) holds the lock and did not take "
               f"the start of {name} within {wait:g}s; the request stays queued for its next "
               f"pass (see `reconcile events {name}`)", file=sys.stderr)
-        return EXIT_ERROR
+        return Exit.ERROR
     if not getattr(args, "json", False):
         print(f"handed to `reconcile watch` (pid {holder}), which holds the lock:")
         for event in [taken, *answer]:
@@ -110,12 +110,12 @@ def _report(args, name: str, holder: int, wait: float, taken, answer) -> int:
         print(f"reconcile: the daemon took the start of {name}, but its pass logged no "
               f"decision for it within {wait:g}s (see `reconcile events {name}`)",
               file=sys.stderr)
-        return EXIT_OK
+        return Exit.OK
     if any(e.ok is False for e in answer):
-        return EXIT_ERROR
+        return Exit.ERROR
     if any(e.verb in _NEEDS_OPERATOR_VERBS for e in answer):
-        return EXIT_OPERATOR
-    return EXIT_OK
+        return Exit.OPERATOR
+    return Exit.OK
 
 
 def _event_line(event) -> str:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import sys
 
-from reconciler.cli import EXIT_ERROR, EXIT_OK
+from reconciler.exitcodes import Exit
 from reconciler.commands import common
-from reconciler.model import Desired, RoleSpec, Runtime
+from reconciler.desired import Desired, RoleSpec, Runtime
 from reconciler.observed import Health, Remembered
 from reconciler.runtimes import llamacpp, mlx_lm, ollama
 from reconciler.runtimes.common import (
@@ -144,17 +144,17 @@ def _print_report(report: dict) -> None:
 def run_health(args) -> int:
     desired = _load(args)
     if desired is None:
-        return EXIT_ERROR
+        return Exit.ERROR
     spec = desired.role(args.name)
     if spec is None:
         print(f"reconcile: error: no role {args.name!r} in the manifests", file=sys.stderr)
-        return EXIT_ERROR
+        return Exit.ERROR
     report = health_report(spec, desired, _remembered(args, spec.name), args.deep)
     if args.json:
         common.print_json(report)
     else:
         _print_report(report)
-    return EXIT_OK if report["ok"] else EXIT_ERROR
+    return Exit.OK if report["ok"] else Exit.ERROR
 
 
 # ---------------------------------------------------------------- capabilities
@@ -200,7 +200,7 @@ def capability_rows(desired: Desired) -> list[dict]:
 def run_capabilities(args) -> int:
     desired = _load(args)
     if desired is None:
-        return EXIT_ERROR
+        return Exit.ERROR
     rows = capability_rows(desired)
     if args.json:
         common.print_json({"runtimes": rows})
@@ -214,4 +214,4 @@ def run_capabilities(args) -> int:
         for row in table:
             print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[3])
     failed = [r for r in rows if r["needed"] and not r["ok"]]
-    return EXIT_ERROR if failed else EXIT_OK
+    return Exit.ERROR if failed else Exit.OK

@@ -31,9 +31,9 @@ import tempfile
 from typing import Iterator
 
 from reconciler import modeldoc, modelstore
-from reconciler.cli import EXIT_ERROR, EXIT_OK
+from reconciler.exitcodes import Exit
 from reconciler.commands import common
-from reconciler.model import ModelFile, ModelFormat, ModelSpec
+from reconciler.desired import ModelFile, ModelFormat, ModelSpec
 from reconciler.observed import ModelCheck, ModelState
 from reconciler.modeldoc import FileFact
 from reconciler.units import format_size, is_plain_token
@@ -59,11 +59,11 @@ def run_add(args) -> int:
     except OSError as e:
         where = f"{e.filename}: " if e.filename else ""
         print(f"reconcile: error: {where}{e.strerror or e}", file=sys.stderr)
-        return EXIT_ERROR
+        return Exit.ERROR
     except ValueError as e:
         print(f"reconcile: error: {e}", file=sys.stderr)
-        return EXIT_ERROR
-    return EXIT_OK
+        return Exit.ERROR
+    return Exit.OK
 
 
 def _files_document(args) -> dict:
@@ -266,7 +266,7 @@ def run_verify(args) -> int:
     unknown = [n for n in args.names if desired.model(n) is None]
     if unknown:
         print(f"reconcile: error: no model {unknown[0]!r} in the manifests", file=sys.stderr)
-        return EXIT_ERROR
+        return Exit.ERROR
     models = [desired.model(n) for n in dict.fromkeys(args.names)] if args.names \
         else list(desired.models)
     with _open_stamps(args) as stamps:
@@ -278,7 +278,7 @@ def run_verify(args) -> int:
         if not args.full and any(r["state"] == ModelState.MISMATCH for r in rows):
             print("a mismatch stays until `reconcile models verify --full NAME` passes",
                   file=sys.stderr)
-    return EXIT_OK if all(r["state"] == ModelState.VERIFIED for r in rows) else EXIT_ERROR
+    return Exit.OK if all(r["state"] == ModelState.VERIFIED for r in rows) else Exit.ERROR
 
 
 def _print_table(rows: list[dict]) -> None:

@@ -11,7 +11,7 @@ import json
 import sys
 import time
 
-from reconciler.cli import EXIT_ERROR, EXIT_OK
+from reconciler.exitcodes import Exit
 from reconciler.commands import common
 from reconciler.units import format_size, parse_duration
 
@@ -55,10 +55,10 @@ def run_status(args) -> int:
         rows = [r for r in rows if r["role"] == args.name]
         if not rows:
             print(f"reconcile: error: no role {args.name!r}", file=sys.stderr)
-            return EXIT_ERROR
+            return Exit.ERROR
     if args.json:
         common.print_json({"roles": rows, "git_commit": result.git_commit})
-        return EXIT_OK
+        return Exit.OK
     table = [_COLUMNS] + [
         (r["role"], r["runtime"], r["mode"], r["status"], str(r["pid"] or "-"),
          str(r["port"] or "-"), str(r["restarts"]),
@@ -68,7 +68,7 @@ def run_status(args) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS) - 1)]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
-    return EXIT_OK
+    return Exit.OK
 
 
 def run_events(args) -> int:
@@ -78,7 +78,7 @@ def run_events(args) -> int:
             since = time.time() - parse_duration(args.since)
         except ValueError as exc:
             print(f"reconcile: error: --since: {exc}", file=sys.stderr)
-            return EXIT_ERROR
+            return Exit.ERROR
     with common.open_store(args) as store:
         events = store.events(role=args.name, since=since)
     for e in events:
@@ -93,4 +93,4 @@ def run_events(args) -> int:
             commit = f" @{e.git_commit[:10]}" if e.git_commit else ""
             print(f"{when}  {e.role:<16} {e.verb} ({e.reason}){ok}{commit}"
                   + (f": {e.detail}" if e.detail else ""))
-    return EXIT_OK
+    return Exit.OK

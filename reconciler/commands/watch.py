@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from reconciler.cli import EXIT_ERROR
+from reconciler.exitcodes import Exit
 from reconciler.commands import common
 
 
@@ -36,14 +36,14 @@ def _run(args) -> int:
             metrics.parse_addr(addr)
         except ValueError as exc:
             print(f"reconcile: error: {exc}", file=sys.stderr)
-            return EXIT_ERROR
+            return Exit.ERROR
     if args.resync is not None and args.resync <= 0:
         print("reconcile: error: --resync must be positive", file=sys.stderr)
-        return EXIT_ERROR
+        return Exit.ERROR
 
     with common.locked(args) as store:
         if store is None:
-            return EXIT_ERROR
+            return Exit.ERROR
         server = None
         if addr:
             try:
@@ -51,7 +51,7 @@ def _run(args) -> int:
             except OSError as exc:
                 print(f"reconcile: error: cannot serve metrics on {addr}: "
                       f"{exc.strerror or exc}", file=sys.stderr)
-                return EXIT_ERROR
+                return Exit.ERROR
         try:
             return _run_daemon(args, store, server)
         finally:
@@ -83,4 +83,4 @@ def _run_daemon(args, store, server) -> int:
         return daemon.run()
     except Exception:
         logs.emit("the daemon failed", level=logging.ERROR, exc_info=True, event="error")
-        return EXIT_ERROR
+        return Exit.ERROR

@@ -7,7 +7,7 @@ requests these modules describe and hands the answers back to be parsed.
 
 from __future__ import annotations
 
-from reconciler.model import ModelSpec, RoleSpec, Runtime
+from reconciler.desired import ModelSpec, RoleSpec, Runtime
 from reconciler.runtimes import llamacpp, mlx_lm
 
 def launch_argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None) -> tuple[str, ...]:

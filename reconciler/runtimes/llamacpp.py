@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from reconciler.model import ModelSpec, RoleSpec
+from reconciler.desired import ModelSpec, RoleSpec
 from reconciler.observed import Health, ProbeFacts
 from reconciler.runtimes.common import (
     Exchange,

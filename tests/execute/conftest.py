@@ -20,7 +20,7 @@ import pytest
 
 from reconciler import spawn
 from reconciler.identity import DEFAULT_PATH, MARKER_ENV
-from reconciler.model import Launch, RunAs
+from reconciler.desired import Launch, RunAs
 
 PYTHON = "/usr/bin/python3"  # runnable by any uid, unlike the venv's interpreter
 NOBODY = RunAs(uid=65534, gid=65534)

@@ -12,7 +12,7 @@ import pytest
 from reconciler import execute
 from reconciler.identity import MARKER_ENV
 from reconciler.decisions import Decision, Plan, Reason, Verb
-from reconciler.model import NodeConfig
+from reconciler.desired import NodeConfig
 
 from .conftest import alive, wait_for
 

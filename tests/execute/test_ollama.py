@@ -8,7 +8,7 @@ import pytest
 
 from reconciler import execute
 from reconciler.decisions import Decision, Plan, Reason, Verb
-from reconciler.model import NodeConfig
+from reconciler.desired import NodeConfig
 from tests.doubles.ollama import OllamaDouble
 
 TAG = "llama3.2:latest"

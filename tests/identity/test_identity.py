@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reconciler import identity
-from reconciler.model import (
+from reconciler.desired import (
     MemorySpec,
     Mode,
     ModelFile,

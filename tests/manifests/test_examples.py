@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from reconciler import sources
-from reconciler.model import Mode, RestartPolicy, Runtime
+from reconciler.desired import Mode, RestartPolicy, Runtime
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = ROOT / "manifests" / "examples"

@@ -9,7 +9,7 @@ import pytest
 
 from reconciler import extra_args
 from reconciler.extra_args import ALLOWED, OWNED, check
-from reconciler.model import Runtime
+from reconciler.desired import Runtime
 
 LLAMA, MLX, OLLAMA = Runtime.LLAMACPP, Runtime.MLX_LM, Runtime.OLLAMA
 SHIM = Path(__file__).parents[2] / "testbed" / "llama_server_shim.py"

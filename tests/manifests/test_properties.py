@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reconciler import manifests
-from reconciler.model import Mode, Runtime
+from reconciler.desired import Mode, Runtime
 from reconciler.units import is_plain_token
 
 EXAMPLES = Path(__file__).parents[2] / "manifests" / "examples"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from reconciler import modelstore
-from reconciler.model import ModelFile, ModelFormat, ModelSpec
+from reconciler.desired import ModelFile, ModelFormat, ModelSpec
 from reconciler.modelstore import MemoryStampStore, Verifier
 
 

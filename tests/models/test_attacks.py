@@ -9,7 +9,7 @@ import attrs
 import pytest
 
 from reconciler import modelstore
-from reconciler.model import ModelFile
+from reconciler.desired import ModelFile
 from reconciler.observed import ModelState
 from reconciler.modelstore import ModelPathError, NotRegularFile, canonical_paths, hash_file
 

@@ -12,7 +12,7 @@ import yaml
 
 from reconciler import manifests
 from reconciler.cli import main
-from reconciler.model import ModelFormat
+from reconciler.desired import ModelFormat
 from reconciler.observed import ModelState
 from reconciler.modelstore import MemoryStampStore, Verifier
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reconciler import modeldoc
-from reconciler.model import ModelFormat
+from reconciler.desired import ModelFormat
 from reconciler.modeldoc import FileFact, FileKind
 from reconciler.units import is_plain_token
 

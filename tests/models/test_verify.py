@@ -9,7 +9,7 @@ from pathlib import Path
 import attrs
 
 from reconciler import modelstore
-from reconciler.model import ModelFormat, ModelSourceInfo, ModelSpec
+from reconciler.desired import ModelFormat, ModelSourceInfo, ModelSpec
 from reconciler.observed import ModelState
 from reconciler.modelstore import MemoryStampStore, Stamp, Verifier, hash_file, verify_model
 

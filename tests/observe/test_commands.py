@@ -15,7 +15,7 @@ import pytest
 from reconciler import capabilities
 from reconciler.cli import main
 from reconciler.commands.health import health_report
-from reconciler.model import (
+from reconciler.desired import (
     Desired,
     Mode,
     NodeConfig,

@@ -16,7 +16,7 @@ import pytest
 
 from reconciler.commands.health import deep_check
 from reconciler.identity import MARKER_ENV, instance_id
-from reconciler.model import Desired, Mode, RoleSpec, Runtime, ServeSpec
+from reconciler.desired import Desired, Mode, RoleSpec, Runtime, ServeSpec
 from reconciler.observed import Health, Remembered, RoleRecord
 from reconciler.observe import observe
 

@@ -16,7 +16,7 @@ import pytest
 
 from reconciler import probe
 from reconciler.identity import MARKER_ENV
-from reconciler.model import Desired, Mode, RoleSpec, Runtime, ServeSpec
+from reconciler.desired import Desired, Mode, RoleSpec, Runtime, ServeSpec
 from reconciler.observed import Health, Remembered, RoleRecord
 from reconciler.observe import observe
 from reconciler.runtimes import mlx_lm

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from reconciler.identity import MARKER_ENV
-from reconciler.model import (
+from reconciler.desired import (
     Desired,
     Mode,
     ModelFormat,

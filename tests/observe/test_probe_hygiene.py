@@ -9,7 +9,7 @@ import time
 import pytest
 
 from reconciler import probe
-from reconciler.model import Desired, Mode, NodeConfig, PortRange, RoleSpec, Runtime, ServeSpec
+from reconciler.desired import Desired, Mode, NodeConfig, PortRange, RoleSpec, Runtime, ServeSpec
 from reconciler.observed import Health, Remembered
 from reconciler.observe import observe
 from reconciler.runtimes.common import ErrorKind, ProbeRequest

@@ -48,7 +48,7 @@ import yaml
 
 from reconciler import identity
 from reconciler.decisions import PlanContext
-from reconciler.model import (
+from reconciler.desired import (
     Desired,
     MemorySpec,
     Mode,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import attrs
 
 from reconciler.decisions import Decision, Plan, Reason, Verb
-from reconciler.model import Mode
+from reconciler.desired import Mode
 from reconciler.observed import (
     Health,
     Observed,

@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from reconciler import render
 from reconciler.decisions import Decision, Plan, Verb
-from reconciler.model import (
+from reconciler.desired import (
     Desired,
     MemorySpec,
     Mode,

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from reconciler import identity, policy, render
 from reconciler.decisions import Plan, Reason, Status, Verb
-from reconciler.model import Desired, Mode, NodeConfig, RestartPolicy, RoleSpec, Runtime, ServeSpec
+from reconciler.desired import Desired, Mode, NodeConfig, RestartPolicy, RoleSpec, Runtime, ServeSpec
 from reconciler.observed import (
     Health,
     Observed,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from reconciler import identity
 from reconciler.decisions import PlanContext
-from reconciler.model import (
+from reconciler.desired import (
     Desired,
     MemorySpec,
     Mode,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from reconciler.decisions import Decision, Reason, Status, Verb
-from reconciler.model import Launch, Mode, RoleSpec, Runtime, ServeSpec
+from reconciler.desired import Launch, Mode, RoleSpec, Runtime, ServeSpec
 from reconciler.observed import (
     Health,
     ProbeFacts,

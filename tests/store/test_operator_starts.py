@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from reconciler.model import Mode, Runtime
+from reconciler.desired import Mode, Runtime
 from reconciler.observed import RoleRecord, Terminal
 from reconciler.store import _MIGRATIONS, SCHEMA_VERSION, Lock, Store
 

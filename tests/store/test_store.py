@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from reconciler.model import Mode, Runtime
+from reconciler.desired import Mode, Runtime
 from reconciler.observed import RoleRecord, Terminal
 from reconciler.modelstore import Stamp
 from reconciler.store import SCHEMA_VERSION, Lock, LockHeld, Store, StoreError

@@ -7,7 +7,7 @@ import attrs
 from reconciler.errors import Problem
 from reconciler.loop import PassResult
 from reconciler.decisions import Decision, Plan, Reason, Status, Verb
-from reconciler.model import Desired, MemorySpec, Mode, NodeConfig, RoleSpec, Runtime, ServeSpec
+from reconciler.desired import Desired, MemorySpec, Mode, NodeConfig, RoleSpec, Runtime, ServeSpec
 from reconciler.observed import Health, Observed, ProbeFacts, RoleObservation
 
 

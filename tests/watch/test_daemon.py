@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler import logs, procs, watch
 from reconciler.filewatch import FileWatch
-from reconciler.model import Mode, Runtime, WantedState
+from reconciler.desired import Mode, Runtime, WantedState
 from reconciler.observed import RoleRecord
 from reconciler.store import Store
 from tests.watch.fakes import FakePasses, bad, desired, good, role_spec

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler import metrics
 from reconciler.decisions import Decision, Reason, Status, Verb
-from reconciler.model import Mode, Runtime
+from reconciler.desired import Mode, Runtime
 from reconciler.observed import RoleRecord
 from reconciler.store import Store
 from tests.watch.fakes import bad, desired, good, keep

@@ -19,7 +19,7 @@ import pytest
 
 from reconciler import cli, procs, watch
 from reconciler.commands import handoff
-from reconciler.model import Mode, Runtime
+from reconciler.desired import Mode, Runtime
 from reconciler.observed import RoleRecord, Terminal
 from reconciler.store import Store
 from tests.watch.fakes import FakePasses, bad, desired, good

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from reconciler import exits, procs
-from reconciler.model import Mode, Runtime
+from reconciler import pidwatch, procs
+from reconciler.desired import Mode, Runtime
 from reconciler.observed import RoleRecord
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs Linux pidfds")
@@ -60,12 +60,12 @@ def fired(sel: selectors.BaseSelector, timeout: float) -> list:
 def test_kill_is_noticed_at_once(selector, spawned, orphan):
     """A SIGKILLed server's pidfd fires within 0.5 s, whether or not it is our child."""
     target = spawned(orphan=orphan)
-    watch = exits.ExitWatch(selector)
+    watch = pidwatch.ExitWatch(selector)
     assert watch.sync({"chat": target}) == ()
     assert fired(selector, 0.05) == []
     killed = time.monotonic()
     os.kill(target[0], signal.SIGKILL)
-    assert fired(selector, 2.0) == [(exits.TAG, "chat")]
+    assert fired(selector, 2.0) == [(pidwatch.TAG, "chat")]
     assert time.monotonic() - killed < 0.5
     assert watch.exited("chat") == target
     assert watch.watched == {} and fired(selector, 0.05) == []
@@ -74,7 +74,7 @@ def test_kill_is_noticed_at_once(selector, spawned, orphan):
 def test_recycled_pid_is_reported_gone_once(selector, spawned):
     """A pid whose create time differs from the record is not watched; it is reported once."""
     pid, ctime = spawned()
-    watch = exits.ExitWatch(selector)
+    watch = pidwatch.ExitWatch(selector)
     assert watch.sync({"chat": (pid, ctime - 100.0)}) == ("chat",)
     assert watch.watched == {}
     assert watch.sync({"chat": (pid, ctime - 100.0)}) == ()
@@ -85,7 +85,7 @@ def test_dead_pid_is_reported_gone_once(selector, spawned):
     pid, ctime = spawned()
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
-    watch = exits.ExitWatch(selector)
+    watch = pidwatch.ExitWatch(selector)
     assert watch.sync({"chat": (pid, ctime)}) == ("chat",)
     assert watch.sync({"chat": (pid, ctime)}) == ()
 
@@ -93,7 +93,7 @@ def test_dead_pid_is_reported_gone_once(selector, spawned):
 def test_a_fired_pid_is_not_watched_again(selector, spawned):
     """After a pidfd fired, a store that still names the pid does not re-arm it (no hot loop)."""
     target = spawned()
-    watch = exits.ExitWatch(selector)
+    watch = pidwatch.ExitWatch(selector)
     watch.sync({"chat": target})
     os.kill(target[0], signal.SIGKILL)
     assert fired(selector, 2.0)
@@ -105,7 +105,7 @@ def test_a_fired_pid_is_not_watched_again(selector, spawned):
 def test_sync_follows_the_store(selector, spawned):
     """Roles leave the watch when they leave the targets; a new pid replaces the old one."""
     a, b, c = spawned(), spawned(), spawned()
-    watch = exits.ExitWatch(selector)
+    watch = pidwatch.ExitWatch(selector)
     watch.sync({"chat": a, "coder": b})
     assert watch.watched == {"chat": a, "coder": b}
     watch.sync({"chat": c})
@@ -123,4 +123,4 @@ def test_targets_are_managed_roles_the_store_calls_running():
 
     records = [rec("up", pid=10, create_time=1.0), rec("dead", pid=11, create_time=1.0,
                exited_at=5.0), rec("never"), rec("adopted", mode=Mode.ADOPTED, pid=12)]
-    assert exits.targets_from(records) == {"up": (10, 1.0)}
+    assert pidwatch.targets_from(records) == {"up": (10, 1.0)}
