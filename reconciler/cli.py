@@ -18,6 +18,7 @@ import os
 import sys
 from typing import Sequence
 
+from reconciler.errors import ReconcilerError
 from reconciler.exitcodes import Exit
 
 _TOP_HELP = """\
@@ -227,13 +228,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `reconcile events | head`: the reader had enough; not an error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return Exit.OK
+    except ReconcilerError as exc:
+        # The exception tree of errors.py: an unusable state directory or store,
+        # the lock held by another reconciler. One line, no traceback.
+        print(f"reconcile: error: {exc}", file=sys.stderr)
+        return Exit.ERROR
     except OSError as exc:
-        # An unusable state dir, an unreadable path: a message, not a traceback.
+        # An unreadable path, an unwritable metrics file: a message, not a traceback.
         where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
         print(f"reconcile: error:{where}: {exc.strerror or exc}", file=sys.stderr)
-        return Exit.ERROR
-    except Exception as exc:
-        if type(exc).__name__ != "StoreError":
-            raise  # a bug: keep the traceback
-        print(f"reconcile: error: {exc}", file=sys.stderr)
         return Exit.ERROR

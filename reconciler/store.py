@@ -15,20 +15,28 @@ One writer at a time: ``Lock`` holds ``<state dir>/lock`` (flock) for a whole
 pass or the daemon's life. The one exception is brief and safe under WAL and
 the busy timeout: ``reconcile start`` queues a request (``request_start``)
 while a daemon holds the lock, and the daemon takes it (``take_starts``).
+
+Failures are ``errors.StateError`` (the directory, the database or the lock
+file cannot be used: permissions, corruption, a newer schema, SQLite still
+locked after ``BUSY_TIMEOUT``) and ``errors.LockHeld``; never a raw
+``sqlite3`` or ``OSError``, so every command can say it in one line.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import json
 import os
 import sqlite3
 import time
 from pathlib import Path
+from typing import Callable, ParamSpec, TypeVar
 
 import attrs
 
+from reconciler.errors import LockHeld, StateError
 from reconciler.desired import Mode, Runtime
 from reconciler.observed import RoleRecord, Terminal
 from reconciler.modelstore import Stamp
@@ -114,6 +122,9 @@ _MIGRATIONS: tuple[str, ...] = (
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
+#: How long a statement waits for another connection's write lock (seconds).
+BUSY_TIMEOUT = 30.0
+
 _ROLE_FIELDS = [f.name for f in attrs.fields(RoleRecord)]
 
 
@@ -140,26 +151,49 @@ def default_state_dir(environ: dict[str, str] | None = None) -> str:
     return str(Path(xdg) / "reconciler")
 
 
-class StoreError(Exception):
-    """The state store cannot be opened or used (permissions, corruption, a newer schema)."""
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _state_errors(method: Callable[_P, _T]) -> Callable[_P, _T]:
+    """A SQLite failure inside ``method`` becomes a ``StateError`` naming the database."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.Error as exc:
+            store = args[0]
+            raise StateError(f"state store {store.path}: {exc}") from None  # type: ignore[attr-defined]
+
+    return wrapper
 
 
 class Store:
     """The SQLite state of one state directory."""
 
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
-        try:
-            self._open(state_dir)
-        except sqlite3.Error as exc:
-            raise StoreError(f"state store {Path(state_dir) / 'state.db'}: {exc}") from None
-
-    def _open(self, state_dir: str | os.PathLike[str]) -> None:
         self.state_dir = Path(state_dir)
-        # 0711: other users may not list the state, but the unprivileged uid a
-        # managed server runs as must traverse it to reach <state>/instances/<id>.
-        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o711)
         self.path = self.state_dir / "state.db"
-        self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        try:
+            # 0711: other users may not list the state, but the unprivileged uid a
+            # managed server runs as must traverse it to reach <state>/instances/<id>.
+            self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o711)
+        except OSError as exc:
+            raise StateError(f"state directory {self.state_dir}: {exc.strerror or exc}") from None
+        self._db = self._connect()
+        try:
+            self._prepare()
+        except StateError:
+            self._db.close()
+            raise
+
+    @_state_errors
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
+
+    @_state_errors
+    def _prepare(self) -> None:
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
@@ -177,7 +211,7 @@ class Store:
     def _migrate(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise StoreError(
+            raise StateError(
                 f"{self.path} has schema version {version}; this reconciler knows "
                 f"up to {SCHEMA_VERSION} (a newer reconciler wrote it)"
             )
@@ -192,14 +226,17 @@ class Store:
 
     # ------------------------------------------------------------ roles
 
+    @_state_errors
     def roles(self) -> tuple[RoleRecord, ...]:
         rows = self._db.execute("SELECT * FROM roles ORDER BY name").fetchall()
         return tuple(_record(row) for row in rows)
 
+    @_state_errors
     def role(self, name: str) -> RoleRecord | None:
         row = self._db.execute("SELECT * FROM roles WHERE name = ?", (name,)).fetchone()
         return _record(row) if row else None
 
+    @_state_errors
     def put_role(self, record: RoleRecord) -> None:
         values = attrs.asdict(record, recurse=False)
         values["launch_argv"] = json.dumps(list(record.launch_argv))
@@ -212,11 +249,13 @@ class Store:
         marks = ", ".join(f":{k}" for k in values)
         self._db.execute(f"INSERT OR REPLACE INTO roles ({cols}) VALUES ({marks})", values)
 
+    @_state_errors
     def delete_role(self, name: str) -> None:
         self._db.execute("DELETE FROM roles WHERE name = ?", (name,))
 
     # ------------------------------------------------------------ operator starts
 
+    @_state_errors
     def operator_start(self, name: str, at: float | None = None) -> str:
         """BEHAVIOUR §4 operator start: clear the terminal state, restarts → 0.
 
@@ -238,6 +277,7 @@ class Store:
             self.record_event(name, "operator-start", "operator", detail, at=at)
         return detail
 
+    @_state_errors
     def request_start(self, name: str, at: float | None = None) -> None:
         """Queue an operator start for whoever holds the lock (its next pass takes it)."""
         self._db.execute(
@@ -245,6 +285,7 @@ class Store:
             (name, time.time() if at is None else at),
         )
 
+    @_state_errors
     def take_starts(self) -> frozenset[str]:
         """Every queued operator start, read and deleted in one transaction.
 
@@ -259,6 +300,7 @@ class Store:
                 self._db.execute("DELETE FROM operator_starts")
         return frozenset(row["name"] for row in rows)
 
+    @_state_errors
     def queued_starts(self) -> frozenset[str]:
         """The operator starts still waiting for a pass (read only)."""
         rows = self._db.execute("SELECT name FROM operator_starts").fetchall()
@@ -266,6 +308,7 @@ class Store:
 
     # ------------------------------------------------------------ events
 
+    @_state_errors
     def record_event(
         self, role: str, verb: str, reason: str, detail: str = "",
         ok: bool | None = None, git_commit: str | None = None, at: float | None = None,
@@ -277,6 +320,7 @@ class Store:
              None if ok is None else int(ok), git_commit),
         )
 
+    @_state_errors
     def events(self, role: str | None = None, since: float | None = None,
                after_id: int | None = None) -> list[Event]:
         query, args = "SELECT * FROM events WHERE 1=1", []
@@ -297,10 +341,12 @@ class Store:
             for r in rows
         ]
 
+    @_state_errors
     def last_event_id(self) -> int:
         """The id of the newest event (0 for none): ``events(after_id=…)`` reads what follows."""
         return self._db.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
 
+    @_state_errors
     def last_event(self, role: str) -> Event | None:
         row = self._db.execute(
             "SELECT * FROM events WHERE role = ? ORDER BY id DESC LIMIT 1", (role,)
@@ -315,6 +361,7 @@ class Store:
     # ------------------------------------------------------------ model stamps
     # (the StampStore protocol of reconciler.modelstore)
 
+    @_state_errors
     def get_stamps(self, model: str) -> dict[str, Stamp]:
         rows = self._db.execute(
             "SELECT * FROM stamps WHERE model = ? AND ctime_ns IS NOT NULL AND dev IS NOT NULL",
@@ -326,6 +373,7 @@ class Store:
             for r in rows
         }
 
+    @_state_errors
     def put_stamps(self, model: str, stamps: dict[str, Stamp]) -> None:
         with self._transaction():
             self._db.execute("DELETE FROM stamps WHERE model = ?", (model,))
@@ -336,12 +384,14 @@ class Store:
                  for p, s in stamps.items()],
             )
 
+    @_state_errors
     def get_sticky(self, model: str) -> str | None:
         row = self._db.execute(
             "SELECT detail FROM sticky_mismatch WHERE model = ?", (model,)
         ).fetchone()
         return row["detail"] if row else None
 
+    @_state_errors
     def set_sticky(self, model: str, detail: str | None) -> None:
         if detail is None:
             self._db.execute("DELETE FROM sticky_mismatch WHERE model = ?", (model,))
@@ -376,10 +426,6 @@ def _record(row: sqlite3.Row) -> RoleRecord:
 # ---------------------------------------------------------------- the lock
 
 
-class LockHeld(Exception):
-    """Another reconciler holds the state directory's lock."""
-
-
 class Lock:
     """An exclusive flock on ``<state dir>/lock``; the file names the holder's pid."""
 
@@ -388,8 +434,12 @@ class Lock:
         self._fd: int | None = None
 
     def acquire(self, timeout: float = 0.0, *, poll: float = 0.05) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        """Take the lock, waiting up to ``timeout``; ``LockHeld`` if another keeps it."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise StateError(f"lock {self.path}: {exc.strerror or exc}") from None
         deadline = time.monotonic() + max(timeout, 0.0)
         while True:
             try:
@@ -398,7 +448,7 @@ class Lock:
             except OSError as exc:
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                     os.close(fd)
-                    raise
+                    raise StateError(f"lock {self.path}: {exc.strerror or exc}") from None
                 if time.monotonic() >= deadline:
                     holder = _read_holder(fd)
                     os.close(fd)

@@ -37,8 +37,6 @@ def run_apply(args) -> int:
         args.detailed_exitcode = False
         return run_plan(args)
     with common.locked(args) as store:
-        if store is None:
-            return Exit.ERROR
         # Starts a `reconcile start` queued while another run held the lock (cron).
         return _pass_and_report(args, store, _take_operator_starts(store))
 
@@ -50,7 +48,8 @@ def run_start(args) -> int:
     (``commands/handoff.py``) instead of failing on the lock.
     """
     from reconciler import sources
-    from reconciler.store import Lock, LockHeld
+    from reconciler.errors import LockHeld
+    from reconciler.store import Lock
 
     args.allow_empty = False
     args.metrics_file = None

@@ -11,7 +11,8 @@ import pytest
 from reconciler.desired import Mode, Runtime
 from reconciler.observed import RoleRecord, Terminal
 from reconciler.modelstore import Stamp
-from reconciler.store import SCHEMA_VERSION, Lock, LockHeld, Store, StoreError
+from reconciler.errors import LockHeld, StateError
+from reconciler.store import SCHEMA_VERSION, Lock, Store
 
 
 def record(**overrides) -> RoleRecord:
@@ -59,7 +60,7 @@ def test_a_newer_schema_is_refused(tmp_path):
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     db.commit()
     db.close()
-    with pytest.raises(StoreError, match="newer reconciler"):
+    with pytest.raises(StateError, match="newer reconciler"):
         Store(tmp_path)
 
 
@@ -103,7 +104,7 @@ def test_lock_is_exclusive_across_processes_and_names_the_holder(tmp_path):
     lock.acquire()
     try:
         code = (
-            "import sys\nfrom reconciler.store import Lock, LockHeld\n"
+            "import sys\nfrom reconciler.store import Lock\nfrom reconciler.errors import LockHeld\n"
             f"try:\n    Lock({str(tmp_path)!r}).acquire(timeout=0.2)\n"
             "except LockHeld as e:\n    print(e); sys.exit(7)\n"
         )
@@ -134,7 +135,7 @@ def test_lock_waits_up_to_its_timeout(tmp_path):
 
 
 def test_a_corrupt_database_is_a_store_error(tmp_path):
-    """Garbage in state.db is reported as a StoreError naming the file, not a sqlite trace."""
+    """Garbage in state.db is reported as a StateError naming the file, not a sqlite trace."""
     (tmp_path / "state.db").write_bytes(b"this is not a database" * 100)
-    with pytest.raises(StoreError, match="state.db"):
+    with pytest.raises(StateError, match="state.db"):
         Store(tmp_path)
