@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import ipaddress
 import math
-import os
-import signal
 import time
 from typing import Callable, Protocol
 
 import attrs
 
-from reconciler import probe, procs, spawn
+from reconciler import probe, procs, programs, signals, spawn
 from reconciler.identity import MARKER_ENV
 from reconciler.decisions import Decision, Plan, Reason, Verb
 from reconciler.desired import Launch, NodeConfig
@@ -103,7 +101,7 @@ class NoHooks:
 
 def stop(pid: int, create_time: float, instance_id: str, *, grace: float) -> StopResult:
     """Stop an owned server and its process group; never signals anything else."""
-    spawn.reap()
+    programs.reap()
     if not procs.is_running(pid, create_time):
         now = procs.create_time(pid)
         if now is not None and procs.is_running(pid, now):
@@ -115,12 +113,12 @@ def stop(pid: int, create_time: float, instance_id: str, *, grace: float) -> Sto
         return StopResult(ok=False, gone=False, error=(
             f"not owned: pid {pid} does not carry {MARKER_ENV}={instance_id}"))
 
-    error = _signal_owned(pid, create_time, instance_id, signal.SIGTERM)
+    error = _signal_owned(pid, create_time, instance_id, signals.SIGTERM)
     if error:
         return StopResult(ok=False, gone=not procs.is_running(pid, create_time), error=error)
     killed = False
     if not _wait_gone(pid, create_time, grace):
-        error = _signal_owned(pid, create_time, instance_id, signal.SIGKILL)
+        error = _signal_owned(pid, create_time, instance_id, signals.SIGKILL)
         killed = not error
         if error or not _wait_gone(pid, create_time, _KILL_WAIT):
             return StopResult(ok=False, gone=False, killed=killed,
@@ -135,22 +133,13 @@ def _signal_owned(pid: int, create_time: float, instance_id: str, sig: int) -> s
         if not procs.is_running(pid, create_time):
             return ""  # it exited between the looks: nothing to signal
         return f"not owned: pid {pid} lost {MARKER_ENV}={instance_id}; no signal sent"
-    try:
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, sig)
-        else:  # the leader left its own group: signal only the leader
-            os.kill(pid, sig)
-    except ProcessLookupError:
-        return ""
-    except PermissionError as exc:
-        return f"cannot signal pid {pid}: {exc.strerror}"
-    return ""
+    return signals.to_group(pid, sig)
 
 
 def _wait_gone(pid: int, create_time: float, timeout: float) -> bool:
     deadline = time.monotonic() + max(timeout, 0.0)
     while True:
-        spawn.reap()
+        programs.reap()
         # A zombie leader is not gone while its other threads still exit: they
         # hold its memory and its listening socket (a restart would find its
         # own port taken).
@@ -167,14 +156,11 @@ def _sweep_group(pgid: int, instance_id: str) -> str:
     marked, foreign = _group_members(pgid, instance_id)
     if not marked and not foreign:
         return ""
-    try:
-        if not foreign:
-            os.killpg(pgid, signal.SIGKILL)
-        else:
-            for member in marked:
-                os.kill(member, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    if not foreign:
+        signals.kill_group(pgid)
+    else:
+        for member in marked:
+            signals.kill(member)
     deadline = time.monotonic() + _SWEEP_WAIT
     while marked and time.monotonic() < deadline:
         time.sleep(_POLL)

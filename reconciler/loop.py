@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 from typing import Callable, Sequence
 
@@ -39,30 +38,6 @@ class PassResult:
     @property
     def ok(self) -> bool:
         return not self.problems and all(o.ok or o.skipped for o in self.outcomes)
-
-
-def manifests_commit(paths: Sequence[str]) -> str | None:
-    """The git commit of the manifests' checkout, if they live in one.
-
-    ``<sha>+dirty`` when the manifests differ from that commit (uncommitted
-    edits, untracked files): the commit alone would claim what was applied.
-    """
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    for path in paths:
-        folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
-        try:
-            head = subprocess.run(["git", "-C", folder, "rev-parse", "HEAD"],
-                                  capture_output=True, text=True, timeout=5, env=env)
-            if head.returncode != 0:
-                continue
-            dirty = subprocess.run(
-                ["git", "-C", folder, "status", "--porcelain", "--", "."],
-                capture_output=True, text=True, timeout=5, env=env)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        commit = head.stdout.strip()
-        return f"{commit}+dirty" if dirty.returncode == 0 and dirty.stdout.strip() else commit
-    return None
 
 
 def data_root(desired: Desired, state_dir: str) -> str:
@@ -219,6 +194,8 @@ def run_pass(
 
     started = clock()
     t0 = time.monotonic()
+    from reconciler.gitcommit import manifests_commit
+
     commit = manifests_commit(paths)
     if desired_override is not None:
         desired, warnings = desired_override, ()
@@ -310,12 +287,12 @@ def _record(store, desired, observed, the_plan, outcomes, commit, now, root,
 
 def _rotate_logs(store, root: str) -> None:
     """Keep every running server's log under its cap (it grows between passes)."""
-    from reconciler import spawn
+    from reconciler import serverlog
 
     for record in store.roles():
         cwd = os.path.join(root, record.instance_id)
         if record.pid and os.path.isdir(cwd):
-            spawn.rotate_log_if_needed(cwd)
+            serverlog.rotate_if_needed(cwd)
 
 
 def _news(store, decision: Decision, detail: str) -> bool:

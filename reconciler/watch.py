@@ -20,8 +20,8 @@ start in the store and sends SIGHUP. Every pass first takes the queued starts
 (``Store.take_starts``), applies each (``Store.operator_start``: terminal
 state cleared, restarts 0) and names them in the pass's ``operator_starts``.
 
-All of these meet in one ``selectors`` wait: signals through
-``signal.set_wakeup_fd``, the file watcher and ``request_*`` through a
+All of these meet in one ``selectors`` wait: signals through their wake-up
+fd (``signals.Wakeups``), the file watcher and ``request_*`` through a
 control pipe, server exits through their pidfds. ``signals_held`` blocks the
 three signals from before the lock is taken until ``Daemon.run`` has its
 handlers in, so an early SIGHUP (``reconcile start``) does not kill.
@@ -44,14 +44,12 @@ import functools
 import logging
 import os
 import selectors
-import signal
-import threading
 import time
 from typing import Callable, Iterator, Sequence
 
 import attrs
 
-from reconciler import logs, pidwatch
+from reconciler import logs, pidwatch, signals
 from reconciler.filewatch import FileWatch
 from reconciler.desired import Desired, WantedState
 
@@ -62,7 +60,7 @@ MIN_REQUEUE = 0.02
 ERROR_RETRY = 5.0
 
 #: The signals the daemon acts on (between passes, through the wake-up fd).
-SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+SIGNALS = signals.DAEMON
 
 _CONTROL, _SIGNALS = "control", "signals"
 _FILES, _STOP, _NOW = b"f", b"s", b"p"
@@ -96,19 +94,11 @@ def signals_held() -> Iterator[None]:
     and SIGHUP's default action kills. Held from before the lock is taken, a
     signal arriving early stays pending and reaches the daemon once its
     handlers are installed (``Daemon.run`` unblocks them): SIGHUP is one more
-    pass, SIGTERM/SIGINT a clean stop after the first pass. Nothing may spawn
-    a process while they are held: a child would inherit the mask.
+    pass, SIGTERM/SIGINT a clean stop after the first pass. One that came while
+    the daemon was stopping asks for nothing more: it is discarded.
     """
-    saved = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-    try:
+    with signals.held(SIGNALS):
         yield
-    finally:
-        # One that came while the daemon was stopping asks for nothing more
-        # (a late SIGHUP must not turn a clean exit into death by signal).
-        ours = set(SIGNALS) - saved
-        while ours and signal.sigtimedwait(ours, 0) is not None:
-            pass
-        signal.pthread_sigmask(signal.SIG_SETMASK, saved)
 
 
 # ---------------------------------------------------------------- the daemon
@@ -167,9 +157,7 @@ class Daemon:
         self._selector.register(self._sig_r, selectors.EVENT_READ, _SIGNALS)
         self.exits = pidwatch.ExitWatch(self._selector)
         self._files: FileWatch | None = None
-        self._saved_signals: dict[int, object] = {}
-        self._saved_wakeup: int | None = None
-        self._saved_mask: set[int] | None = None
+        self._wakeups = signals.Wakeups(self._sig_w, SIGNALS)
 
     # ------------------------------------------------------------ control (any thread)
 
@@ -189,7 +177,7 @@ class Daemon:
 
     def run(self) -> int:
         """Reconcile until told to stop; 0 on a clean stop."""
-        self._install_signals()
+        self._wakeups.install()
         try:
             if self._watch_files:
                 self._files = FileWatch(self.paths, lambda: self._poke(_FILES))
@@ -213,7 +201,7 @@ class Daemon:
         if self._files is not None:
             self._files.close()
             self._files = None
-        self._restore_signals()
+        self._wakeups.restore()
         self.exits.close()
         for fd in (self._ctl_r, self._ctl_w, self._sig_r, self._sig_w):
             try:
@@ -225,29 +213,6 @@ class Daemon:
             except OSError:
                 pass
         self._selector.close()
-
-    def _install_signals(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return  # tests drive a daemon from a thread with request_*()
-        self._saved_wakeup = signal.set_wakeup_fd(self._sig_w, warn_on_full_buffer=False)
-        for signum in SIGNALS:
-            # The handler does nothing: the wake-up fd carries the signal
-            # number into the select, where the loop acts on it between passes.
-            self._saved_signals[signum] = signal.signal(signum, _ignore)
-        # Only now may they arrive (``signals_held``): one pending since is acted on.
-        self._saved_mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
-
-    def _restore_signals(self) -> None:
-        if self._saved_mask is not None:
-            # Held again first, so none meets a restored default action mid-teardown.
-            signal.pthread_sigmask(signal.SIG_SETMASK, self._saved_mask)
-            self._saved_mask = None
-        for signum, handler in self._saved_signals.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
-        self._saved_signals.clear()
-        if self._saved_wakeup is not None:
-            signal.set_wakeup_fd(self._saved_wakeup)
-            self._saved_wakeup = None
 
     # ------------------------------------------------------------ waiting
 
@@ -263,10 +228,10 @@ class Daemon:
             for key, _ in self._selector.select(timeout):
                 if key.data == _SIGNALS:
                     for signum in _drain(self._sig_r):
-                        if signum in (signal.SIGTERM, signal.SIGINT):
-                            logs.emit(f"received {signal.Signals(signum).name}", event="signal")
+                        if signum in (signals.SIGTERM, signals.SIGINT):
+                            logs.emit(f"received {signals.name(signum)}", event="signal")
                             stop = True
-                        elif signum == signal.SIGHUP:
+                        elif signum == signals.SIGHUP:
                             reasons.append("SIGHUP")
                 elif key.data == _CONTROL:
                     data = bytes(_drain(self._ctl_r))
@@ -291,9 +256,9 @@ class Daemon:
 
     def reconcile(self, why: str) -> None:
         """One pass (two when the manifests are invalid and a last good state exists)."""
-        from reconciler import spawn
+        from reconciler import programs
 
-        spawn.reap()  # our own exited children: no zombie outlives a pass
+        programs.reap()  # our own exited children: no zombie outlives a pass
         started, t0 = self._wall(), self._monotonic()
         logs.emit(f"pass ({why})", level=logging.DEBUG, event="pass", reason=why)
         self.passes += 1
@@ -435,10 +400,6 @@ class Daemon:
         except Exception:
             logs.emit("stopping the managed servers failed", level=logging.ERROR,
                       exc_info=True, event="error")
-
-
-def _ignore(signum: int, frame: object) -> None:
-    pass
 
 
 def _drain(fd: int) -> bytearray:

@@ -19,8 +19,6 @@ refused).
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import time
 
@@ -65,15 +63,11 @@ def _holder(lock) -> int | None:
 
 def _wake(pid: int | None) -> bool:
     """SIGHUP to a live ``reconcile watch``; False for anything else."""
-    from reconciler import procs
+    from reconciler import procs, signals
 
     if pid is None or not procs.looks_like_watch(pid):
         return False
-    try:
-        os.kill(pid, signal.SIGHUP)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
+    return signals.hangup(pid)
 
 
 def _wait(store, name: str, before: int, holder: int, wait: float):
