@@ -36,7 +36,9 @@ from typing import Callable, ParamSpec, TypeVar
 
 import attrs
 
+from reconciler import events as ev
 from reconciler.errors import LockHeld, StateError
+from reconciler.events import Event, EventKind
 from reconciler.desired import Mode, Runtime
 from reconciler.observed import RoleRecord, Terminal
 from reconciler.modelstore import Stamp
@@ -126,18 +128,6 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 BUSY_TIMEOUT = 30.0
 
 _ROLE_FIELDS = [f.name for f in attrs.fields(RoleRecord)]
-
-
-@attrs.frozen(kw_only=True)
-class Event:
-    id: int
-    at: float
-    role: str
-    verb: str
-    reason: str
-    detail: str
-    ok: bool | None
-    git_commit: str | None
 
 
 def default_state_dir(environ: dict[str, str] | None = None) -> str:
@@ -263,6 +253,7 @@ class Store:
         back. Records an ``operator-start`` event and returns its detail; the
         pass that follows must name the role in ``operator_starts``.
         """
+        at = time.time() if at is None else at
         with self._transaction():
             record = self.role(name)
             if record is None:
@@ -274,7 +265,7 @@ class Store:
                 if record.restarts:
                     parts.append(f"restarts {record.restarts} → 0")
                 detail = ", ".join(parts) or "nothing to clear"
-            self.record_event(name, "operator-start", "operator", detail, at=at)
+            self.add_event(ev.operator_start(name, detail, at=at))
         return detail
 
     @_state_errors
@@ -309,15 +300,13 @@ class Store:
     # ------------------------------------------------------------ events
 
     @_state_errors
-    def record_event(
-        self, role: str, verb: str, reason: str, detail: str = "",
-        ok: bool | None = None, git_commit: str | None = None, at: float | None = None,
-    ) -> None:
+    def add_event(self, event: Event) -> None:
+        """Append ``event`` as given (its ``id`` is ignored: the store numbers events)."""
         self._db.execute(
             "INSERT INTO events (at, role, verb, reason, detail, ok, git_commit) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (time.time() if at is None else at, role, verb, reason, detail,
-             None if ok is None else int(ok), git_commit),
+            (event.at, event.role, str(event.kind), event.reason, event.detail,
+             None if event.ok is None else int(event.ok), event.git_commit),
         )
 
     @_state_errors
@@ -334,12 +323,7 @@ class Store:
             query += " AND id > ?"
             args.append(after_id)
         rows = self._db.execute(query + " ORDER BY id", args).fetchall()
-        return [
-            Event(id=r["id"], at=r["at"], role=r["role"], verb=r["verb"], reason=r["reason"],
-                  detail=r["detail"], ok=None if r["ok"] is None else bool(r["ok"]),
-                  git_commit=r["git_commit"])
-            for r in rows
-        ]
+        return [self._event(row) for row in rows]
 
     @_state_errors
     def last_event_id(self) -> int:
@@ -347,13 +331,20 @@ class Store:
         return self._db.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
 
     @_state_errors
-    def last_event(self, role: str) -> Event | None:
-        row = self._db.execute(
-            "SELECT * FROM events WHERE role = ? ORDER BY id DESC LIMIT 1", (role,)
-        ).fetchone()
-        if row is None:
-            return None
-        return Event(id=row["id"], at=row["at"], role=row["role"], verb=row["verb"],
+    def last_events(self) -> dict[str, Event]:
+        """Each role's newest event, in one query."""
+        rows = self._db.execute(
+            "SELECT * FROM events WHERE id IN (SELECT MAX(id) FROM events GROUP BY role)"
+        ).fetchall()
+        return {row["role"]: self._event(row) for row in rows}
+
+    def _event(self, row: sqlite3.Row) -> Event:
+        try:
+            kind = EventKind(row["verb"])
+        except ValueError:
+            raise StateError(f"state store {self.path}: event {row['id']} has the unknown kind "
+                             f"{row['verb']!r} (written by a newer reconciler?)") from None
+        return Event(id=row["id"], at=row["at"], role=row["role"], kind=kind,
                      reason=row["reason"], detail=row["detail"],
                      ok=None if row["ok"] is None else bool(row["ok"]),
                      git_commit=row["git_commit"])
@@ -383,6 +374,12 @@ class Store:
                 [(model, p, s.size, s.mtime_ns, s.inode, s.ctime_ns, s.dev, s.sha256)
                  for p, s in stamps.items()],
             )
+
+    @_state_errors
+    def sticky_mismatches(self) -> dict[str, str]:
+        """Every model with a sticky mismatch, and its detail (for the pass's model checks)."""
+        rows = self._db.execute("SELECT model, detail FROM sticky_mismatch").fetchall()
+        return {row["model"]: row["detail"] for row in rows}
 
     @_state_errors
     def get_sticky(self, model: str) -> str | None:

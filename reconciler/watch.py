@@ -1,7 +1,7 @@
 """The ``reconcile watch`` daemon loop (SHELL).
 
 Level-triggered: whatever wakes the daemon, it runs one whole pass
-(``loop.run_pass``: re-read every manifest, re-observe every server). The
+(``loop.apply_pass``: re-read every manifest, re-observe every server). The
 wake-ups only decide *when*:
 
 * at start;
@@ -49,9 +49,10 @@ from typing import Callable, Iterator, Sequence
 
 import attrs
 
-from reconciler import logs, pidwatch, signals
+from reconciler import events, logs, pidwatch, signals
 from reconciler.filewatch import FileWatch
 from reconciler.desired import Desired, WantedState
+from reconciler.loop import PassInputs, PassResult
 
 #: The requeue hint is honoured from this gap on, so a planner that keeps
 #: asking for 0 s cannot spin the daemon.
@@ -118,15 +119,15 @@ class Daemon:
         stop_on_exit: bool = False,
         metrics_server=None,
         metrics_file: str | None = None,
-        run_pass: Callable | None = None,
+        apply_pass: Callable[[PassInputs], PassResult] | None = None,
         watch_files: bool = True,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        if run_pass is None:
+        if apply_pass is None:
             from reconciler import loop
 
-            run_pass = loop.run_pass
+            apply_pass = loop.apply_pass
         self.paths = list(paths)
         self.store = store
         self.state_dir = state_dir
@@ -135,7 +136,7 @@ class Daemon:
         self.stop_on_exit = stop_on_exit
         self.metrics_server = metrics_server
         self.metrics_file = metrics_file
-        self._run_pass = run_pass
+        self._apply_pass = apply_pass
         self._watch_files = watch_files
         self._monotonic = monotonic
         self._wall = wall
@@ -272,15 +273,13 @@ class Daemon:
             if problems:
                 self._invalid(problems, result.git_commit)
                 if self.last_good is not None:
-                    result = self._call_pass(desired_override=self.last_good,
-                                             operator_starts=starts)
+                    result = self._call_pass(desired=self.last_good, operator_starts=starts)
             else:
                 if self._problems:
                     logs.emit("manifests valid again; resuming from them", event="valid",
                               role="manifests", verb="valid", reason="fixed")
-                    self.store.record_event("manifests", "valid", "fixed",
-                                            "manifests are valid again",
-                                            ok=True, git_commit=result.git_commit)
+                    self.store.add_event(events.manifests_valid(
+                        git_commit=result.git_commit, at=self._wall()))
                 self._problems = ()
                 self.last_good = result.desired
                 self._log_warnings(result.warnings)
@@ -303,13 +302,15 @@ class Daemon:
         names = self.store.take_starts()
         for name in sorted(names):
             detail = self.store.operator_start(name)
-            logs.emit(f"operator start of {name}: {detail}", event="operator-start",
-                      role=name, verb="operator-start", reason="operator", detail=detail)
+            kind = events.EventKind.OPERATOR_START
+            logs.emit(f"operator start of {name}: {detail}", event=kind, role=name, verb=kind,
+                      reason="operator", detail=detail)
         return names
 
-    def _call_pass(self, **extra):
-        return self._run_pass(paths=self.paths, store=self.store, state_dir=self.state_dir,
-                              allow_empty=self.allow_empty, **extra)
+    def _call_pass(self, **extra) -> PassResult:
+        return self._apply_pass(PassInputs(paths=self.paths, store=self.store,
+                                           state_dir=self.state_dir,
+                                           allow_empty=self.allow_empty, **extra))
 
     def _invalid(self, problems: tuple, commit: str | None) -> None:
         texts = tuple(str(p) for p in problems)
@@ -322,8 +323,8 @@ class Daemon:
         detail = f"{len(texts)} problem(s), {then}: " + "; ".join(texts[:5])
         if len(texts) > 5:
             detail += f"; … {len(texts) - 5} more"
-        self.store.record_event("manifests", "invalid", "problems", detail, ok=False,
-                                git_commit=commit)
+        self.store.add_event(events.manifests_invalid(detail, git_commit=commit,
+                                                      at=self._wall()))
 
     def _log_warnings(self, warnings) -> None:
         texts = tuple(str(w) for w in warnings)
@@ -393,9 +394,9 @@ class Daemon:
         ))
         try:
             # allow_empty: with no good state at all, the store's servers are stopped too.
-            result = self._run_pass(paths=self.paths, store=self.store,
-                                    state_dir=self.state_dir, allow_empty=True,
-                                    desired_override=stopped)
+            result = self._apply_pass(PassInputs(paths=self.paths, store=self.store,
+                                                 state_dir=self.state_dir, allow_empty=True,
+                                                 desired=stopped))
             self._logged = logs.log_pass(result, None)
         except Exception:
             logs.emit("stopping the managed servers failed", level=logging.ERROR,

@@ -12,6 +12,7 @@ from reconciler.desired import Mode, Runtime
 from reconciler.observed import RoleRecord, Terminal
 from reconciler.modelstore import Stamp
 from reconciler.errors import LockHeld, StateError
+from reconciler.events import Event, EventKind
 from reconciler.store import SCHEMA_VERSION, Lock, Store
 
 
@@ -67,10 +68,12 @@ def test_a_newer_schema_is_refused(tmp_path):
 def test_events_are_appended_and_filtered(tmp_path):
     """The event log keeps order and filters by role and time."""
     with Store(tmp_path) as store:
-        store.record_event("a", "start", "missing", "pid 1", ok=True, git_commit="abc", at=10.0)
-        store.record_event("b", "stop", "removed", ok=False, at=20.0)
-        store.record_event("a", "keep", "in_sync", at=30.0)
-        assert [e.verb for e in store.events()] == ["start", "stop", "keep"]
+        store.add_event(Event(role="a", kind=EventKind.START, reason="missing", detail="pid 1",
+                              ok=True, git_commit="abc", at=10.0))
+        store.add_event(Event(role="b", kind=EventKind.STOP, reason="removed", ok=False, at=20.0))
+        store.add_event(Event(role="a", kind=EventKind.KEEP, reason="in_sync", at=30.0))
+        assert [e.kind for e in store.events()] == [EventKind.START, EventKind.STOP,
+                                                    EventKind.KEEP]
         assert [e.at for e in store.events(role="a")] == [10.0, 30.0]
         assert [e.role for e in store.events(since=15.0)] == ["b", "a"]
         first = store.events()[0]
