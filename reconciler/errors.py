@@ -8,8 +8,8 @@ conditions that end a command. This is the whole tree, as raised::
 
     ReconcilerError         base of everything raised on purpose
     └── StateError          the state directory, its store or its lock file is
-        │                   unusable (store.Store, store.Lock)
-        └── LockHeld        another reconciler holds the lock (store.Lock.acquire)
+        │                   unusable (store.Store, lock.Lock)
+        └── LockHeld        another reconciler holds the lock (lock.Lock.acquire)
 
 ``cli.main`` catches ``ReconcilerError`` by class and turns it into one line
 on stderr and exit code 1; anything else that escapes is a bug and keeps its

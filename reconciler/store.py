@@ -1,4 +1,4 @@
-"""The state store and the lock (SHELL; the only module that imports sqlite3).
+"""The state store (SHELL; the only module that imports sqlite3).
 
 ``state.db`` (SQLite, WAL) in the state directory remembers, per role, what
 the reconciler needs between passes and across its own crashes (BEHAVIOUR §3):
@@ -11,21 +11,19 @@ the model verification stamps of §1.1, and the operator starts that a
 The schema is versioned with ``PRAGMA user_version``; ``_MIGRATIONS[i]``
 takes a database from version ``i`` to ``i + 1``.
 
-One writer at a time: ``Lock`` holds ``<state dir>/lock`` (flock) for a whole
+One writer at a time: ``lock.Lock`` holds ``<state dir>/lock`` for a whole
 pass or the daemon's life. The one exception is brief and safe under WAL and
 the busy timeout: ``reconcile start`` queues a request (``request_start``)
 while a daemon holds the lock, and the daemon takes it (``take_starts``).
 
-Failures are ``errors.StateError`` (the directory, the database or the lock
-file cannot be used: permissions, corruption, a newer schema, SQLite still
-locked after ``BUSY_TIMEOUT``) and ``errors.LockHeld``; never a raw
-``sqlite3`` or ``OSError``, so every command can say it in one line.
+Failures are ``errors.StateError`` (the directory or the database cannot be
+used: permissions, corruption, a newer schema, SQLite still locked after
+``BUSY_TIMEOUT``), never a raw ``sqlite3`` or ``OSError``, so every command
+can say it in one line.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import functools
 import json
 import os
@@ -37,7 +35,7 @@ from typing import Callable, ParamSpec, TypeVar
 import attrs
 
 from reconciler import events as ev
-from reconciler.errors import LockHeld, StateError
+from reconciler.errors import StateError
 from reconciler.events import Event, EventKind
 from reconciler.desired import Mode, Runtime
 from reconciler.observed import RoleRecord, Terminal
@@ -418,70 +416,3 @@ def _record(row: sqlite3.Row) -> RoleRecord:
     values["launch_argv"] = tuple(json.loads(values["launch_argv"] or "[]"))
     values["we_loaded"] = bool(values["we_loaded"])
     return RoleRecord(**values)
-
-
-# ---------------------------------------------------------------- the lock
-
-
-class Lock:
-    """An exclusive flock on ``<state dir>/lock``; the file names the holder's pid."""
-
-    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
-        self.path = Path(state_dir) / "lock"
-        self._fd: int | None = None
-
-    def acquire(self, timeout: float = 0.0, *, poll: float = 0.05) -> None:
-        """Take the lock, waiting up to ``timeout``; ``LockHeld`` if another keeps it."""
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise StateError(f"lock {self.path}: {exc.strerror or exc}") from None
-        deadline = time.monotonic() + max(timeout, 0.0)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    os.close(fd)
-                    raise StateError(f"lock {self.path}: {exc.strerror or exc}") from None
-                if time.monotonic() >= deadline:
-                    holder = _read_holder(fd)
-                    os.close(fd)
-                    who = f"pid {holder}" if holder else "another process"
-                    raise LockHeld(
-                        f"another reconciler holds {self.path} ({who}); "
-                        f"waited {timeout:g}s (--lock-timeout)"
-                    ) from None
-                time.sleep(poll)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
-
-    def holder(self) -> int | None:
-        """The pid the current (or last) holder wrote into the lock file, if any."""
-        try:
-            text = self.path.read_text().strip()
-        except OSError:
-            return None
-        return int(text) if text.isdigit() else None
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing drops the flock
-            self._fd = None
-
-    def __enter__(self) -> "Lock":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
-def _read_holder(fd: int) -> str:
-    try:
-        return os.pread(fd, 32, 0).decode().strip()
-    except OSError:
-        return ""
-

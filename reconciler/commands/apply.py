@@ -49,7 +49,7 @@ def run_start(args) -> int:
     """
     from reconciler import sources
     from reconciler.errors import LockHeld
-    from reconciler.store import Lock
+    from reconciler.lock import Lock
 
     args.allow_empty = False
     args.metrics_file = None

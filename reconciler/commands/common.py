@@ -34,7 +34,7 @@ def open_store(args) -> Iterator:
 @contextlib.contextmanager
 def locked(args) -> Iterator:
     """The lock for a whole pass, then the store (``errors.LockHeld`` when another holds it)."""
-    from reconciler.store import Lock
+    from reconciler.lock import Lock
 
     lock = Lock(state_dir(args))
     lock.acquire(timeout=getattr(args, "lock_timeout", 0.0) or 0.0)

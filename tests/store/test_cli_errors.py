@@ -9,7 +9,8 @@ import pytest
 from reconciler import cli, store
 from reconciler.errors import StateError
 from reconciler.exitcodes import Exit
-from reconciler.store import Lock, Store
+from reconciler.lock import Lock
+from reconciler.store import Store
 
 
 def run(capsys, *argv: str) -> tuple[int, list[str]]:

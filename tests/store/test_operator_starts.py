@@ -7,7 +7,8 @@ import sqlite3
 from reconciler.desired import Mode, Runtime
 from reconciler.events import Event, EventKind
 from reconciler.observed import RoleRecord, Terminal
-from reconciler.store import _MIGRATIONS, SCHEMA_VERSION, Lock, Store
+from reconciler.lock import Lock
+from reconciler.store import _MIGRATIONS, SCHEMA_VERSION, Store
 
 
 def event(role: str, kind: EventKind, reason: str, *, at: float) -> Event:

@@ -58,7 +58,8 @@ FAKE_WATCH = textwrap.dedent("""\
     import sys
     import time
     from reconciler.events import Event, EventKind
-    from reconciler.store import Lock, Store
+    from reconciler.lock import Lock
+    from reconciler.store import Store
     from reconciler.watch import Daemon
     from tests.watch.fakes import desired, good
 
@@ -80,7 +81,7 @@ FAKE_WATCH = textwrap.dedent("""\
 #: Holds the lock and nothing else (a `--once` run, as far as `start` can tell).
 PLAIN_HOLDER = textwrap.dedent("""\
     import sys, time
-    from reconciler.store import Lock
+    from reconciler.lock import Lock
     Lock(sys.argv[1]).acquire()
     print("held", flush=True)
     time.sleep(120)
