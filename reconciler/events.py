@@ -19,12 +19,15 @@ stays as it was. A decision is logged when
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
 
 import attrs
 
 from reconciler.decisions import Decision, Verb
 from reconciler.observed import RoleRecord
-from reconciler.outcomes import Outcome
+
+if TYPE_CHECKING:  # only a pass that acts makes outcomes
+    from reconciler.outcomes import Outcome
 
 #: The pseudo-role of the events about the manifest set as a whole.
 MANIFESTS = "manifests"

@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from reconciler import programs
-
 #: Seconds each git command may take (a hung network filesystem must not hang a pass).
 GIT_TIMEOUT = 5.0
 
@@ -30,6 +28,8 @@ def manifests_commit(paths: Sequence[str]) -> str | None:
         folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
         if not _under_a_checkout(folder):
             continue
+        from reconciler import programs
+
         head = programs.run(["git", "-C", folder, "rev-parse", "HEAD"], env=env,
                             timeout=GIT_TIMEOUT)
         if head.returncode is None:

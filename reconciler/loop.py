@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import attrs
 
@@ -38,7 +38,9 @@ from reconciler.decisions import Plan, PlanContext
 from reconciler.desired import Desired
 from reconciler.errors import Problem
 from reconciler.observed import Observed, Remembered
-from reconciler.outcomes import Outcome
+
+if TYPE_CHECKING:  # only a pass that acts makes outcomes
+    from reconciler.outcomes import Outcome
 
 
 @attrs.frozen(kw_only=True)

@@ -14,13 +14,17 @@ by marker, ``readopt.py``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 
 from reconciler import events, instances, records
 from reconciler.decisions import Decision, Plan
 from reconciler.desired import Desired
 from reconciler.observed import Observed, RoleRecord
-from reconciler.outcomes import Outcome
+
+if TYPE_CHECKING:  # only a pass that acts makes outcomes
+    from reconciler.outcomes import Outcome
 
 
 def record_pass(

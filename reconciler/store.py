@@ -30,7 +30,7 @@ import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Callable, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Callable, ParamSpec, TypeVar
 
 import attrs
 
@@ -39,7 +39,9 @@ from reconciler.errors import StateError
 from reconciler.events import Event, EventKind
 from reconciler.desired import Mode, Runtime
 from reconciler.observed import RoleRecord, Terminal
-from reconciler.modelstore import Stamp
+
+if TYPE_CHECKING:  # hashing models is not every pass's business: imported when stamps are read
+    from reconciler.modelstore import Stamp
 
 _MIGRATIONS: tuple[str, ...] = (
     # 0 → 1: the first schema (IF NOT EXISTS: two first runs may race to create it).
@@ -352,6 +354,8 @@ class Store:
 
     @_state_errors
     def get_stamps(self, model: str) -> dict[str, Stamp]:
+        from reconciler.modelstore import Stamp
+
         rows = self._db.execute(
             "SELECT * FROM stamps WHERE model = ? AND ctime_ns IS NOT NULL AND dev IS NOT NULL",
             (model,),
