@@ -41,11 +41,12 @@ def record_pass(
 ) -> None:
     """Every role's record after its decision, and the events that are news."""
     by_role = {o.role: o for o in outcomes}
+    # Read now, not at the pass's start: the spawn hook wrote the pids it got.
+    records_now = {r.name: r for r in store.roles()}
     last = store.last_events()
     for decision in plan.decisions:
         outcome = by_role.get(decision.role)
-        # Read now, not from the pass's start: the spawn hook may have written it.
-        before = store.role(decision.role)
+        before = records_now.get(decision.role)
         after = records.after_decision(before, desired.role(decision.role), decision,
                                        observed.role(decision.role),
                                        _facts(decision, outcome), now)
