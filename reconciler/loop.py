@@ -41,6 +41,7 @@ from reconciler.observed import Observed, Remembered
 
 if TYPE_CHECKING:  # only a pass that acts makes outcomes
     from reconciler.outcomes import Outcome
+    from reconciler.store import Store
 
 
 @attrs.frozen(kw_only=True)
@@ -48,12 +49,12 @@ class PassInputs:
     """Everything one pass starts from."""
 
     paths: tuple[str, ...] = attrs.field(converter=tuple)  # the manifests (and their git commit)
-    store: object  # store.Store: remembered state, events; the caller owns it
+    store: Store  # remembered state and events; the caller opened it (and holds the lock)
     state_dir: str
     desired: Desired | None = None  # given: the manifests are not read (watch's last good state)
     allow_empty: bool = False  # an empty manifest set may stop running servers
     operator_starts: frozenset[str] = frozenset()  # roles named by `reconcile start`
-    verifier: object | None = None  # verifies models before a spawn (default: by the store)
+    verifier: object | None = None  # modelstore.Verifier-like; default: by the store's stamps
     clock: Callable[[], float] = time.time
 
 
