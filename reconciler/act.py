@@ -14,11 +14,15 @@ A plan in which nothing acts never loads the executor at all.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from reconciler import recording
 from reconciler.decisions import Decision, Plan
 from reconciler.desired import Desired, Runtime
 from reconciler.observed import ModelState
-from reconciler.outcomes import Guard, Outcome, Refusal
+
+if TYPE_CHECKING:  # only a pass that acts makes outcomes (and imports them)
+    from reconciler.outcomes import Outcome, Refusal
 
 
 def act(plan: Plan, desired: Desired, store, *, verifier=None) -> tuple[Outcome, ...]:
@@ -43,6 +47,7 @@ class _PassHooks:
         if spec is None or spec.runtime is Runtime.OLLAMA:
             return None
         from reconciler import modelstore
+        from reconciler.outcomes import Guard, Refusal
 
         for name in (spec.model, spec.serve.draft_model):
             model = self.desired.model(name)

@@ -79,7 +79,7 @@ class PassResult:
 
 def plan_pass(inputs: PassInputs) -> PassResult:
     """Load, remember, observe and plan; act on nothing and write nothing to the store."""
-    began = _Began.now(inputs)
+    began = _Began(inputs)
     loaded = _load(inputs)
     if loaded.problems or loaded.desired is None:
         return began.refused(loaded)
@@ -96,7 +96,7 @@ def apply_pass(inputs: PassInputs) -> PassResult:
     """The whole pass, acting and recording. The caller holds the lock."""
     from reconciler import act, recording
 
-    began = _Began.now(inputs)
+    began = _Began(inputs)
     loaded = _load(inputs)
     if loaded.problems or loaded.desired is None:
         return began.refused(loaded)
@@ -141,20 +141,20 @@ def _observe_and_plan(inputs: PassInputs, desired: Desired, remembered: Remember
     return observed, plan.plan(desired, observed, remembered, ctx, inputs.clock())
 
 
-@attrs.frozen(kw_only=True)
 class _Began:
-    """When a pass began (wall clock for the record, monotonic for its duration), and its commit."""
+    """When a pass began (wall clock for the record, monotonic for its duration), and its commit.
 
-    started: float
-    t0: float
-    git_commit: str | None
+    A plain class: it never leaves this module, and an attrs class costs a
+    cron run its creation.
+    """
 
-    @classmethod
-    def now(cls, inputs: PassInputs) -> "_Began":
+    __slots__ = ("started", "t0", "git_commit")
+
+    def __init__(self, inputs: PassInputs) -> None:
         from reconciler.gitcommit import manifests_commit
 
-        started, t0 = inputs.clock(), time.monotonic()
-        return cls(started=started, t0=t0, git_commit=manifests_commit(inputs.paths))
+        self.started, self.t0 = inputs.clock(), time.monotonic()
+        self.git_commit = manifests_commit(inputs.paths)
 
     def refused(self, loaded) -> PassResult:
         return PassResult(problems=tuple(loaded.problems), warnings=tuple(loaded.warnings),
