@@ -8,7 +8,7 @@ spelling; a flag of arity N takes the next N entries as its values; a value is
 with ``-`` only when it is a number.
 
 llama-server's flags move between releases. This table is checked against the
-llama-server stand-in used by the tests (``testbed/llama_server_shim.py``) in
+real llama-server the tests run (``llama-server --help``) in
 ``tests/manifests/test_extra_args.py``; check it against the real server's
 ``--help`` when the server the tests run changes.
 """

@@ -1,4 +1,4 @@
-"""The observer against the REAL llama.cpp server (testbed: xllamacpp behind a llama-server shim)."""
+"""The observer against the REAL llama.cpp server (testbed: llama-server compiled from source)."""
 
 from __future__ import annotations
 
