@@ -91,17 +91,17 @@ class ProbeContext:
 
     ``wanted``: the model name the server should list (llama.cpp alias,
     Ollama tag). ``starting``: a start was made and the server has not
-    answered since. ``readiness``: mlx-lm only — send the one-token
-    completion that proves the model loaded (never for adopted roles).
-    ``argv_model``: the ``--model`` this reconciler launched the process with.
+    answered since. ``readiness``: send the runtime's readiness request
+    (mlx-lm's one-token completion) that proves the model loaded — only to
+    our own live process after a start, never to adopted roles.
+    ``launch_argv``: the argv this reconciler launched the process with.
     """
 
     wanted: str | None = None
     adopted: bool = False
     starting: bool = False
     readiness: bool = False
-    argv_model: str | None = None
-    keep_alive: float | None = None  # Ollama deep health
+    launch_argv: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------- names

@@ -1,4 +1,8 @@
-"""llama.cpp's ``llama-server``: command line, probes and answers (PURE)."""
+"""llama.cpp's ``llama-server``: command line, flags, probes and answers (PURE).
+
+Launched and managed by the reconciler, or adopted. Its declaration is ``SPEC``
+at the end of this module.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from reconciler.desired import ModelSpec, RoleSpec
+from reconciler.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
 from reconciler.observed import Health, ProbeFacts
 from reconciler.runtimes.common import (
     Exchange,
@@ -19,6 +23,7 @@ from reconciler.runtimes.common import (
     listed_match,
     unreachable,
 )
+from reconciler.runtimes.spec import Flag, RuntimeSpec, flag_table
 
 
 def model_path(model: ModelSpec | None) -> str:
@@ -41,6 +46,17 @@ def argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None) -> tu
     args += ["--alias", role.model or role.name]
     args += list(serve.extra_args)
     return tuple(args)
+
+
+#: BEHAVIOUR §1.4. llama-server's flags move between releases: this table is
+#: checked against the server the tests run (tests/manifests/test_extra_args.py).
+FLAGS = flag_table(
+    (Flag(1), ("--threads", "-t", "--threads-batch", "-tb", "--batch-size", "-b",
+               "--ubatch-size", "-ub", "--parallel", "-np", "--n-gpu-layers", "-ngl",
+               "--temp", "--top-p", "--top-k", "--repeat-penalty", "--seed")),
+    (Flag(1, ("on", "off", "auto")), ("--flash-attn", "-fa")),
+    (Flag(0), ("--cont-batching", "--no-cont-batching", "--jinja", "--metrics", "--no-webui")),
+)
 
 
 # ---------------------------------------------------------------- probes
@@ -128,3 +144,33 @@ def deep_request(alias: str) -> ProbeRequest:
     """One token from the alias this reconciler launched the server with."""
     body = {"model": alias, "messages": hi_messages(), "max_tokens": 1, "stream": False}
     return ProbeRequest(method="POST", path="/v1/chat/completions", body=body)
+
+
+def wanted(role: RoleSpec, model: ModelSpec | None) -> str | None:
+    """The alias a managed launch passes (``--alias``); adopted: the declared model."""
+    return role.model or role.name if role.managed else role.model
+
+
+def _deep(role: RoleSpec, model: ModelSpec | None, node: NodeConfig,
+          listed: tuple[str, ...]) -> ProbeRequest:
+    return deep_request(role.model or role.name)
+
+
+SPEC = RuntimeSpec(
+    runtime=Runtime.LLAMACPP,
+    title="llama.cpp (llama-server)",
+    launched=True,
+    managed=True,
+    shared_endpoint=False,
+    loads_models=False,
+    default_port=None,
+    formats=frozenset({ModelFormat.GGUF}),
+    serve_options=frozenset({"ctx", "kv_quant", "draft_model"}),
+    flags=FLAGS,
+    argv=argv,
+    exchange=exchange,
+    read=read,
+    wanted=wanted,
+    identity="GET /v1/models ids (the alias) and GET /props model_path",
+    deep_request=_deep,
+)

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from reconciler import extra_args
-from reconciler.extra_args import ALLOWED, OWNED, check
+from reconciler.extra_args import OWNED, check
 from reconciler.desired import Runtime
+from reconciler.runtimes import SPECS, spec_of
 
 LLAMA, MLX, OLLAMA = Runtime.LLAMACPP, Runtime.MLX_LM, Runtime.OLLAMA
 SHIM = Path(__file__).parents[2] / "testbed" / "llama_server_shim.py"
@@ -97,9 +98,9 @@ def test_messages_point_at_the_entry() -> None:
 
 def test_owned_flags_are_on_no_list() -> None:
     """No reconciler-owned flag (host, port, model, draft, ctx, kv, alias) is allowed anywhere."""
-    for table in ALLOWED.values():
-        assert not set(table) & set(OWNED)
-    assert ALLOWED[OLLAMA] == {}
+    for rt in SPECS.values():
+        assert not set(rt.flags) & set(OWNED)
+    assert spec_of(OLLAMA).flags == {}
 
 
 def _shim_flags() -> dict[str, int]:
@@ -118,7 +119,7 @@ def test_llamacpp_table_matches_the_test_server() -> None:
     """Every allowed llamacpp flag exists with the same arity in the server the tests run."""
     shim = _shim_flags()
     assert shim, "could not read the shim's _flag table"
-    for spelling, flag in ALLOWED[LLAMA].items():
+    for spelling, flag in spec_of(LLAMA).flags.items():
         assert shim.get(spelling) == flag.arity, spelling
 
 

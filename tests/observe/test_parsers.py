@@ -147,7 +147,8 @@ def mlx(script: dict[str, ProbeAnswer], **ctx: object) -> tuple[ProbeFacts, list
 def test_mlx_readiness_is_a_one_token_completion_without_model() -> None:
     """After a start: /health, then POST /v1/completions {prompt, max_tokens:1}, no model."""
     script = {"/health": ok({"status": "ok"}), "/v1/completions": ok({"choices": []})}
-    facts, sent, requests = mlx(script, readiness=True, argv_model="/m/tiny-mlx")
+    facts, sent, requests = mlx(script, readiness=True,
+                                launch_argv=("/bin/mlx_lm.server", "--model", "/m/tiny-mlx"))
     assert sent == ["GET /health", "POST /v1/completions"]
     assert requests[1].body == {"prompt": "hi", "max_tokens": 1}
     assert facts.health is Health.UP and facts.identity == "/m/tiny-mlx"
