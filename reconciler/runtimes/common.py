@@ -187,7 +187,8 @@ def unreachable(
             else f"starting: {detail}"
         )
     return ProbeFacts(
-        health=Health.UNREACHABLE, detail=detail, latency=answer.latency, **extra
+        health=Health.UNREACHABLE, detail=detail, starting=ctx.starting,
+        latency=answer.latency, **extra,
     )
 
 
@@ -208,7 +209,7 @@ def probe_status(facts: ProbeFacts | None) -> tuple[Status, str]:
         return Status.DEGRADED, facts.detail or "answering but unhealthy"
     if health is Health.NOT_PROBED:
         return Status.REFUSED, facts.detail or "port outside allowed_ports: not probed"
-    if facts.detail.startswith("starting:"):
+    if facts.starting:
         return Status.STARTING, facts.detail
     return Status.UNKNOWN, facts.detail or "unreachable"
 

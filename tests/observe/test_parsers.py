@@ -115,6 +115,16 @@ def test_refused_while_starting_reads_starting() -> None:
     assert probe_status(facts)[0] is Status.UNKNOWN  # unknown is not down
 
 
+def test_starting_is_a_field_not_a_prefix() -> None:
+    """The phase travels in ProbeFacts.starting; a detail's wording decides nothing."""
+    facts, _ = llama({"/health": TIMEOUT}, starting=True)
+    assert facts.starting and facts.detail == "starting: no answer to GET /health within 1s"
+    assert probe_status(facts) == (Status.STARTING, facts.detail)
+    lookalike = ProbeFacts(health=Health.UNREACHABLE, detail="starting: said the server")
+    assert probe_status(lookalike)[0] is Status.UNKNOWN
+    assert not llama({"/health": REFUSED})[0].starting
+
+
 def test_llamacpp_models_unreadable_is_unhealthy_when_a_model_is_wanted() -> None:
     """/health 200 but /v1/models 500: cannot confirm the alias → unhealthy."""
     script = dict(LLAMA_UP, **{"/v1/models": ok({"error": "boom"}, status=500)})
