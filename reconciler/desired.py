@@ -28,6 +28,7 @@ class Runtime(enum.StrEnum):
     LLAMACPP = "llamacpp"
     MLX_LM = "mlx-lm"
     OLLAMA = "ollama"
+    OPENAI = "openai"
 
 
 class Mode(enum.StrEnum):

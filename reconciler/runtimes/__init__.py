@@ -17,12 +17,12 @@ from __future__ import annotations
 from typing import Mapping
 
 from reconciler.desired import ModelSpec, RoleSpec, Runtime
-from reconciler.runtimes import llamacpp, mlx_lm, ollama
+from reconciler.runtimes import llamacpp, mlx_lm, ollama, openai
 from reconciler.runtimes.spec import RuntimeSpec
 
 #: Every runtime's declaration, in the order people read them.
 SPECS: Mapping[Runtime, RuntimeSpec] = {
-    spec.runtime: spec for spec in (llamacpp.SPEC, mlx_lm.SPEC, ollama.SPEC)
+    spec.runtime: spec for spec in (llamacpp.SPEC, mlx_lm.SPEC, ollama.SPEC, openai.SPEC)
 }
 
 

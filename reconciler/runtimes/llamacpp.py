@@ -11,17 +11,13 @@ from typing import Any, Mapping
 import attrs
 
 from reconciler.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
-from reconciler.observed import Health, ProbeFacts
+from reconciler.observed import ProbeFacts
+from reconciler.runtimes import openai
 from reconciler.runtimes.common import (
     Exchange,
     ProbeAnswer,
     ProbeContext,
     ProbeRequest,
-    failure_detail,
-    hi_messages,
-    json_list,
-    listed_match,
-    unreachable,
 )
 from reconciler.runtimes.spec import Flag, RuntimeSpec, flag_table
 
@@ -61,8 +57,7 @@ FLAGS = flag_table(
 
 # ---------------------------------------------------------------- probes
 
-HEALTH = ProbeRequest(method="GET", path="/health")
-MODELS = ProbeRequest(method="GET", path="/v1/models")
+HEALTH, MODELS = openai.HEALTH, openai.MODELS
 PROPS = ProbeRequest(method="GET", path="/props")
 
 
@@ -86,20 +81,6 @@ def exchange(ctx: ProbeContext) -> Exchange:
     return out
 
 
-def listed_ids(body: Any) -> tuple[str, ...]:
-    """``data[].id`` of ``/v1/models`` (plus ``models[].name`` of newer servers)."""
-    names: list[str] = []
-    for item in json_list(body, "data"):
-        if isinstance(item, dict) and isinstance(item.get("id"), str):
-            names.append(item["id"])
-    for item in json_list(body, "models"):
-        if isinstance(item, dict):
-            for key in ("name", "model"):
-                if isinstance(item.get(key), str):
-                    names.append(item[key])
-    return tuple(dict.fromkeys(names))
-
-
 def props_model_path(body: Any) -> str | None:
     if isinstance(body, dict) and isinstance(body.get("model_path"), str):
         return body["model_path"]
@@ -107,43 +88,16 @@ def props_model_path(body: Any) -> str | None:
 
 
 def read(answers: Mapping[str, ProbeAnswer], ctx: ProbeContext) -> ProbeFacts:
-    """llama-server's answers → facts: 200 up, 503 loading, the alias listed or not."""
-    health = answers[HEALTH.path]
-    gate, gate_request = health, HEALTH
-    if health.status == 404:  # an older server without /health: /v1/models decides
-        gate, gate_request = answers.get(MODELS.path, ProbeAnswer()), MODELS
-    if not gate.answered:
-        return unreachable(gate_request, gate, ctx)
-    latency = health.latency
-    if gate.status == 503:
-        return ProbeFacts(health=Health.LOADING, detail="loading model", latency=latency)
-    if not gate.ok:
-        return ProbeFacts(
-            health=Health.UNHEALTHY, detail=failure_detail(gate_request, gate), latency=latency
-        )
-    models = answers.get(MODELS.path, ProbeAnswer())
+    """llama-server's answers → facts: read as any OpenAI-compatible server's (200 up,
+    503 loading, the alias listed or not), the identity from ``/props`` ``model_path``."""
     props = answers.get(PROPS.path, ProbeAnswer())
-    listed = listed_ids(models.body) if models.ok else ()
     identity = props_model_path(props.body) if props.ok else None
-    facts = ProbeFacts(
-        health=Health.UP, detail="healthy", listed_models=listed, identity=identity,
-        latency=latency,
-    )
-    if ctx.wanted:
-        if not models.ok:
-            detail = f"cannot list models: {failure_detail(MODELS, models)}"
-            return attrs.evolve(facts, health=Health.UNHEALTHY, detail=detail)
-        if listed_match(ctx.wanted, listed) is None:
-            detail = f"model {ctx.wanted} is not listed by the server"
-            return attrs.evolve(facts, health=Health.UNHEALTHY, detail=detail)
-        facts = attrs.evolve(facts, detail=f"healthy; serving {ctx.wanted}")
-    return facts
+    return attrs.evolve(openai.read(answers, ctx), identity=identity)
 
 
 def deep_request(alias: str) -> ProbeRequest:
     """One token from the alias this reconciler launched the server with."""
-    body = {"model": alias, "messages": hi_messages(), "max_tokens": 1, "stream": False}
-    return ProbeRequest(method="POST", path="/v1/chat/completions", body=body)
+    return openai.chat_request(alias)
 
 
 def wanted(role: RoleSpec, model: ModelSpec | None) -> str | None:

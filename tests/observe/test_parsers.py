@@ -6,7 +6,7 @@ import pytest
 
 from reconciler.decisions import Status
 from reconciler.observed import Health, ProbeFacts
-from reconciler.runtimes import llamacpp, mlx_lm, ollama
+from reconciler.runtimes import llamacpp, mlx_lm, ollama, openai
 from reconciler.runtimes.common import (
     ErrorKind,
     ProbeAnswer,
@@ -82,9 +82,9 @@ def test_llamacpp_listed_path_matches_wanted_name() -> None:
 def test_llamacpp_newer_models_shape_is_read() -> None:
     """Newer servers also list ``models[].name``; both shapes count."""
     body = {"models": [{"name": "a", "model": "a"}], "data": [{"id": "b"}]}
-    assert llamacpp.listed_ids(body) == ("b", "a")
-    assert llamacpp.listed_ids({"data": "garbage"}) == ()
-    assert llamacpp.listed_ids(None) == ()
+    assert openai.model_ids(body) == ("b", "a")
+    assert openai.model_ids({"data": "garbage"}) == ()
+    assert openai.model_ids(None) == ()
 
 
 @pytest.mark.parametrize(

@@ -202,3 +202,14 @@ def test_wanted_name_comes_from_the_role_or_its_model(rt: RuntimeSpec) -> None:
     """The wanted name, when a runtime has one, is the role's or its model's name or tag."""
     wanted = rt.wanted(role_for(rt), model_for(rt))
     assert wanted in (None, "r", "m", model_for(rt).ollama_tag)
+
+
+def test_readme_runtime_table_has_every_runtime() -> None:
+    """README's runtime table has one row per registered runtime, and no other."""
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("## Runtimes", 1)[1].split("\n## ", 1)[0]
+    table = [line for line in section.splitlines() if line.startswith("|")]
+    rows = [line.split("|")[1].strip().strip("`") for line in table[2:]]
+    assert rows == [str(rt.runtime) for rt in SPECS]
