@@ -37,7 +37,7 @@ from reconciler.observed import (
     RoleRecord,
 )
 from reconciler.runtimes import spec_of
-from reconciler.runtimes.common import ProbeAnswer, ProbeContext
+from reconciler.runtimes.common import ProbeAnswer, ProbeContext, ProbeRequest
 from reconciler.runtimes.spec import RuntimeSpec
 
 
@@ -104,10 +104,28 @@ def target(name: str, desired: Desired, remembered: Remembered) -> Target:
     )
 
 
-def _gate_readiness(t: Target, process: ProcessFacts | None) -> Target:
-    if not t.ctx.readiness or (process is not None and process.owned and process.alive):
+def with_process(t: Target, process: ProcessFacts | None) -> Target:
+    """What the process table changes in how a role is asked.
+
+    The readiness request goes only to our own live process. ``settled``: our
+    own live process on the role's port that has answered healthy since it was
+    created (``healthy_since`` after its create time: the same pid and create
+    time, not a predecessor) — a runtime may then read its identity from the
+    launch instead of asking the server again every pass. Adopted servers are
+    foreign: they are always asked.
+    """
+    ours = process is not None and process.owned and process.alive
+    record = t.record
+    settled = (
+        ours and t.managed and t.spec is not None and record is not None
+        and record.healthy_since is not None and record.create_time is not None
+        and record.healthy_since >= record.create_time and bool(record.launch_argv)
+        and any(_listen_port(a) == t.port for a in process.listen)  # type: ignore[union-attr]
+    )
+    if (ours or not t.ctx.readiness) and settled == t.ctx.settled:
         return t
-    return attrs.evolve(t, ctx=attrs.evolve(t.ctx, readiness=False))
+    return attrs.evolve(t, ctx=attrs.evolve(t.ctx, readiness=t.ctx.readiness and ours,
+                                            settled=settled))
 
 
 def targets(desired: Desired, remembered: Remembered) -> list[Target]:
@@ -125,19 +143,52 @@ def not_probed(port: int, desired: Desired) -> ProbeFacts:
 # ---------------------------------------------------------------- HTTP side
 
 
-async def _exchange(t: Target, timeout: float) -> Mapping[str, ProbeAnswer]:
-    async def sender(request):  # type: ignore[no-untyped-def]
-        return await probe.send(t.host, t.port, request, timeout=timeout)
-
-    return await probe.run_exchange(t.rt.exchange(t.ctx), sender)
+Known = Mapping[ProbeRequest, ProbeAnswer]
 
 
-async def probe_all(allowed: list[Target], timeout: float) -> dict[str, ProbeFacts]:
-    """Probe every target concurrently; one exchange per shared endpoint."""
+def _jobs(allowed: list[Target]) -> dict[object, Target]:
+    """One exchange per probe key (a shared endpoint is asked once for all its roles)."""
     jobs: dict[object, Target] = {}
     for t in allowed:
         jobs.setdefault(t.probe_key, t)
-    results = await asyncio.gather(*(_exchange(t, timeout) for t in jobs.values()))
+    return jobs
+
+
+def _sender(t: Target, timeout: float) -> probe.Sender:
+    async def send(request: ProbeRequest) -> ProbeAnswer:
+        return await probe.send(t.host, t.port, request, timeout=timeout)
+
+    return send
+
+
+async def ask_first(allowed: list[Target], timeout: float) -> dict[object, Known]:
+    """Every exchange's first batch, sent now; by probe key.
+
+    A first batch never depends on the context (the contract test pins it: GETs
+    of ``/health`` or ``/api/version``), so it can go out while the process table
+    is still being read; ``probe_all`` then replays the answers.
+    """
+    jobs = _jobs(allowed)
+
+    async def first(t: Target) -> Known:
+        batch = next(t.rt.exchange(t.ctx))
+        answers = await asyncio.gather(*(_sender(t, timeout)(r) for r in batch))
+        return dict(zip(batch, answers))
+
+    return dict(zip(jobs, await asyncio.gather(*(first(t) for t in jobs.values()))))
+
+
+async def probe_all(allowed: list[Target], timeout: float,
+                    known: Mapping[object, Known] | None = None) -> dict[str, ProbeFacts]:
+    """Probe every target concurrently; one exchange per shared endpoint.
+
+    ``known``: answers already in hand by probe key (``ask_first``); not asked again.
+    """
+    jobs = _jobs(allowed)
+    results = await asyncio.gather(*(
+        probe.run_exchange(t.rt.exchange(t.ctx), _sender(t, timeout),
+                           known=(known or {}).get(key, {}))
+        for key, t in jobs.items()))
     answers = dict(zip(jobs, results))
     return {t.name: t.rt.read(answers[t.probe_key], t.ctx) for t in allowed}
 
@@ -214,12 +265,19 @@ async def observe_async(
     all_targets = targets(desired, remembered)
     allowed = [t for t in all_targets if desired.node.port_allowed(t.port)]
     allowed_names = {t.name for t in allowed}
-    # The process table first (a few ms): the mlx-lm readiness POST goes only
-    # to a port whose listener is our own live process, never to a stranger
-    # that took the port after our server died.
-    sides = await asyncio.to_thread(process_side, all_targets, allowed_names)
-    allowed = [_gate_readiness(t, sides[t.name][0]) for t in allowed]
-    probes = await probe_all(allowed, timeout)
+    # The process table decides what follows each first GET: the readiness
+    # POST goes only to a port whose listener is our own live process, never
+    # to a stranger that took the port after our server died, and only our own
+    # settled server is spared the identity requests. Reading it takes as long
+    # as a probe with many servers, so the first GETs (the same whatever it
+    # says) go out meanwhile.
+    reading = asyncio.ensure_future(asyncio.to_thread(process_side, all_targets, allowed_names))
+    try:
+        known = await ask_first(allowed, timeout)
+    finally:
+        sides = await reading
+    allowed = [with_process(t, sides[t.name][0]) for t in allowed]
+    probes = await probe_all(allowed, timeout, known)
     roles = []
     for t in all_targets:
         process, exposed, taken = sides[t.name]

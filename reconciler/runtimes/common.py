@@ -22,7 +22,7 @@ Also here: ``names_match`` (is the wanted model among the listed ones) and
 from __future__ import annotations
 
 import enum
-from typing import Any, Generator, Mapping
+from typing import Any, Generator, Mapping, Sequence
 
 import attrs
 
@@ -95,6 +95,10 @@ class ProbeContext:
     (mlx-lm's one-token completion) that proves the model loaded — only to
     our own live process after a start, never to adopted roles.
     ``launch_argv``: the argv this reconciler launched the process with.
+    ``settled``: the server is our own live process (pid + create time +
+    marker) listening on the port, and it has answered healthy since it was
+    created: what it serves is what ``launch_argv`` says, so a runtime may
+    take its identity from there instead of asking for it again every pass.
     """
 
     wanted: str | None = None
@@ -102,6 +106,15 @@ class ProbeContext:
     starting: bool = False
     readiness: bool = False
     launch_argv: tuple[str, ...] = ()
+    settled: bool = False
+
+
+def argv_value(argv: Sequence[str], flag: str) -> str | None:
+    """The value after ``flag`` in a launch argv (separate arguments, as launched)."""
+    for i, arg in enumerate(argv[:-1]):
+        if arg == flag:
+            return argv[i + 1]
+    return None
 
 
 # ---------------------------------------------------------------- names

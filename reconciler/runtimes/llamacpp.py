@@ -18,6 +18,7 @@ from reconciler.runtimes.common import (
     ProbeAnswer,
     ProbeContext,
     ProbeRequest,
+    argv_value,
 )
 from reconciler.runtimes.spec import Flag, RuntimeSpec, flag_table
 
@@ -64,10 +65,14 @@ PROPS = ProbeRequest(method="GET", path="/props")
 def exchange(ctx: ProbeContext) -> Exchange:
     """``/health`` (404 → ``/v1/models``); once up, the listed models and ``/props``.
 
+    Our own server that has answered healthy since it was created (``ctx.settled``)
+    is asked ``/health`` only: it serves the alias and model it was launched with.
     Every request is a GET, so adopted servers are probed the same way.
     """
     (health,) = yield (HEALTH,)
     out = {HEALTH.path: health}
+    if ctx.settled and health.status != 404:
+        return out
     if health.status == 404:
         (models,) = yield (MODELS,)
         out[MODELS.path] = models
@@ -89,7 +94,16 @@ def props_model_path(body: Any) -> str | None:
 
 def read(answers: Mapping[str, ProbeAnswer], ctx: ProbeContext) -> ProbeFacts:
     """llama-server's answers → facts: read as any OpenAI-compatible server's (200 up,
-    503 loading, the alias listed or not), the identity from ``/props`` ``model_path``."""
+    503 loading, the alias listed or not), the identity from ``/props`` ``model_path``;
+    a settled server of ours from its launch (it lists ``--alias``, loaded ``--model``)."""
+    if ctx.settled and MODELS.path not in answers:
+        verdict = openai.gate(answers, ctx)
+        if verdict is not None:
+            return verdict
+        alias = argv_value(ctx.launch_argv, "--alias")
+        facts = openai.listing((alias,) if alias else (), ctx,
+                               latency=answers[HEALTH.path].latency)
+        return attrs.evolve(facts, identity=argv_value(ctx.launch_argv, "--model"))
     props = answers.get(PROPS.path, ProbeAnswer())
     identity = props_model_path(props.body) if props.ok else None
     return attrs.evolve(openai.read(answers, ctx), identity=identity)

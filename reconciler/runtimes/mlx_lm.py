@@ -19,6 +19,7 @@ from reconciler.runtimes.common import (
     ProbeAnswer,
     ProbeContext,
     ProbeRequest,
+    argv_value,
     error_message,
     failure_detail,
     hi_messages,
@@ -100,10 +101,7 @@ def read(answers: Mapping[str, ProbeAnswer], ctx: ProbeContext) -> ProbeFacts:
 
 def argv_model(argv: Sequence[str]) -> str | None:
     """The ``--model`` value of a launch argv (separate arguments, as launched)."""
-    for i, arg in enumerate(argv[:-1]):
-        if arg == "--model":
-            return argv[i + 1]
-    return None
+    return argv_value(argv, "--model")
 
 
 def deep_request() -> ProbeRequest:

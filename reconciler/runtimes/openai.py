@@ -69,35 +69,47 @@ def read(answers: Mapping[str, ProbeAnswer], ctx: ProbeContext) -> ProbeFacts:
 
     Identity is the listed id the wanted name matches (or the only one listed).
     """
+    verdict = gate(answers, ctx)
+    if verdict is not None:
+        return verdict
+    models = answers.get(MODELS.path, ProbeAnswer())
+    unlisted = None if models.ok else f"cannot list models: {failure_detail(MODELS, models)}"
+    listed = model_ids(models.body) if models.ok else ()
+    return listing(listed, ctx, latency=answers[HEALTH.path].latency, unlisted=unlisted)
+
+
+def gate(answers: Mapping[str, ProbeAnswer], ctx: ProbeContext) -> ProbeFacts | None:
+    """The verdict of ``/health`` (or ``/v1/models`` where it is 404) when not up; None: up."""
     health = answers[HEALTH.path]
     gate, gate_request = health, HEALTH
     if health.status == 404:  # no /health: /v1/models decides
         gate, gate_request = answers.get(MODELS.path, ProbeAnswer()), MODELS
     if not gate.answered:
         return unreachable(gate_request, gate, ctx)
-    latency = health.latency
     if gate.status == 503:
-        return ProbeFacts(health=Health.LOADING, detail="loading model", latency=latency)
+        return ProbeFacts(health=Health.LOADING, detail="loading model", latency=health.latency)
     if not gate.ok:
-        return ProbeFacts(
-            health=Health.UNHEALTHY, detail=failure_detail(gate_request, gate), latency=latency
-        )
-    models = answers.get(MODELS.path, ProbeAnswer())
-    listed = model_ids(models.body) if models.ok else ()
+        return ProbeFacts(health=Health.UNHEALTHY, detail=failure_detail(gate_request, gate),
+                          latency=health.latency)
+    return None
+
+
+def listing(listed: tuple[str, ...], ctx: ProbeContext, *, latency: float | None,
+            unlisted: str | None = None) -> ProbeFacts:
+    """Facts of a server that is up and lists ``listed`` (``unlisted``: why it could not)."""
     matched = listed_match(ctx.wanted, listed) if ctx.wanted else None
     facts = ProbeFacts(
         health=Health.UP, detail="healthy", listed_models=listed, latency=latency,
         identity=matched or (listed[0] if len(listed) == 1 else None),
     )
-    if ctx.wanted:
-        if not models.ok:
-            detail = f"cannot list models: {failure_detail(MODELS, models)}"
-            return attrs.evolve(facts, health=Health.UNHEALTHY, detail=detail)
-        if matched is None:
-            detail = f"model {ctx.wanted} is not listed by the server"
-            return attrs.evolve(facts, health=Health.UNHEALTHY, detail=detail)
-        facts = attrs.evolve(facts, detail=f"healthy; serving {ctx.wanted}")
-    return facts
+    if not ctx.wanted:
+        return facts
+    if unlisted is not None:
+        return attrs.evolve(facts, health=Health.UNHEALTHY, detail=unlisted)
+    if matched is None:
+        detail = f"model {ctx.wanted} is not listed by the server"
+        return attrs.evolve(facts, health=Health.UNHEALTHY, detail=detail)
+    return attrs.evolve(facts, detail=f"healthy; serving {ctx.wanted}")
 
 
 def chat_request(model: str | None) -> ProbeRequest:

@@ -302,3 +302,29 @@ def test_ollama_failed_lists_are_unhealthy_not_empty() -> None:
     assert facts.health is Health.UNHEALTHY
     no_tags = {"/api/version": ok({"version": "1"}), "/api/tags": ProbeAnswer(status=500)}
     assert oll(no_tags, "llama3.2")[0].health is Health.UNHEALTHY
+
+
+# ---------------------------------------------------------------- llama.cpp, settled
+
+LAUNCH = ("/opt/llama-server", "--model", MODEL_PATH, "--host", "127.0.0.1", "--port", "8080",
+          "--alias", "tiny")
+
+
+def test_llamacpp_settled_asks_health_only_and_reads_its_launch() -> None:
+    """Our settled server: GET /health only; listed alias and model path come from the launch."""
+    facts, sent = llama(LLAMA_UP, wanted="tiny", settled=True, launch_argv=LAUNCH)
+    full, _ = llama(LLAMA_UP, wanted="tiny", launch_argv=LAUNCH)
+    assert sent == ["GET /health"]
+    assert facts == full  # what the launch says is what the server answers
+
+
+def test_llamacpp_settled_still_judges_health_and_the_alias() -> None:
+    """Settled: 503 is loading, a launch with another alias is 'not listed', 404 asks in full."""
+    loading = {"/health": ok({"error": "Loading model"}, status=503)}
+    assert llama(loading, settled=True, launch_argv=LAUNCH)[0].health is Health.LOADING
+    facts, _ = llama(LLAMA_UP, wanted="coder", settled=True, launch_argv=LAUNCH)
+    assert (facts.health, facts.detail) == (Health.UNHEALTHY,
+                                             "model coder is not listed by the server")
+    old = dict(LLAMA_UP, **{"/health": ok("nope", status=404)})
+    _, sent = llama(old, wanted="tiny", settled=True, launch_argv=LAUNCH)
+    assert sent == ["GET /health", "GET /v1/models", "GET /props"]

@@ -158,6 +158,15 @@ def test_adopted_exchange_sends_only_gets(rt: RuntimeSpec) -> None:
 
 
 @every
+def test_first_batch_is_the_same_gets_whatever_the_context(rt: RuntimeSpec) -> None:
+    """The first batch never depends on the context and holds only GETs: the observer
+    sends it while it still reads the process table (ownership, settled, readiness)."""
+    firsts = {next(rt.exchange(ctx)) for ctx in _contexts(adopted=False) + _contexts(adopted=True)}
+    assert len(firsts) == 1
+    assert all(r.method == "GET" for r in firsts.pop())
+
+
+@every
 def test_readiness_request_only_when_asked(rt: RuntimeSpec) -> None:
     """The readiness request goes out only with ctx.readiness (after our own start)."""
     for ctx in _contexts(adopted=False):
