@@ -18,6 +18,7 @@ import os
 import sys
 from typing import Sequence
 
+from reconciler.desired import Runtime
 from reconciler.exitcodes import Exit
 
 _TOP_HELP = """\
@@ -173,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deep", action="store_true", help="ask the server for one token")
     p.add_argument("--json", action="store_true", help="print as JSON")
 
-    p = command("capabilities", "what this node can run, and why not", "health:run_capabilities")
+    p = command("capabilities", f"what this node can run ({', '.join(Runtime)}), and why not", "health:run_capabilities")
     p.add_argument("--json", action="store_true", help="print as JSON")
 
     p = command("events", "the event log", "status:run_events")

@@ -18,8 +18,9 @@ import attrs
 
 from reconciler import records
 from reconciler.decisions import Decision, Plan, PlanContext, Verb
-from reconciler.desired import Desired, Runtime
+from reconciler.desired import Desired
 from reconciler.observed import ModelCheck, ModelState, Observed, Remembered, RoleRecord
+from reconciler.runtimes import spec_of
 
 
 @attrs.frozen(kw_only=True)
@@ -84,7 +85,7 @@ def readoptable(store, desired: Desired, root: str) -> list[RoleRecord]:
 
     wanted = {}
     for role in desired.roles:
-        if not role.managed or role.runtime is Runtime.OLLAMA:
+        if not role.managed or not spec_of(role.runtime).launched:
             continue
         record = store.role(role.name)
         if record is not None and procs.is_owned(record.pid, record.create_time,
@@ -165,7 +166,7 @@ class _Hooks:
 
     def before_start(self, decision: Decision) -> str | None:
         spec = self.desired.role(decision.role)
-        if spec is None or spec.runtime is Runtime.OLLAMA:
+        if spec is None or not spec_of(spec.runtime).launched:
             return None
         for name in (spec.model, spec.serve.draft_model):
             model = self.desired.model(name)

@@ -21,7 +21,7 @@ PURE = {
     "reconciler/policy.py", "reconciler/render.py", "reconciler/units.py",
     "reconciler/identity.py", "reconciler/extra_args.py", "reconciler/errors.py",
     "reconciler/exitcodes.py",
-    "reconciler/http11.py",  # sans-IO HTTP/1.1 framing over h11
+    "reconciler/http11.py",  # sans-IO HTTP/1.1 framing
     "reconciler/runtimes/*",
     # the manifest loader's helpers
     "reconciler/yamlsafe.py", "reconciler/schemacheck.py", "reconciler/documents.py",
@@ -37,7 +37,7 @@ FORBIDDEN_IN_PURE = {
 
 #: IO library → the modules allowed to import it; at most one of them may.
 OWNERS: dict[str, set[str]] = {
-    "httpx": set(),  # probes use h11 over asyncio streams (probe.py says why)
+    "httpx": set(),  # probes are an asyncio protocol + http11.py (probe.py says why)
     "psutil": {"reconciler/procs.py"},
     "sqlite3": {"reconciler/store.py"},
     "watchfiles": {"reconciler/filewatch.py"},

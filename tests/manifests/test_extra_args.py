@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from reconciler import extra_args
-from reconciler.extra_args import ALLOWED, OWNED, check
+from reconciler.extra_args import OWNED, check
 from reconciler.desired import Runtime
+from reconciler.runtimes import SPECS, spec_of
 
 LLAMA, MLX, OLLAMA = Runtime.LLAMACPP, Runtime.MLX_LM, Runtime.OLLAMA
 LLAMA_SERVER = Path(os.environ.get("RECONCILER_TESTBED", "/opt/reconciler-testbed")) / "bin" / "llama-server"
@@ -99,9 +100,9 @@ def test_messages_point_at_the_entry() -> None:
 
 def test_owned_flags_are_on_no_list() -> None:
     """No reconciler-owned flag (host, port, model, draft, ctx, kv, alias) is allowed anywhere."""
-    for table in ALLOWED.values():
-        assert not set(table) & set(OWNED)
-    assert ALLOWED[OLLAMA] == {}
+    for rt in SPECS.values():
+        assert not set(rt.flags) & set(OWNED)
+    assert spec_of(OLLAMA).flags == {}
 
 
 def _help_flags(help_text: str) -> dict[str, int]:
@@ -152,7 +153,7 @@ def test_llamacpp_table_matches_the_real_llama_server() -> None:
                           timeout=30)
     real = _help_flags(done.stdout + done.stderr)
     assert len(real) > 100, "could not read llama-server --help"
-    for spelling, flag in ALLOWED[LLAMA].items():
+    for spelling, flag in spec_of(LLAMA).flags.items():
         assert real.get(spelling) == flag.arity, spelling
     for owned in OWNED:
         assert owned in real, f"{owned} is no longer a llama-server flag: update OWNED"
