@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 
 from reconciler import recording
 from reconciler.decisions import Decision, Plan
-from reconciler.desired import Desired, Runtime
+from reconciler.desired import Desired
 from reconciler.observed import ModelState
+from reconciler.runtimes import spec_of
 
 if TYPE_CHECKING:  # only a pass that acts makes outcomes (and imports them)
     from reconciler.outcomes import Outcome, Refusal
@@ -44,7 +45,7 @@ class _PassHooks:
 
     def before_start(self, decision: Decision) -> Refusal | None:
         spec = self.desired.role(decision.role)
-        if spec is None or spec.runtime is Runtime.OLLAMA:
+        if spec is None or not spec_of(spec.runtime).launched:
             return None
         from reconciler import modelstore
         from reconciler.outcomes import Guard, Refusal

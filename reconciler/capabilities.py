@@ -16,7 +16,7 @@ from typing import Sequence
 
 import attrs
 
-from reconciler import programs
+from reconciler import programs, runtimes
 from reconciler.desired import NodeConfig, RunAs, Runtime
 
 VERSION_TIMEOUT = 5.0
@@ -109,10 +109,10 @@ def run_version_probe(
 
 
 def runtime_capabilities(node: NodeConfig) -> list[RuntimeCapability]:
-    """The launchable runtimes (llama.cpp, mlx-lm): program and version checks."""
+    """The runtimes the reconciler launches: program and version checks."""
     probes = dict(node.version_probe)
     out = []
-    for runtime in (Runtime.LLAMACPP, Runtime.MLX_LM):
+    for runtime in (spec.runtime for spec in runtimes.launched()):
         program = node.serve_program(runtime)
         argv = probes.get(runtime)
         out.append(RuntimeCapability(

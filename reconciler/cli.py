@@ -18,6 +18,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
+from reconciler.desired import Runtime
 from reconciler.errors import ReconcilerError
 from reconciler.exitcodes import Exit
 
@@ -287,8 +288,8 @@ _COMMANDS: tuple[tuple[str, str, str, Callable[[argparse.ArgumentParser], None]]
      "apply:run_start", _globals_then(_start)),
     ("health", "probe one role and report (with --deep, ask for one token)",
      "health:run_health", _globals_then(_health)),
-    ("capabilities", "what this node can run, and why not", "health:run_capabilities",
-     _globals_then(_json_only)),
+    ("capabilities", f"what this node can run ({', '.join(Runtime)}), and why not",
+     "health:run_capabilities", _globals_then(_json_only)),
     ("events", "the event log", "status:run_events", _globals_then(_events)),
     ("models", "write and verify Model manifests", "", _globals_then(_models)),
 )

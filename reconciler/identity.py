@@ -12,8 +12,8 @@ import hashlib
 import json
 from typing import Mapping
 
-from reconciler.desired import Launch, ModelSpec, NodeConfig, RoleSpec, Runtime
-from reconciler.runtimes import launch_argv
+from reconciler.desired import Launch, ModelSpec, NodeConfig, RoleSpec
+from reconciler.runtimes import launch_argv, spec_of
 
 MARKER_ENV = "RECONCILER_INSTANCE"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -52,8 +52,8 @@ def launch(
     environ: Mapping[str, str],
     data_root: str,
 ) -> Launch | None:
-    """The canonical launch of a managed role, or None (Ollama is never launched)."""
-    if role.runtime is Runtime.OLLAMA or not role.managed:
+    """The canonical launch of a managed role, or None (a runtime it never launches)."""
+    if not spec_of(role.runtime).launched or not role.managed:
         return None
     program = node.serve_program(role.runtime) or f"<no serve_programs.{role.runtime}>"
     model = models.get(role.model or "")

@@ -42,6 +42,7 @@ from typing import Mapping
 import attrs
 
 from reconciler import identity, policy
+from reconciler.runtimes import spec_of
 from reconciler.decisions import Decision, Plan, PlanContext, Reason, Status, Verb
 from reconciler.desired import (
     Desired,
@@ -51,7 +52,6 @@ from reconciler.desired import (
     NodeConfig,
     RestartPolicy,
     RoleSpec,
-    Runtime,
 )
 from reconciler.observed import (
     Health,
@@ -129,12 +129,12 @@ def _role(name, spec, record, obs, node, models, ctx, now) -> _Role:
     rpolicy = spec.restart if spec is not None else node.restart
     operator = name in ctx.operator_starts
     launch = None
-    if spec is not None and spec.managed and spec.runtime is not Runtime.OLLAMA:
+    if spec is not None and spec.managed and spec_of(spec.runtime).launched:
         launch = identity.launch(spec, models, node, dict(ctx.environ), ctx.data_root)
     probe = obs.probe
     answering = probe is not None and policy.answering(probe.health)
-    if spec is not None and spec.runtime is Runtime.OLLAMA:
-        answering = answering and policy.has_tag(probe.resident_models, _tag_of(spec, models))
+    if spec is not None and spec_of(spec.runtime).shared_endpoint:
+        answering = answering and spec_of(spec.runtime).lists(probe.resident_models, _tag_of(spec, models))
     else:
         answering = answering and running
     restarts = policy.restart_count(record, rpolicy, now, answering=answering,
@@ -187,7 +187,7 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float)
                   holds=r.reserved if r.running else None)
     if not spec.managed:
         return _adopted(r, models)
-    if spec.runtime is Runtime.OLLAMA:
+    if spec_of(spec.runtime).loads_models:
         return _ollama(r, models, now)
     # §4 state: stopped → stop our server; nothing running → nothing to do.
     if not spec.wanted:
@@ -255,7 +255,7 @@ def _removed(r: _Role, guard: bool) -> Draft:
     assert rec is not None
     # §4 an empty manifest set stops nothing (and forgets nothing) unless --allow-empty.
     if guard:
-        resident = r.running or (rec.runtime is Runtime.OLLAMA and rec.we_loaded)
+        resident = r.running or (spec_of(rec.runtime).loads_models and rec.we_loaded)
         return _d(r, Verb.KEEP, Reason.EMPTY_MANIFESTS,
                   Status.RUNNING if r.running else Status.UNKNOWN,
                   "the manifest set is empty; nothing is stopped without --allow-empty",
@@ -264,7 +264,7 @@ def _removed(r: _Role, guard: bool) -> Draft:
     if rec.mode is Mode.ADOPTED:
         return _d(r, Verb.FORGET, Reason.REMOVED, Status.UNKNOWN,
                   "removed from the manifests; forgotten")
-    if rec.runtime is Runtime.OLLAMA:
+    if spec_of(rec.runtime).loads_models:
         return _ollama_release(r, Reason.REMOVED)
     # §4 managed role removed → stop our server; once gone, forget it.
     if r.running:
@@ -349,10 +349,10 @@ def _adopted(r: _Role, models) -> Draft:
         status = Status.UNKNOWN
     detail = r.probe_detail(str(status))
     resident = status in (Status.RUNNING, Status.LOADING, Status.DEGRADED)
-    if spec.runtime is Runtime.OLLAMA and probe is not None and resident:
+    if spec_of(spec.runtime).shared_endpoint and probe is not None and resident:
         tag = _tag_of(spec, models)
-        resident = policy.has_tag(probe.resident_models, tag)
-        if not policy.has_tag(probe.listed_models, tag):
+        resident = spec_of(spec.runtime).lists(probe.resident_models, tag)
+        if not spec_of(spec.runtime).lists(probe.listed_models, tag):
             status, detail = Status.DEGRADED, f"wanted model {tag} is not listed"
     # Answering adopted servers use memory: the ledger counts their footprint (or
     # what we still hold, for a server of ours that was switched to adopted).
@@ -371,7 +371,7 @@ def _ollama_release(r: _Role, reason: Reason) -> Draft:
             return _d(r, Verb.KEEP, Reason.UNKNOWN, Status.UNKNOWN,
                       f"Ollama not answering; {rec.model_tag} is not unloaded blind",
                       holds=rec.reserved)
-        if policy.has_tag(probe.resident_models, rec.model_tag):
+        if spec_of(rec.runtime).lists(probe.resident_models, rec.model_tag):
             return _d(r, Verb.UNLOAD, reason, Status.RUNNING,
                       f"{rec.model_tag} resident; we loaded it", model_tag=rec.model_tag,
                       release=rec.reserved)
@@ -413,24 +413,24 @@ def _ollama(r: _Role, models, now: float) -> Draft:
                   holds=r.reserved or None)
     ours = rec is not None and rec.we_loaded and rec.model_tag is not None
     # A changed tag: unload the old tag we loaded first; the new one loads next pass.
-    if (_our_load_live(rec) and not policy.same_tag(rec.model_tag, tag)
-            and policy.has_tag(probe.resident_models, rec.model_tag)):
+    if (_our_load_live(rec) and not spec_of(spec.runtime).same(rec.model_tag, tag)
+            and spec_of(spec.runtime).lists(probe.resident_models, rec.model_tag)):
         return _d(r, Verb.UNLOAD, Reason.SPEC_CHANGED, Status.RUNNING, f"tag changed to {tag}",
                   why=f"tag {rec.model_tag} → {tag}", model_tag=rec.model_tag,
                   release=rec.reserved)
     # §2 never pull: a tag that is not pulled is refused.
-    if not policy.has_tag(probe.listed_models, tag):
+    if not spec_of(spec.runtime).lists(probe.listed_models, tag):
         msg = f"{tag} is not pulled; the reconciler never pulls"
         return _d(r, Verb.REFUSE, Reason.NOT_PULLED, Status.REFUSED, msg, why=msg,
                   release=r.reserved)
-    if policy.has_tag(probe.resident_models, tag):
+    if spec_of(spec.runtime).lists(probe.resident_models, tag):
         return _d(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, f"{tag} resident",
                   holds=r.reserved or spec.memory.footprint)
     load = dict(model_tag=tag, keep_alive=spec.keep_alive, reserve=spec.memory.footprint,
                 release=r.reserved, retry_in=policy.POLL)
     # §2/§4 evicted behind our back (by a client or Ollama's scheduler): a
     # reload counts against the restart policy, with backoff, like a crash.
-    if ours and not r.operator and policy.same_tag(rec.model_tag, tag):
+    if ours and not r.operator and spec_of(spec.runtime).same(rec.model_tag, tag):
         held = _backoff(r, rec.exited_at if rec.exited_at is not None else now, now,
                         f"{tag} evicted", "reload")
         if held is not None:

@@ -1,11 +1,10 @@
-"""Restart backoff, restart counting, Ollama tag matching and the residency ledger (PURE).
+"""Restart backoff, restart counting and the residency ledger (PURE).
 
 The rules ``plan()`` consults but that are not themselves a decision:
 
 * ``delay(attempt, policy)`` — BEHAVIOUR §4: ``min(base·2^min(attempt,16), cap)``.
 * ``restart_count(...)`` — the count a role carries into this pass: the
   ``stable_after`` reset and the operator-start reset.
-* ``same_tag(a, b)`` — Ollama names compare ``:latest``-equivalently.
 * ``Ledger`` — BEHAVIOUR §7: who holds how many bytes, and whether a new
   reservation fits the budget and every exclusion.  A ledger lives only inside
   one ``plan()`` call (it is built from values and thrown away), so it is
@@ -80,25 +79,6 @@ def restart_count(
 
 def answering(health: Health | None) -> bool:
     return health is Health.UP
-
-
-def normal_tag(tag: str) -> str:
-    """``Library/Llama3`` → ``library/llama3:latest`` → ``llama3:latest``."""
-    name = tag.strip().lower()
-    for prefix in ("registry.ollama.ai/", "library/"):
-        if name.startswith(prefix):
-            name = name[len(prefix):]
-    if ":" not in name.rsplit("/", 1)[-1]:
-        name += ":latest"
-    return name
-
-
-def same_tag(a: str | None, b: str | None) -> bool:
-    return a is not None and b is not None and normal_tag(a) == normal_tag(b)
-
-
-def has_tag(tags: tuple[str, ...], tag: str | None) -> bool:
-    return any(same_tag(t, tag) for t in tags)
 
 
 @attrs.frozen(kw_only=True)

@@ -23,15 +23,16 @@ import attrs
 
 from reconciler import events, identity, procs, records
 from reconciler.decisions import Decision, Reason, Verb
-from reconciler.desired import Desired, Runtime
+from reconciler.desired import Desired
 from reconciler.observed import Remembered, RoleRecord
+from reconciler.runtimes import spec_of
 
 
 def find(remembered: Remembered, desired: Desired, root: str) -> tuple[RoleRecord, ...]:
     """Records for the unrecorded servers of desired managed roles (see the module docstring)."""
     wanted = {}
     for role in desired.roles:
-        if not role.managed or role.runtime is Runtime.OLLAMA:
+        if not role.managed or not spec_of(role.runtime).launched:
             continue
         record = remembered.role(role.name)
         if record is not None and procs.is_owned(record.pid, record.create_time,

@@ -23,7 +23,7 @@ PURE = {
     "reconciler/identity.py", "reconciler/extra_args.py", "reconciler/errors.py",
     "reconciler/exitcodes.py",
     "reconciler/events.py", "reconciler/outcomes.py",  # the vocabulary of a pass's results
-    "reconciler/http11.py",  # sans-IO HTTP/1.1 framing over h11
+    "reconciler/http11.py",  # sans-IO HTTP/1.1 framing
     "reconciler/runtimes/*",
     # the manifest loader's helpers
     "reconciler/yamlsafe.py", "reconciler/schemacheck.py", "reconciler/documents.py",
@@ -39,7 +39,7 @@ FORBIDDEN_IN_PURE = {
 
 #: IO library → the modules allowed to import it; at most one of them may.
 OWNERS: dict[str, set[str]] = {
-    "httpx": set(),  # probes use h11 over asyncio streams (probe.py says why)
+    "httpx": set(),  # probes are an asyncio protocol + http11.py (probe.py says why)
     "psutil": {"reconciler/procs.py"},
     "signal": {"reconciler/signals.py"},  # sending and catching signals
     "sqlite3": {"reconciler/store.py"},

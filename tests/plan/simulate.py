@@ -23,7 +23,7 @@ from reconciler.observed import (
     RoleRecord,
     Terminal,
 )
-from reconciler.policy import has_tag, same_tag
+from reconciler.runtimes.ollama import SPEC as OLLAMA
 
 
 def _next_pid(observed: Observed, remembered: Remembered) -> int:
@@ -42,9 +42,9 @@ def _tags(observed: dict[str, RoleObservation], tag: str, *, add: bool) -> None:
     """Ollama is one server: a load or unload shows on every Ollama role's probe."""
     for name, o in list(observed.items()):
         p = o.probe
-        if p is None or not has_tag(p.listed_models, tag):
+        if p is None or not OLLAMA.lists(p.listed_models, tag):
             continue
-        resident = tuple(t for t in p.resident_models if not same_tag(t, tag))
+        resident = tuple(t for t in p.resident_models if not OLLAMA.same(t, tag))
         if add:
             resident += (tag,)
         observed[name] = attrs.evolve(o, probe=attrs.evolve(p, resident_models=resident))
@@ -97,7 +97,7 @@ def simulate(
         elif rec is not None:
             proc = o.process
             ollama_gone = (rec.we_loaded and o.probe is not None and o.probe.health is Health.UP
-                           and not has_tag(o.probe.resident_models, rec.model_tag))
+                           and not OLLAMA.lists(o.probe.resident_models, rec.model_tag))
             # the shell stores when it first saw the exit, whatever the decision
             dead = (rec.pid is not None and not (proc is not None and proc.owned and proc.alive)
                     ) or ollama_gone or d.verb in (Verb.WAIT, Verb.GIVE_UP)

@@ -18,6 +18,7 @@ from reconciler.observed import (
     RoleRecord,
 )
 from reconciler.plan import plan
+from reconciler.runtimes.ollama import SPEC as OLLAMA
 from tests.plan.simulate import simulate
 from tests.plan.worlds import (
     MODELS,
@@ -67,7 +68,7 @@ def check_safety(w: World, p: Plan) -> None:
         if adopted:
             assert not d.acts, "no action targets an adopted role"
         if d.verb is Verb.UNLOAD:
-            assert rec is not None and rec.we_loaded and policy.same_tag(rec.model_tag, d.model_tag)
+            assert rec is not None and rec.we_loaded and OLLAMA.same(rec.model_tag, d.model_tag)
         assert d.reason is not None and d.status is not None
 
 
@@ -177,12 +178,12 @@ def residents(w: World) -> set[str]:
                 continue
             tag = MODELS_BY_NAME[spec.model].ollama_tag if spec.model else None
             if o.probe is not None and o.probe.health is Health.UP and (
-                    spec.runtime is not Runtime.OLLAMA or policy.has_tag(o.probe.resident_models, tag)):
+                    spec.runtime is not Runtime.OLLAMA or OLLAMA.lists(o.probe.resident_models, tag)):
                 out.add(spec.name)
         elif o.process is not None and o.process.owned and o.process.alive:
             out.add(spec.name)
         elif spec.runtime is Runtime.OLLAMA and o.probe is not None and rec is not None and rec.we_loaded:
-            if policy.has_tag(o.probe.resident_models, rec.model_tag):
+            if OLLAMA.lists(o.probe.resident_models, rec.model_tag):
                 out.add(spec.name)
     return out
 
