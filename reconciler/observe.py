@@ -14,8 +14,9 @@ role still has a process to stop). For each role:
 * ``port_taken``: a managed role's port accepts connections and the listener
   is not our process (§4: never start over it).
 
-Probes never raise: every failure is a value in ``ProbeFacts``. Model checks
-are not made here (``Observed.models`` stays empty).
+Probes never raise: every failure is a value in ``ProbeFacts``. The cheap
+model checks come with the observation (``modelchecks.check``: a sticky
+mismatch the store remembers, a vanished model root).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Mapping
 
 import attrs
 
-from reconciler import probe, procs
+from reconciler import modelchecks, probe, procs
 from reconciler.desired import Desired, Mode, RoleSpec, Runtime
 from reconciler.observed import (
     Health,
@@ -258,7 +259,8 @@ def process_side(
 
 
 async def observe_async(
-    desired: Desired, remembered: Remembered, *, probe_timeout: float | None = None
+    desired: Desired, remembered: Remembered, *, probe_timeout: float | None = None,
+    sticky: Mapping[str, str] | None = None,
 ) -> Observed:
     """Observe every desired and remembered role once (see the module docstring)."""
     timeout = desired.node.probe_timeout if probe_timeout is None else probe_timeout
@@ -285,11 +287,14 @@ async def observe_async(
         roles.append(RoleObservation(
             name=t.name, process=process, probe=facts, port_taken=taken, exposed=exposed,
         ))
-    return Observed(roles=tuple(roles))
+    # ``sticky``: the store's sticky model mismatches (model → detail).
+    return Observed(roles=tuple(roles), models=modelchecks.check(desired, sticky or {}))
 
 
 def observe(
-    desired: Desired, remembered: Remembered, *, probe_timeout: float | None = None
+    desired: Desired, remembered: Remembered, *, probe_timeout: float | None = None,
+    sticky: Mapping[str, str] | None = None,
 ) -> Observed:
     """Blocking ``observe_async`` (for callers without a running event loop)."""
-    return asyncio.run(observe_async(desired, remembered, probe_timeout=probe_timeout))
+    return asyncio.run(observe_async(desired, remembered, probe_timeout=probe_timeout,
+                                     sticky=sticky))

@@ -42,8 +42,6 @@ def _run(args) -> int:
         return Exit.ERROR
 
     with common.locked(args) as store:
-        if store is None:
-            return Exit.ERROR
         server = None
         if addr:
             try:
