@@ -193,6 +193,7 @@ class RunAs:
 class NodeConfig:
     """The single ``kind: NodeConfig`` document; every field has a default."""
 
+    name: str = ""  # metadata.name: the node's name ("" when no NodeConfig was given)
     allowed_ports: PortRange | None = None  # None = any port (warned)
     memory_budget: int | None = None  # bytes; None = no budget
     serve_programs: tuple[tuple[Runtime, str], ...] = ()

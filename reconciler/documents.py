@@ -159,6 +159,7 @@ def node_config(doc: Document) -> tuple[NodeConfig | None, list[Problem]]:
     keep_alive = r.duration("spec", "keep_alive", negative=True)
     passthrough = r.get("spec", "env_passthrough")  # [] means "pass nothing through"
     node = NodeConfig(
+        name=str(r.get("metadata", "name") or ""),
         allowed_ports=allowed,
         memory_budget=r.size("spec", "memory_budget"),
         serve_programs=tuple(sorted(

@@ -117,8 +117,7 @@ class Daemon:
         resync: float = 30.0,
         allow_empty: bool = False,
         stop_on_exit: bool = False,
-        metrics_server=None,
-        metrics_file: str | None = None,
+        metrics=None,
         apply_pass: Callable[[PassInputs], PassResult] | None = None,
         watch_files: bool = True,
         monotonic: Callable[[], float] = time.monotonic,
@@ -134,8 +133,7 @@ class Daemon:
         self.resync = max(float(resync), 0.1)
         self.allow_empty = allow_empty
         self.stop_on_exit = stop_on_exit
-        self.metrics_server = metrics_server
-        self.metrics_file = metrics_file
+        self.metrics = metrics  # metrics.DaemonMetrics, or None: nothing is published
         self._apply_pass = apply_pass
         self._watch_files = watch_files
         self._monotonic = monotonic
@@ -344,24 +342,20 @@ class Daemon:
             result = self._shown  # nothing newer is known about the roles
         else:
             self._shown = result
-        if self.metrics_server is None and not self.metrics_file:
+        if self.metrics is None:
             return
-        from reconciler import metrics
-
-        render = functools.partial(metrics.render, result, problems_count=len(problems),
-                                   last_pass_ts=started, duration=duration, failed=failed)
+        update = functools.partial(self.metrics.passes.update, result,
+                                   problems_count=len(problems), last_pass_ts=started,
+                                   duration=duration, failed=failed)
         try:
-            text = render(self.store)
+            update(self.store)
         except Exception:
             # Most likely the very store that failed the pass: say so without it.
             logs.emit("cannot read the store for the metrics", level=logging.ERROR,
                       exc_info=True, event="error")
-            text = render(None, failed=True)
+            update(None, failed=True)
         try:
-            if self.metrics_server is not None:
-                self.metrics_server.update(text)
-            if self.metrics_file:
-                metrics.write_text(self.metrics_file, text)
+            self.metrics.write()
         except OSError as exc:
             logs.emit(f"cannot write metrics: {exc}", level=logging.WARNING, event="error")
 

@@ -40,6 +40,7 @@ FORBIDDEN_IN_PURE = {
 #: IO library → the modules allowed to import it; at most one of them may.
 OWNERS: dict[str, set[str]] = {
     "httpx": set(),  # probes are an asyncio protocol + http11.py (probe.py says why)
+    "prometheus_client": {"reconciler/metrics.py"},  # exposition, /metrics, the file
     "psutil": {"reconciler/procs.py"},
     "signal": {"reconciler/signals.py"},  # sending and catching signals
     "sqlite3": {"reconciler/store.py"},

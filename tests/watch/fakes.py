@@ -18,7 +18,7 @@ def role_spec(name: str, port: int = 20001, mode: Mode = Mode.MANAGED) -> RoleSp
 
 def desired(*names: str, budget: int | None = None) -> Desired:
     return Desired(roles=tuple(role_spec(n, 20000 + i) for i, n in enumerate(names)),
-                   node=NodeConfig(memory_budget=budget))
+                   node=NodeConfig(name="test-node", memory_budget=budget))
 
 
 def keep(name: str, **kw) -> Decision:

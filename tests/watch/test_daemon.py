@@ -14,7 +14,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from reconciler import logs, procs, watch
+from reconciler import logs, metrics, procs, watch
 from reconciler.filewatch import FileWatch
 from reconciler.desired import Mode, Runtime, WantedState
 from reconciler.observed import RoleRecord
@@ -103,7 +103,8 @@ def test_invalid_manifests_without_a_good_state_do_nothing(make, store):
 def test_metrics_file_counts_problems_while_the_last_good_state_runs(make, tmp_path):
     """The metrics of an invalid edit show the problems and the last good state's roles."""
     target = tmp_path / "m.prom"
-    d = make(FakePasses(good(desired("chat")), bad("a", "b")), metrics_file=str(target))
+    d = make(FakePasses(good(desired("chat")), bad("a", "b")),
+             metrics=metrics.DaemonMetrics(file=str(target)))
     d.reconcile("start")
     d.reconcile("manifests changed")
     fams = {f.name: f for f in text_string_to_metric_families(target.read_text())}
@@ -111,18 +112,15 @@ def test_metrics_file_counts_problems_while_the_last_good_state_runs(make, tmp_p
     assert {s.labels["role"] for s in fams["reconciler_role_status"].samples} == {"chat"}
 
 
-class Scrapes:
-    """A stand-in for ``metrics.MetricsServer``: keeps what /metrics would serve."""
-
-    text = ""
-
-    def update(self, text: str) -> None:
-        self.text = text
-
-
 def families(text: str) -> dict:
-    return {f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}
-            for f in text_string_to_metric_families(text)}
+    """Families by name → {labels without ``node``: value}; every sample names its node."""
+    out = {}
+    for f in text_string_to_metric_families(text):
+        out[f.name] = {}
+        for s in f.samples:
+            assert s.labels.pop("node"), f"{f.name} without a node label"
+            out[f.name][tuple(sorted(s.labels.items()))] = s.value
+    return out
 
 
 def test_a_failing_pass_publishes_failure_with_the_last_known_roles(make, store, tmp_path):
@@ -139,15 +137,16 @@ def test_a_failing_pass_publishes_failure_with_the_last_known_roles(make, store,
         now[0] += 1.5
         raise RuntimeError("a bug")
 
-    target, server = tmp_path / "m.prom", Scrapes()
-    d = make(passes, metrics_server=server, metrics_file=str(target),
+    target = tmp_path / "m.prom"
+    server = metrics.DaemonMetrics(file=str(target))
+    d = make(passes, metrics=server,
              monotonic=lambda: now[0], wall=lambda: 1_700_000_000.0 + now[0])
     d.reconcile("start")
-    assert families(server.text)["reconciler_last_pass_success"] == {(): 1}
+    assert families(server.text())["reconciler_last_pass_success"] == {(): 1}
 
     d.reconcile("resync")
-    assert target.read_text() == server.text
-    fams = families(server.text)
+    assert target.read_text() == server.text()
+    fams = families(server.text())
     assert fams["reconciler_last_pass_success"] == {(): 0}
     assert fams["reconciler_last_pass_timestamp_seconds"] == {(): 1_700_000_100.25}
     assert fams["reconciler_last_pass_duration_seconds"] == {(): 1.5}
@@ -166,11 +165,11 @@ def test_a_failure_on_the_last_good_state_publishes_its_problems_and_the_last_ro
             raise RuntimeError("a bug")
         return script(inputs)
 
-    server = Scrapes()
-    d = make(passes, metrics_server=server)
+    server = metrics.DaemonMetrics()
+    d = make(passes, metrics=server)
     d.reconcile("start")
     d.reconcile("manifests changed")
-    fams = families(server.text)
+    fams = families(server.text())
     assert fams["reconciler_last_pass_success"] == {(): 0}
     assert fams["reconciler_manifest_problems"] == {(): 1}
     assert fams["reconciler_role_status"][(("role", "chat"), ("status", "running"))] == 1
@@ -184,10 +183,10 @@ def test_a_first_pass_that_fails_publishes_failure_from_the_store(make, store, t
     def broken(inputs):
         raise RuntimeError("a bug")
 
-    server = Scrapes()
-    d = make(broken, metrics_server=server)
+    server = metrics.DaemonMetrics()
+    d = make(broken, metrics=server)
     d.reconcile("start")
-    fams = families(server.text)
+    fams = families(server.text())
     assert fams["reconciler_last_pass_success"] == {(): 0}
     assert fams["reconciler_role_status"][(("role", "chat"), ("status", "unknown"))] == 1
 
@@ -207,11 +206,11 @@ class BreakableStore:
 def test_a_store_failure_still_publishes_the_failed_pass(make, store, tmp_path, log):
     """The store itself fails (pass and metrics reads raise): success 0 is published anyway."""
     breakable = BreakableStore(store)
-    target, server = tmp_path / "m.prom", Scrapes()
+    target = tmp_path / "m.prom"
+    server = metrics.DaemonMetrics(file=str(target))
     d = watch.Daemon(paths=[str(tmp_path / "manifests")], store=breakable,
                      state_dir=str(tmp_path / "state"), apply_pass=FakePasses(good(desired("chat"))),
-                     resync=3600, watch_files=False, metrics_server=server,
-                     metrics_file=str(target))
+                     resync=3600, watch_files=False, metrics=server)
     try:
         d.reconcile("start")
         assert families(target.read_text())["reconciler_last_pass_success"] == {(): 1}
@@ -219,7 +218,7 @@ def test_a_store_failure_still_publishes_the_failed_pass(make, store, tmp_path, 
         d.reconcile("resync")
     finally:
         d.close()
-    for text in (server.text, target.read_text()):
+    for text in (server.text(), target.read_text()):
         fams = families(text)
         assert fams["reconciler_last_pass_success"] == {(): 0}
         assert fams["reconciler_role_status"][(("role", "chat"), ("status", "running"))] == 1

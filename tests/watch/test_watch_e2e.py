@@ -102,7 +102,9 @@ def events(world, role: str, after: float = 0.0):
 
 
 def value(fams: dict, name: str, **labels) -> float:
-    return next(s.value for s in fams[name].samples if s.labels == labels)
+    """The sample with exactly these labels besides ``node`` (the world's NodeConfig name)."""
+    return next(s.value for s in fams[name].samples
+                if s.labels == {"node": "test-node", **labels})
 
 
 def test_edit_converges_now_kill_is_noticed_and_restarted_after_backoff(world, daemons):
