@@ -63,8 +63,12 @@ def test_start_spawns_and_records_through_the_hooks(world):
     assert outcome.ok and not outcome.skipped and outcome.verb is Verb.START
     assert outcome.pid and outcome.create_time
     assert alive(outcome.pid)
-    env = Path(f"/proc/{outcome.pid}/environ").read_bytes().split(b"\0")
-    assert f"{MARKER_ENV}={INSTANCE}".encode() in env
+    # Read once the exec has settled: the parent learns the exec succeeded (its
+    # close-on-exec pipe closes) a moment before the kernel has set up the new
+    # image's environment block, and /proc/PID/environ reads empty until then.
+    marker = f"{MARKER_ENV}={INSTANCE}".encode()
+    environ = Path(f"/proc/{outcome.pid}/environ")
+    assert wait_for(lambda: marker in environ.read_bytes().split(b"\0"), 5.0)
     assert hooks.calls == [("before_start", "coder"), ("after_spawn", "coder", outcome.pid)]
     assert outcome.text() == f"pid {outcome.pid}"
     assert abs(outcome.at - time.time()) < 5
