@@ -119,6 +119,15 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _node_name(text: str) -> str:
+    from reconciler.units import is_plain_token
+
+    if not is_plain_token(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a node name: 1-64 letters, digits or . _ + : - (no '..')")
+    return text
+
+
 def _path(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("an empty path")
@@ -145,6 +154,11 @@ def _add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     g.add_argument(
         "--lock-timeout", metavar="SECONDS", type=_seconds, default=default(0.0),
         help="wait this long for another reconciler's lock, then exit 1 (default: 0)",
+    )
+    g.add_argument(
+        "--node", metavar="NAME", type=_node_name, default=default(None),
+        help="which node of the manifests this is (default: $RECONCILER_NODE, else the host "
+        "name; a set with one NodeConfig and no name given: that one)",
     )
 
 

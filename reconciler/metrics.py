@@ -1,7 +1,7 @@
 """Prometheus metrics through ``prometheus_client`` (SHELL; the only module that imports prometheus_client).
 
-Every series carries the ``node`` label (the NodeConfig's name, else the host
-name), so one Prometheus can watch a fleet. What a pass publishes:
+Every series carries the ``node`` label (the NodeConfig's name, else the
+``--node`` name, else the host name), so one Prometheus can watch a fleet. What a pass publishes:
 
 ====================================================  =====  ===========================
 series                                                type   from
@@ -66,10 +66,10 @@ _HELP = {
 
 
 def node_name(result) -> str:
-    """The ``node`` label: the NodeConfig's name, else this host's name."""
+    """The ``node`` label: the NodeConfig's name, else the ``--node`` name, else the host's."""
     desired = getattr(result, "desired", None)
     name = desired.node.name if desired is not None else ""
-    return name or socket.gethostname()
+    return name or getattr(result, "node", "") or socket.gethostname()
 
 
 def _families(result, store, *, problems_count: int, last_pass_ts: float, duration: float,
