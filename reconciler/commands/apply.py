@@ -12,6 +12,10 @@ from reconciler.decisions import Decision, NEEDS_OPERATOR
 
 def run_plan(args) -> int:
     """Observe and plan; change nothing. Reads the store without taking the lock."""
+    if getattr(args, "offline", False):
+        from reconciler.commands.fleet import run_offline_plan
+
+        return run_offline_plan(args)
     from reconciler import loop, render
 
     with common.open_store(args) as store:
