@@ -26,7 +26,6 @@ import attrs
 from reconciler import identity
 from reconciler.desired import NodeConfig, RoleSpec
 from reconciler.fleetview import FleetView, NodeView, RoleView
-from reconciler.render import reason_text
 from reconciler.units import format_duration, format_size
 
 
@@ -105,7 +104,7 @@ def role_changes(a: RoleView, b: RoleView) -> str:
         parts.insert(0, identity.argv_changes(la.argv, lb.argv))
     da, db = a.decision, b.decision
     if (da.verb, da.reason) != (db.verb, db.reason):
-        parts.append(f"{da.verb} → {db.verb} ({reason_text(db)})")
+        parts.append(f"{da.verb} → {db.verb} ({db.reason})")
     return ", ".join(dict.fromkeys(parts))
 
 
