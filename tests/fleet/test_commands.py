@@ -117,3 +117,13 @@ def test_node_names_are_plain_tokens(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit) as exited:
         cli.main(["--node", "../etc", "validate", str(tmp_path)])
     assert exited.value.code == 1 and "is not a node name" in capsys.readouterr().err
+
+
+def test_start_names_where_a_role_placed_elsewhere_runs(tmp_path, capsys) -> None:
+    """reconcile start of a role placed on another node says which node has it (exit 1)."""
+    write(tmp_path / "m", *NODES, role("coder", 8001, placement={"nodes": ["gpu-2"]}))
+    code, _, err = run(capsys, "-f", str(tmp_path / "m"), "--state-dir", str(tmp_path / "s"),
+                       "--node", "gpu-1", "start", "coder")
+    assert code == 1
+    assert "no role 'coder' in the manifests for node 'gpu-1': it is placed on gpu-2" in err
+    assert not (tmp_path / "s").exists()  # refused before any state was touched
