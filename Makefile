@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export RECONCILER_TESTBED ?= /opt/reconciler-testbed
 
-.PHONY: test test-quick demo demo-stop bench testbed clean venv
+.PHONY: test test-quick demo demo-stop bench testbed tools clean venv
 
 venv: $(STAMP)
 
@@ -23,11 +23,18 @@ testbed:
 	bash testbed/setup.sh
 	bash testbed/setup_mlx.sh
 
-test: $(STAMP) testbed
+# The checkers of deploy/: promtool (Debian's prometheus package) and systemd-analyze.
+tools:
+	@command -v promtool >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
+	@command -v systemd-analyze >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd; }
+
+test: $(STAMP) testbed tools
 	$(BIN)/python -m pytest
 
 # The pure and fast part only: no real servers.
-test-quick: $(STAMP)
+test-quick: $(STAMP) tools
 	$(BIN)/python -m pytest -m "not e2e and not mlx"
 
 demo: $(STAMP)

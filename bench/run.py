@@ -18,6 +18,7 @@ BENCHES = [
     ("observe 200 servers (issue: observing real servers)", ["bench_observe.py"]),
     ("--once with 20 servers in sync (issue: reconcile --once)", ["bench_once.py"]),
     ("watch vs supervisord (issue: reconcile watch)", ["bench_watch.py"]),
+    ("reconcile fleet, 1,000 nodes × 10 roles (issue 12: fleet)", ["bench_fleet.py"]),
 ]
 
 

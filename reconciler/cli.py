@@ -31,6 +31,7 @@ Typical use:
   reconcile --once                       converge once (cron)
   reconcile watch                        converge continuously
   reconcile status                       what every role is doing
+  reconcile fleet --diff HEAD~1          what a commit changes on which node
 """
 
 
@@ -119,6 +120,15 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _node_name(text: str) -> str:
+    from reconciler.units import is_plain_token
+
+    if not is_plain_token(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a node name: 1-64 letters, digits or . _ + : - (no '..')")
+    return text
+
+
 def _path(text: str) -> str:
     if not text:
         raise argparse.ArgumentTypeError("an empty path")
@@ -145,6 +155,11 @@ def _add_globals(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     g.add_argument(
         "--lock-timeout", metavar="SECONDS", type=_seconds, default=default(0.0),
         help="wait this long for another reconciler's lock, then exit 1 (default: 0)",
+    )
+    g.add_argument(
+        "--node", metavar="NAME", type=_node_name, default=default(None),
+        help="which node of the manifests this is (default: $RECONCILER_NODE, else the host "
+        "name; a set with one NodeConfig and no name given: that one)",
     )
 
 
@@ -199,6 +214,20 @@ def _plan(p: argparse.ArgumentParser) -> None:
                    "exits 3: roles needing an operator are counted in its summary)")
     p.add_argument("--allow-empty", action="store_true",
                    help="plan stops even when the manifest set is empty")
+    p.add_argument("--offline", action="store_true",
+                   help="from the manifests alone (no probe, no state): what this node (--node) "
+                   "would run on an empty machine")
+
+
+def _fleet(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Every node's offline plan: the roles placed on it, their ports, and its memory "
+        "against its budget, from the manifests alone. With --diff REV, what the checkout "
+        "changes on which node relative to git revision REV (nothing is checked out); exit 0 "
+        "no changes, 2 changes, 1 error.")
+    p.add_argument("--json", action="store_true", help="print as JSON")
+    p.add_argument("--diff", metavar="REV",
+                   help="show the node and role changes since git revision REV (e.g. HEAD~1)")
 
 
 def _watch(p: argparse.ArgumentParser) -> None:
@@ -279,6 +308,8 @@ _COMMANDS: tuple[tuple[str, str, str, Callable[[argparse.ArgumentParser], None]]
      "validate:run", _globals_then(_validate)),
     ("plan", "show what a pass would do, one line per role with its reason",
      "apply:run_plan", _globals_then(_plan)),
+    ("fleet", "every node's offline plan; --diff REV: what changes on which node",
+     "fleet:run", _globals_then(_fleet)),
     ("apply", "converge once: observe, plan, act, record (same as --once)",
      "apply:run_apply", _globals_then(_add_apply_options)),
     ("watch", "converge continuously: on manifest edits, server exits and a timer",

@@ -1,26 +1,23 @@
-"""Checks across documents, and the final merge into ``Desired`` (PURE; BEHAVIOUR §1.5).
+"""Checks across documents, and the assembly of the ``Fleet`` (PURE; BEHAVIOUR §1.5, §10).
 
 Runs on documents that passed the schema and their own checks. Names that a
 broken document declares still count as declared, so a role pointing at a
 Model with a typo in its sha256 is not also told the Model does not exist.
+What depends on the node a role runs on (ports, collisions, serve programs,
+budgets, placement) is checked for every node by ``nodecheck``.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Mapping, Sequence
 
 import attrs
 
+from reconciler import nodecheck
 from reconciler.documents import RoleDraft
 from reconciler.errors import Problem
-from reconciler.desired import (
-    Desired,
-    ModelSpec,
-    NodeConfig,
-    RoleSpec,
-    sorted_by_name,
-)
+from reconciler.desired import ModelFormat, ModelSpec, NodeConfig, sorted_by_name
+from reconciler.fleet import Fleet, implicit_node
 from reconciler.runtimes import SPECS, spec_of
 from reconciler.yamlsafe import Document
 
@@ -36,44 +33,28 @@ class Declared:
 def assemble(
     drafts: Sequence[RoleDraft],
     models: Mapping[str, ModelSpec],
-    node: tuple[NodeConfig, Document] | None,
+    nodes: Sequence[tuple[NodeConfig, Document]],
     declared: Declared,
-) -> tuple[Desired, list[Problem], list[Problem]]:
-    """The merged ``Desired``, the cross-document problems, and warnings."""
-    config = node[0] if node else NodeConfig()
+    *,
+    implicit: str = "",
+) -> tuple[Fleet, list[Problem], list[Problem]]:
+    """The ``Fleet``, the cross-document problems, and warnings.
+
+    ``implicit`` names the one node of a set without NodeConfig.
+    """
     problems: list[Problem] = []
     warnings: list[Problem] = []
-    roles: list[RoleSpec] = []
     for draft in drafts:
         problems += _references(draft, models, declared)
-        problems += _port_allowed(draft, config, node)
-        warnings += _role_warnings(draft, config)
-        roles.append(_merge(draft, models.get(draft.spec.model or ""), config))
-    problems += _collisions(drafts)
-    if drafts and config.allowed_ports is None:
-        where = node[1] if node else drafts[0].doc
-        path = ("spec",) if node else ()
-        warnings.append(where.problem(path, "no allowed_ports in NodeConfig: any port may be "
-                                            "probed and served; set allowed_ports {from, to}"))
-    desired = Desired(roles=sorted_by_name(roles), models=sorted_by_name(models.values()),
-                      node=config)
-    return desired, problems, warnings
-
-
-def _merge(draft: RoleDraft, model: ModelSpec | None, node: NodeConfig) -> RoleSpec:
-    """NodeConfig defaults and the model's size, merged into the role."""
-    spec = draft.spec
-    weights = draft.weights if draft.weights is not None else (
-        model.weights_size if model is not None else 0)
-    keep_alive = None
-    if spec_of(spec.runtime).loads_models:  # keep_alive is how long a loaded model stays
-        keep_alive = draft.keep_alive if draft.keep_alive is not None else node.keep_alive
-    return attrs.evolve(
-        spec,
-        restart=attrs.evolve(node.restart, **dict(draft.restart)),
-        keep_alive=keep_alive,
-        memory=attrs.evolve(spec.memory, weights=weights),
-    )
+        warnings += _role_warnings(draft)
+    for _, doc in nodes:
+        problems += _model_roots(doc, models, declared)
+    checked: list[nodecheck.Node] = list(nodes) or [(implicit_node(implicit), None)]
+    found, warned = nodecheck.check(drafts, checked, models)
+    fleet = Fleet(roles=tuple(sorted((d.role() for d in drafts), key=lambda r: r.spec.name)),
+                  models=sorted_by_name(models.values()),
+                  nodes=sorted_by_name(n for n, _ in nodes))
+    return fleet, problems + found, warnings + warned
 
 
 def _references(draft: RoleDraft, models: Mapping[str, ModelSpec],
@@ -116,39 +97,7 @@ def _raw_list(doc: Document, *path: str) -> list[object]:
     return value if isinstance(value, list) else []
 
 
-def _port_allowed(draft: RoleDraft, node: NodeConfig,
-                  where: tuple[NodeConfig, Document] | None) -> list[Problem]:
-    port = draft.spec.serve.port
-    if node.port_allowed(port):
-        return []
-    at = f" (NodeConfig at {where[1].file}:{where[1].line})" if where else ""
-    return [draft.doc.problem(("spec", "serve", "port"),
-                              f"port {port} is outside allowed_ports {node.allowed_ports}{at}")]
-
-
-def _collisions(drafts: Sequence[RoleDraft]) -> list[Problem]:
-    """Two roles on one host:port, unless both run on one shared-endpoint runtime
-    (one Ollama serves several roles, each a model on it)."""
-    by_address: dict[tuple[str, int], list[RoleDraft]] = defaultdict(list)
-    for draft in drafts:
-        by_address[(draft.spec.serve.host, draft.spec.serve.port)].append(draft)
-    shared = " or ".join(s.title for s in SPECS.values() if s.shared_endpoint) or "no"
-    out: list[Problem] = []
-    for (host, port), group in by_address.items():
-        runtimes = {d.spec.runtime for d in group}
-        if len(group) < 2 or (len(runtimes) == 1 and spec_of(runtimes.pop()).shared_endpoint):
-            continue
-        group = sorted(group, key=lambda d: (d.doc.file, d.doc.line))
-        first = group[0]
-        for other in group[1:]:
-            out.append(other.doc.problem(
-                ("spec", "serve", "port"),
-                f"{host}:{port} is also the address of role {first.spec.name!r} "
-                f"({first.doc.file}:{first.doc.line}); only {shared} roles may share one"))
-    return out
-
-
-def _role_warnings(draft: RoleDraft, node: NodeConfig) -> list[Problem]:
+def _role_warnings(draft: RoleDraft) -> list[Problem]:
     spec, doc = draft.spec, draft.doc
     rt = spec_of(spec.runtime)
     out: list[Problem] = []
@@ -156,8 +105,19 @@ def _role_warnings(draft: RoleDraft, node: NodeConfig) -> list[Problem]:
         if getattr(spec.serve, field) is not None and field not in rt.serve_options:
             takers = " and ".join(str(s) for s in SPECS.values() if field in s.serve_options)
             out.append(doc.problem(("spec", "serve", field), f"ignored: only {takers} takes {field}"))
-    if spec.managed and rt.launched and node.serve_program(spec.runtime) is None:
-        out.append(doc.problem(("spec", "runtime"),
-                               f"NodeConfig has no serve_programs.{spec.runtime}: this managed "
-                               "role cannot be started until it does"))
+    return out
+
+
+def _model_roots(doc: Document, models: Mapping[str, ModelSpec],
+                 declared: Declared) -> list[Problem]:
+    """Each ``model_roots`` entry names a Model that has a root to replace."""
+    out: list[Problem] = []
+    roots = (doc.value.get("spec") or {}).get("model_roots") or {}  # type: ignore[union-attr]
+    for name in roots:
+        path = ("spec", "model_roots", name)
+        if name not in declared.models:
+            out.append(doc.problem(path, f"no Model named {name!r}"))
+        elif name in models and models[name].format is ModelFormat.OLLAMA:
+            out.append(doc.problem(path, f"Model {name!r} is an Ollama model: Ollama keeps "
+                                         "its files, there is no root to move"))
     return out

@@ -191,9 +191,11 @@ class RunAs:
 
 @frozen
 class NodeConfig:
-    """The single ``kind: NodeConfig`` document; every field has a default."""
+    """A ``kind: NodeConfig`` document: one node of the fleet; every field has a default."""
 
     name: str = ""  # metadata.name: the node's name ("" when no NodeConfig was given)
+    labels: tuple[tuple[str, str], ...] = ()  # metadata.labels, sorted (BEHAVIOUR §10)
+    model_roots: tuple[tuple[str, str], ...] = ()  # Model name → its root on this node
     allowed_ports: PortRange | None = None  # None = any port (warned)
     memory_budget: int | None = None  # bytes; None = no budget
     serve_programs: tuple[tuple[Runtime, str], ...] = ()
@@ -218,11 +220,19 @@ class NodeConfig:
 
 @frozen
 class Desired:
-    """The whole validated manifest set."""
+    """What the validated manifest set asks of this node (BEHAVIOUR §10: its share).
+
+    ``roles`` are the roles placed on this node, with its defaults merged in;
+    ``placed_elsewhere`` names every other role of the set with the nodes it
+    is placed on (none: it matches no node), so that a role this node still
+    runs is stopped as placed elsewhere, and a set whose roles all live on
+    other nodes is not mistaken for an empty one.
+    """
 
     roles: tuple[RoleSpec, ...] = ()  # sorted by name
-    models: tuple[ModelSpec, ...] = ()  # sorted by name
+    models: tuple[ModelSpec, ...] = ()  # sorted by name; roots as this node has them
     node: NodeConfig = NodeConfig()
+    placed_elsewhere: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (role, its nodes), by role
 
     def role(self, name: str) -> RoleSpec | None:
         return next((r for r in self.roles if r.name == name), None)

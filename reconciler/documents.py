@@ -6,8 +6,9 @@ and the per-document rules that need code: shards sorted by path, a port
 range that is a range, a loopback address that really is one.
 
 Roles come out as ``RoleDraft``: NodeConfig defaults (restart policy,
-keep_alive) and the model's weight size are merged in later by
-``crosscheck.assemble``, once every document is known.
+keep_alive) and the model's weight size are merged in later, per node
+(``fleet.role_on``), once every document is known. Label keys and values and
+the operators of a placement's selector are checked here (``labels.py``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Any, Callable
 
 import attrs
 
-from reconciler import units
+from reconciler import labels, units
 from reconciler.runtimes import spec_of
 from reconciler.errors import Problem
+from reconciler.fleet import FleetRole, Placement
 from reconciler.desired import (
     MemorySpec,
     Mode,
@@ -48,7 +50,12 @@ class RoleDraft:
     restart: tuple[tuple[str, float], ...]  # only the fields the role overrides
     keep_alive: float | None  # None: take the NodeConfig default
     weights: int | None  # None: the model's shard sizes
+    placement: Placement | None  # None: every node
     doc: Document
+
+    def role(self) -> FleetRole:
+        return FleetRole(spec=self.spec, restart=self.restart, keep_alive=self.keep_alive,
+                         weights=self.weights, placement=self.placement)
 
 
 class _Reader:
@@ -158,8 +165,11 @@ def node_config(doc: Document) -> tuple[NodeConfig | None, list[Problem]]:
         timeouts[field] = getattr(defaults, field) if value is None else value
     keep_alive = r.duration("spec", "keep_alive", negative=True)
     passthrough = r.get("spec", "env_passthrough")  # [] means "pass nothing through"
+    node_labels = _labels(r, ("metadata", "labels"))
     node = NodeConfig(
         name=str(r.get("metadata", "name") or ""),
+        labels=tuple(sorted(node_labels.items())),
+        model_roots=tuple(sorted((r.get("spec", "model_roots") or {}).items())),
         allowed_ports=allowed,
         memory_budget=r.size("spec", "memory_budget"),
         serve_programs=tuple(sorted(
@@ -228,6 +238,45 @@ def role_draft(doc: Document) -> tuple[RoleDraft | None, list[Problem]]:
         restart=_restart(r, "spec", "restart"),
         keep_alive=r.duration("spec", "keep_alive", negative=True),
         weights=r.size("spec", "memory", "weights"),
+        placement=_placement(r),
         doc=doc,
     )
     return (None if r.problems else draft), r.problems
+
+
+def _labels(r: _Reader, path: tuple[str, ...]) -> dict[str, str]:
+    """A mapping of label keys to values at ``path``, each checked (BEHAVIOUR §10)."""
+    found = r.get(*path) or {}
+    for key, value in found.items():
+        problem = labels.key_problem(key) or labels.value_problem(value)
+        if problem is not None:
+            r.add(path + (key,), problem)
+    return found
+
+
+def _placement(r: _Reader) -> Placement | None:
+    """``spec.placement``, its selector's operators checked against their values."""
+    raw = r.get("spec", "placement")
+    if raw is None:
+        return None
+    nodes = raw.get("nodes")
+    raw_selector = raw.get("node_selector")
+    if raw_selector is None:
+        return Placement(nodes=frozenset(nodes) if nodes is not None else None)
+    base = ("spec", "placement", "node_selector")
+    match_labels = _labels(r, base + ("match_labels",))
+    expressions = []
+    for i, term in enumerate(raw_selector.get("match_expressions") or ()):
+        here = base + ("match_expressions", i)
+        key_problem = labels.key_problem(term["key"])
+        if key_problem is not None:
+            r.add(here + ("key",), key_problem)
+        values = tuple(term.get("values") or ())
+        wrong = labels.requirement_problem(labels.Operator(term["operator"]), values)
+        if wrong is not None:
+            index, message = wrong
+            r.add(here + (("values", index) if index is not None else ("values",)
+                          if "values" in term else ("operator",)), message)
+        expressions.append((term["key"], term["operator"], values))
+    return Placement(nodes=frozenset(nodes) if nodes is not None else None,
+                     selector=labels.selector(match_labels, tuple(expressions)))

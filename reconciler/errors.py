@@ -7,9 +7,10 @@ probe that fails is a ``ProbeAnswer``. Exceptions are for bugs and for
 conditions that end a command. This is the whole tree, as raised::
 
     ReconcilerError         base of everything raised on purpose
-    └── StateError          the state directory, its store or its lock file is
-        │                   unusable (store.Store, lock.Lock)
-        └── LockHeld        another reconciler holds the lock (lock.Lock.acquire)
+    ├── StateError          the state directory, its store or its lock file is
+    │   │                   unusable (store.Store, lock.Lock)
+    │   └── LockHeld        another reconciler holds the lock (lock.Lock.acquire)
+    └── RevisionError       a git revision's manifests cannot be read (gitrev)
 
 ``cli.main`` catches ``ReconcilerError`` by class and turns it into one line
 on stderr and exit code 1; anything else that escapes is a bug and keeps its
@@ -79,3 +80,7 @@ class StateError(ReconcilerError):
 
 class LockHeld(StateError):
     """Another reconciler holds the state directory's lock."""
+
+
+class RevisionError(ReconcilerError):
+    """A git revision's manifests cannot be read: no checkout, no such commit, git failed."""

@@ -37,6 +37,7 @@ from reconciler import instances, readopt
 from reconciler.decisions import Plan, PlanContext
 from reconciler.desired import Desired
 from reconciler.errors import Problem
+from reconciler.fleet import NodeChoice
 from reconciler.observed import Observed, Remembered
 
 if TYPE_CHECKING:  # only a pass that acts makes outcomes
@@ -52,6 +53,7 @@ class PassInputs:
     store: Store  # remembered state and events; the caller opened it (and holds the lock)
     state_dir: str
     desired: Desired | None = None  # given: the manifests are not read (watch's last good state)
+    node: NodeChoice | None = None  # which node this is (§10); None: a set's only node
     allow_empty: bool = False  # an empty manifest set may stop running servers
     operator_starts: frozenset[str] = frozenset()  # roles named by `reconcile start`
     verifier: object | None = None  # modelstore.Verifier-like; default: by the store's stamps
@@ -71,6 +73,7 @@ class PassResult:
     git_commit: str | None = None
     started: float = 0.0
     duration: float = 0.0
+    node: str = ""  # the node named by --node / $RECONCILER_NODE ("" when none was)
 
     @property
     def ok(self) -> bool:
@@ -125,7 +128,7 @@ def _load(inputs: PassInputs):
 
     if inputs.desired is not None:
         return LoadResult(desired=inputs.desired)
-    return sources.load_desired(inputs.paths, cache_dir=inputs.state_dir)
+    return sources.load_desired(inputs.paths, cache_dir=inputs.state_dir, node=inputs.node)
 
 
 def _observe_and_plan(inputs: PassInputs, desired: Desired, remembered: Remembered,
@@ -148,21 +151,23 @@ class _Began:
     cron run its creation.
     """
 
-    __slots__ = ("started", "t0", "git_commit")
+    __slots__ = ("started", "t0", "git_commit", "node")
 
     def __init__(self, inputs: PassInputs) -> None:
         from reconciler.gitcommit import manifests_commit
 
         self.started, self.t0 = inputs.clock(), time.monotonic()
         self.git_commit = manifests_commit(inputs.paths)
+        given = inputs.node
+        self.node = given.name if given is not None and given.explicit else ""
 
     def refused(self, loaded) -> PassResult:
         return PassResult(problems=tuple(loaded.problems), warnings=tuple(loaded.warnings),
-                          git_commit=self.git_commit, started=self.started)
+                          git_commit=self.git_commit, started=self.started, node=self.node)
 
     def result(self, loaded, observed: Observed, the_plan: Plan,
                outcomes: tuple[Outcome, ...] = ()) -> PassResult:
         return PassResult(warnings=tuple(loaded.warnings), desired=loaded.desired,
                           observed=observed, plan=the_plan, outcomes=tuple(outcomes),
                           git_commit=self.git_commit, started=self.started,
-                          duration=time.monotonic() - self.t0)
+                          duration=time.monotonic() - self.t0, node=self.node)

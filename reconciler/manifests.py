@@ -9,11 +9,14 @@ stage let through, collecting problems instead of stopping at the first:
    plus what the runtime's declaration allows (``runtimes/``): its
    ``extra_args`` (``extra_args.check``) and ``mode: managed``;
 3. ``documents``: typed values and the per-document rules a schema cannot say;
-4. duplicate names, one NodeConfig, and ``crosscheck.assemble``: references,
-   formats, ports, collisions, and the merge of NodeConfig defaults.
+4. duplicate names (a NodeConfig's is its node's), and ``crosscheck.assemble``:
+   references, formats, and every node's ports, collisions and budget
+   (``nodecheck``), into a ``Fleet``.
 
-``desired`` is ``None`` whenever there is any problem: an invalid manifest
-set must never drive an action.
+``desired`` is this node's share of the fleet (``fleet.desired_for``): the
+node ``node`` chooses, or, without a choice, the one node of a set with at
+most one NodeConfig. It is ``None`` whenever there is any problem: an invalid
+manifest set must never drive an action.
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ from typing import Any, Mapping, Sequence
 
 import attrs
 
-from reconciler import documents, extra_args, yamlsafe
+from reconciler import documents, extra_args, fleet as fleets, yamlsafe
 from reconciler.runtimes import spec_of
 from reconciler.crosscheck import Declared, assemble
 from reconciler.documents import RoleDraft
 from reconciler.errors import Problem, sorted_problems
 from reconciler.desired import Desired, ModelSpec, NodeConfig, Runtime
+from reconciler.fleet import Fleet, NodeChoice
 from reconciler.schemata import KINDS
 from reconciler.yamlsafe import Document
 
@@ -37,8 +41,9 @@ from reconciler.yamlsafe import Document
 class LoadResult:
     """What ``load`` found: the desired state, or the problems that prevent it."""
 
-    desired: Desired | None
+    desired: Desired | None  # this node's share; None: problems, or not a member
     problems: tuple[Problem, ...] = ()  # sorted by file, line, path
+    fleet: Fleet | None = None  # the whole set, every node (None: problems)
     warnings: tuple[Problem, ...] = ()  # only reported when there are no problems
     counts: Mapping[str, int] = attrs.field(factory=dict, hash=False)  # kind → documents
 
@@ -55,8 +60,12 @@ class LoadResult:
         return head + (": " + ", ".join(parts) if parts else "")
 
 
-def load(files: Sequence[tuple[str, bytes]], *, schema_checked: bool = False) -> LoadResult:
+def load(files: Sequence[tuple[str, bytes]], *, schema_checked: bool = False,
+         node: NodeChoice | None = None) -> LoadResult:
     """Parse and validate a whole manifest set. Never raises on bad input.
+
+    ``node``: which node this is (§10); ``desired`` is then its share, or
+    None when no NodeConfig is this node's (``member`` says which).
 
     ``schema_checked``: these exact bytes already passed the schemas (the
     shell remembers digests of sets that loaded cleanly), so the JSON Schema
@@ -94,11 +103,20 @@ def load(files: Sequence[tuple[str, bytes]], *, schema_checked: bool = False) ->
             valid.append((kind, doc))
     dropped, found = _duplicates(named)
     problems += found
-    desired, found, warnings = _build([(k, d) for k, d in valid if id(d) not in dropped], named)
+    implicit = node.name if node is not None else ""
+    whole, found, warnings = _build([(k, d) for k, d in valid if id(d) not in dropped], named,
+                                    implicit)
     problems += found
     if problems:
         return LoadResult(desired=None, problems=sorted_problems(problems), counts=dict(counts))
-    return LoadResult(desired=desired, warnings=sorted_problems(warnings), counts=dict(counts))
+    if node is not None:
+        mine = fleets.choose(whole, node)
+    else:  # no choice: the one node of a single-node set
+        mine = whole.nodes[0] if len(whole.nodes) == 1 else (
+            fleets.implicit_node() if not whole.nodes else None)
+    desired = fleets.desired_for(whole, mine) if mine is not None else None
+    return LoadResult(desired=desired, fleet=whole, warnings=sorted_problems(warnings),
+                      counts=dict(counts))
 
 
 #: Paths a schema also describes but code checks with better messages.
@@ -149,20 +167,11 @@ def _mode(doc: Document) -> list[Problem]:
 
 
 def _duplicates(named: Sequence[tuple[str, str, Document]]) -> tuple[set[int], list[Problem]]:
-    """Second and later documents of one kind and name, and NodeConfigs after the first."""
+    """Second and later documents of one kind and name (a NodeConfig's name is its node's)."""
     first: dict[tuple[str, str], Document] = {}
-    first_node: Document | None = None
     dropped: set[int] = set()
     out: list[Problem] = []
     for kind, name, doc in named:
-        if kind == "NodeConfig":
-            if first_node is None:
-                first_node = doc
-            else:
-                dropped.add(id(doc))
-                out.append(doc.problem(("kind",), "more than one NodeConfig (the first is at "
-                                       f"{first_node.file}:{first_node.line}); a node has one"))
-            continue
         seen = first.setdefault((kind, name), doc)
         if seen is not doc:
             dropped.add(id(doc))
@@ -172,11 +181,11 @@ def _duplicates(named: Sequence[tuple[str, str, Document]]) -> tuple[set[int], l
 
 
 def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str, Document]],
-           ) -> tuple[Desired, list[Problem], list[Problem]]:
+           implicit: str) -> tuple[Fleet, list[Problem], list[Problem]]:
     problems: list[Problem] = []
     models: dict[str, ModelSpec] = {}
     drafts: list[RoleDraft] = []
-    node: tuple[NodeConfig, Document] | None = None
+    nodes: list[tuple[NodeConfig, Document]] = []
     for kind, doc in valid:
         if kind == "Model":
             model, found = documents.model_spec(doc)
@@ -189,9 +198,9 @@ def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str
         else:
             config, found = documents.node_config(doc)
             if config is not None:
-                node = (config, doc)
+                nodes.append((config, doc))
         problems += found
     declared = Declared(models=frozenset(n for k, n, _ in named if k == "Model"),
                         roles=frozenset(n for k, n, _ in named if k == "InferenceSpec"))
-    desired, found, warnings = assemble(drafts, models, node, declared)
-    return desired, problems + found, warnings
+    whole, found, warnings = assemble(drafts, models, nodes, declared, implicit=implicit)
+    return whole, problems + found, warnings

@@ -1,7 +1,7 @@
 """Prometheus metrics through ``prometheus_client`` (SHELL; the only module that imports prometheus_client).
 
-Every series carries the ``node`` label (the NodeConfig's name, else the host
-name), so one Prometheus can watch a fleet. What a pass publishes:
+Every series carries the ``node`` label (the NodeConfig's name, else the
+``--node`` name, else the host name), so one Prometheus can watch a fleet. What a pass publishes:
 
 ====================================================  =====  ===========================
 series                                                type   from
@@ -16,6 +16,7 @@ series                                                type   from
 ``reconciler_last_pass_success{node}``                gauge  1 when every action worked
                                                              (0 when the pass raised)
 ``reconciler_manifest_problems{node}``                gauge  0 when the manifests are valid
+``reconciler_last_pass_actions{node,verb,reason}``    gauge  acting decisions of the last pass
 ====================================================  =====  ===========================
 
 The restart count is a gauge, not a ``_total`` counter: BEHAVIOUR §4 resets
@@ -62,14 +63,15 @@ _HELP = {
     "reconciler_last_pass_duration_seconds": "Duration of the last reconcile pass.",
     "reconciler_last_pass_success": "1 if the last pass's actions all succeeded, else 0.",
     "reconciler_manifest_problems": "Number of problems in the manifest set (0 = valid).",
+    "reconciler_last_pass_actions": "Acting decisions (start, stop, restart, load, unload) of the last pass, by verb and reason.",
 }
 
 
 def node_name(result) -> str:
-    """The ``node`` label: the NodeConfig's name, else this host's name."""
+    """The ``node`` label: the NodeConfig's name, else the ``--node`` name, else the host's."""
     desired = getattr(result, "desired", None)
     name = desired.node.name if desired is not None else ""
-    return name or socket.gethostname()
+    return name or getattr(result, "node", "") or socket.gethostname()
 
 
 def _families(result, store, *, problems_count: int, last_pass_ts: float, duration: float,
@@ -116,7 +118,17 @@ def _families(result, store, *, problems_count: int, last_pass_ts: float, durati
     success.add_metric((node,), int(ok))
     problems = family("reconciler_manifest_problems")
     problems.add_metric((node,), int(problems_count))
-    return [status, restarts, reserved, budget, latency, last, took, success, problems]
+    # What the pass did, by verb and reason: `stop` with reason `orphan` or
+    # `exposed` is what an alert wants to see (deploy/prometheus/).
+    actions = family("reconciler_last_pass_actions", ("verb", "reason"))
+    acted: dict[tuple[str, str], int] = {}
+    for decision in decisions.values():
+        if decision.acts:
+            key = (str(decision.verb), str(decision.reason))
+            acted[key] = acted.get(key, 0) + 1
+    for (verb, reason), count in sorted(acted.items()):
+        actions.add_metric((node, verb, reason), count)
+    return [status, restarts, reserved, budget, latency, last, took, success, problems, actions]
 
 
 class PassMetrics(Collector):

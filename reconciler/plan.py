@@ -110,12 +110,16 @@ def plan(
     records = {r.name: r for r in remembered.roles}
     observations = {o.name: o for o in observed.roles}
     checks = {c.name: c for c in observed.models}
-    guard = not specs and not ctx.allow_empty
+    # §4 the empty-manifest guard is about the set, not this node's share (§10):
+    # roles placed on other nodes make a set that is not empty.
+    elsewhere = dict(desired.placed_elsewhere)
+    guard = not specs and not elsewhere and not ctx.allow_empty
     drafts = []
     for name in sorted(specs.keys() | records.keys()):
         obs = observations.get(name, RoleObservation(name=name))
         r = _role(name, specs.get(name), records.get(name), obs, desired.node, models, ctx, now)
-        drafts.append(_decide(r, desired.node, models, checks, guard, now))
+        drafts.append(_decide(r, desired.node, models, checks, guard, now,
+                              elsewhere.get(name)))
     excludes = {name: spec.excludes for name, spec in specs.items()}
     decisions = policy.place(drafts, desired.node.memory_budget, excludes)
     ordered = tuple(sorted(decisions, key=policy.order_key))
@@ -167,7 +171,8 @@ def _d(r: _Role, verb: Verb, reason: Reason, status: Status, detail: str, *,
     return Draft(decision=decision, holds=holds, keeps_on_refusal=keeps)
 
 
-def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float) -> Draft:
+def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float,
+            placed: tuple[str, ...] | None = None) -> Draft:
     spec, rec = r.spec, r.record
     managed = spec.managed if spec is not None else rec is not None and rec.mode is Mode.MANAGED
     # §5 loopback only: our own server reachable beyond loopback is stopped
@@ -178,7 +183,7 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float)
                   f"reachable beyond loopback on {where}; stopped until `reconcile start "
                   f"{r.name}`", why=f"listening on {where}", release=r.reserved)
     if spec is None:
-        return _removed(r, guard)
+        return _removed(r, guard, placed)
     # §1.3/§2 port allowlist: a role outside it gets no packet and no action.
     if not node.port_allowed(spec.serve.port):
         return _d(r, Verb.REFUSE, Reason.PORT_NOT_ALLOWED, Status.REFUSED,
@@ -250,9 +255,15 @@ def _backoff(r: _Role, exited: float, now: float, what: str, attempt: str) -> Dr
     return None
 
 
-def _removed(r: _Role, guard: bool) -> Draft:
+def _removed(r: _Role, guard: bool, placed: tuple[str, ...] | None) -> Draft:
+    """§4 a role the manifests no longer give this node: removed, or (§10) placed elsewhere."""
     rec = r.record
     assert rec is not None
+    gone = "removed from the manifests"
+    if placed is not None:  # still in the set, on other nodes (or on none)
+        where = f"placed on {_listed(placed)}" if placed else "placed on no node"
+        gone = f"{where}, not on this node"
+        r = attrs.evolve(r, base=attrs.evolve(r.base, why=where))
     # §4 an empty manifest set stops nothing (and forgets nothing) unless --allow-empty.
     if guard:
         resident = r.running or (spec_of(rec.runtime).loads_models and rec.we_loaded)
@@ -262,16 +273,19 @@ def _removed(r: _Role, guard: bool) -> Draft:
                   holds=rec.reserved if resident or rec.reserved else None)
     # §4 adopted role removed → forget (it was never ours to touch).
     if rec.mode is Mode.ADOPTED:
-        return _d(r, Verb.FORGET, Reason.REMOVED, Status.UNKNOWN,
-                  "removed from the manifests; forgotten")
+        return _d(r, Verb.FORGET, Reason.REMOVED, Status.UNKNOWN, f"{gone}; forgotten")
     if spec_of(rec.runtime).loads_models:
         return _ollama_release(r, Reason.REMOVED)
     # §4 managed role removed → stop our server; once gone, forget it.
     if r.running:
-        return _d(r, Verb.STOP, Reason.REMOVED, Status.RUNNING, "removed from the manifests",
-                  release=rec.reserved)
-    return _d(r, Verb.FORGET, Reason.REMOVED, Status.STOPPED,
-              "removed from the manifests; not running", release=rec.reserved)
+        return _d(r, Verb.STOP, Reason.REMOVED, Status.RUNNING, gone, release=rec.reserved)
+    return _d(r, Verb.FORGET, Reason.REMOVED, Status.STOPPED, f"{gone}; not running",
+              release=rec.reserved)
+
+
+def _listed(nodes: tuple[str, ...], limit: int = 3) -> str:
+    return ", ".join(nodes) if len(nodes) <= limit else (
+        f"{', '.join(nodes[:limit])} and {len(nodes) - limit} more")
 
 
 def _running(r: _Role, checks: Mapping[str, ModelCheck]) -> Draft:

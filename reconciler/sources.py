@@ -24,6 +24,7 @@ import attrs
 
 from reconciler import manifests
 from reconciler.errors import Problem, sorted_problems
+from reconciler.fleet import Fleet, NodeChoice, names
 from reconciler.manifests import LoadResult
 from reconciler.yamlsafe import MAX_FILE_BYTES
 
@@ -52,24 +53,38 @@ def read_manifests(paths: Sequence[str]) -> tuple[list[tuple[str, bytes]], list[
     return files, problems
 
 
-def load_desired(paths: Sequence[str], *, cache_dir: str | None = None) -> LoadResult:
+def load_desired(paths: Sequence[str], *, cache_dir: str | None = None,
+                 node: NodeChoice | None = None) -> LoadResult:
     """Read ``paths`` and load them: the whole of ``reconcile validate`` but printing.
 
     With ``cache_dir`` (the state directory), the digest of a manifest set that
     loaded without problems is remembered there, and the same bytes later
     skip the JSON Schema stage (see ``manifests.load``). Any changed byte, a
     new reconciler version or changed schemas make a new digest.
+
+    ``node``: this node (BEHAVIOUR §10). A node that no NodeConfig is for is
+    not in the fleet: that is a problem of the set *for this node*, and like
+    any other it makes the pass act on nothing.
     """
     files, problems = read_manifests(paths)
     digest = _set_digest(files) if cache_dir and not problems else None
     known = digest is not None and _remembered(cache_dir, digest)
-    result = manifests.load(files, schema_checked=known)
+    result = manifests.load(files, schema_checked=known, node=node)
     if digest is not None and not known and result.ok:
         _remember(cache_dir, digest)
+    if node is not None and result.ok and result.desired is None and result.fleet is not None:
+        problems.append(_not_a_member(paths, node, result.fleet))
     if not problems:
         return result
     return attrs.evolve(result, desired=None, warnings=(),
                         problems=sorted_problems([*result.problems, *problems]))
+
+
+def _not_a_member(paths: Sequence[str], node: NodeChoice, whole: Fleet) -> Problem:
+    how = "--node or $RECONCILER_NODE" if node.explicit else "the host name; see --node"
+    return Problem(file=paths[0] if paths else "manifests", line=0, message=(
+        f"no NodeConfig is named {node.name!r} ({how}): this node is not in the fleet "
+        f"(nodes: {names(n.name for n in whole.nodes)}) and runs nothing; nothing is changed"))
 
 
 _CACHE_FILE = "validated-manifests"

@@ -122,12 +122,14 @@ class Daemon:
         watch_files: bool = True,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        node=None,  # fleet.NodeChoice: which node this is (§10); None: a set's only node
     ) -> None:
         if apply_pass is None:
             from reconciler import loop
 
             apply_pass = loop.apply_pass
         self.paths = list(paths)
+        self.node = node
         self.store = store
         self.state_dir = state_dir
         self.resync = max(float(resync), 0.1)
@@ -307,7 +309,7 @@ class Daemon:
 
     def _call_pass(self, **extra) -> PassResult:
         return self._apply_pass(PassInputs(paths=self.paths, store=self.store,
-                                           state_dir=self.state_dir,
+                                           state_dir=self.state_dir, node=self.node,
                                            allow_empty=self.allow_empty, **extra))
 
     def _invalid(self, problems: tuple, commit: str | None) -> None:

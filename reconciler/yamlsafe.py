@@ -22,8 +22,10 @@ from typing import Iterable, Mapping
 
 import attrs
 import yaml
+from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.resolver import Resolver
 
 from reconciler.errors import Problem, json_path
 
@@ -65,6 +67,12 @@ class Document:
                        message=message)
 
 
+try:  # libyaml: the scanner and parser in C; composing stays ours (below)
+    from yaml.cyaml import CParser as _CParser
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    _CParser = None
+
+
 class _Abort(Exception):
     """Stop building this document: it is too big or too deep."""
 
@@ -73,23 +81,47 @@ class _Abort(Exception):
         self.message = message
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader whose composer refuses deep nesting before Python's stack does."""
+class _Depth:
+    """A composer that refuses deep nesting before Python's stack does."""
 
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
+    _depth = 0
 
     def compose_node(self, parent: Node | None, index: object) -> Node:  # type: ignore[override]
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark
+                mark = self.peek_event().start_mark  # type: ignore[attr-defined]
                 raise yaml.MarkedYAMLError(
                     problem=f"nested more than {MAX_DEPTH} levels deep", problem_mark=mark)
-            return super().compose_node(parent, index)
+            return super().compose_node(parent, index)  # type: ignore[misc]
         finally:
             self._depth -= 1
+
+
+class _Loader(_Depth, yaml.SafeLoader):
+    """PyYAML's SafeLoader (all in Python) with the depth limit."""
+
+
+if _CParser is not None:
+    class _FastLoader(_Depth, Composer, Resolver, _CParser):  # type: ignore[misc, valid-type]
+        """libyaml's events, composed by PyYAML's (Python) composer with our depth limit.
+
+        A large fleet repository is thousands of documents: PyYAML's scanner and
+        parser in Python were most of the time ``reconcile fleet`` took. Only
+        the event stream comes from C; nodes, marks and values are built as
+        ``_Loader`` builds them. Whatever libyaml refuses is parsed again by
+        ``_Loader``, so every message about broken YAML is PyYAML's own.
+        """
+
+        def __init__(self, stream: str) -> None:
+            _CParser.__init__(self, stream)
+            Composer.__init__(self)
+            Resolver.__init__(self)
+else:  # pragma: no cover
+    _FastLoader = None
+
+#: Characters PyYAML's reader refuses: such a file takes the Python path for its message.
+_NON_PRINTABLE = yaml.reader.Reader.NON_PRINTABLE
 
 
 def parse(file: str, data: bytes) -> tuple[list[Document], list[Problem]]:
@@ -105,11 +137,23 @@ def parse(file: str, data: bytes) -> tuple[list[Document], list[Problem]]:
                             message=f"not valid UTF-8 (byte 0x{data[err.start]:02x} "
                                     f"at offset {err.start})")]
     text = text.removeprefix("\ufeff")
+    if _FastLoader is not None and not _NON_PRINTABLE.search(text):
+        try:
+            return _documents(file, text, _FastLoader)
+        except yaml.YAMLError:
+            pass  # told again below, in PyYAML's words
+    return _documents(file, text, _Loader)
+
+
+def _documents(file: str, text: str, make) -> tuple[list[Document], list[Problem]]:
+    """Compose and build every document; YAML errors end the file as a problem
+    (``_FastLoader`` lets them through to be told again by ``_Loader``)."""
+    fast = make is not _Loader
     docs: list[Document] = []
     problems: list[Problem] = []
-    loader: _Loader | None = None
+    loader = None
     try:
-        loader = _Loader(text)
+        loader = make(text)
         while loader.check_node():
             node = loader.get_node()
             if node is None or _is_empty(node):
@@ -125,12 +169,18 @@ def parse(file: str, data: bytes) -> tuple[list[Document], list[Problem]]:
             docs.append(Document(file=file, line=node.start_mark.line + 1, value=value,
                                  lines=builder.lines, broken=bool(builder.problems)))
     except yaml.MarkedYAMLError as err:
+        if fast:
+            raise
         problems.append(_yaml_problem(file, err))
     except yaml.reader.ReaderError as err:
+        if fast:
+            raise
         line = text[: err.position].count("\n") + 1
         problems.append(Problem(file=file, line=line, message=f"invalid YAML: character "
                                 f"#x{err.character:04x} is not allowed"))
     except yaml.YAMLError as err:  # pragma: no cover - every PyYAML error is one of the above
+        if fast:
+            raise
         problems.append(Problem(file=file, line=0, message=f"invalid YAML: {err}"))
     except RecursionError:  # pragma: no cover - compose_node's limit comes first
         problems.append(Problem(file=file, line=0, message="invalid YAML: nested too deeply"))

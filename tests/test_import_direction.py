@@ -28,6 +28,8 @@ PURE = {
     # the manifest loader's helpers
     "reconciler/yamlsafe.py", "reconciler/schemacheck.py", "reconciler/documents.py",
     "reconciler/crosscheck.py", "reconciler/schemata.py", "reconciler/modeldoc.py",
+    # the fleet: labels, placement, every node's checks
+    "reconciler/labels.py", "reconciler/fleet.py", "reconciler/nodecheck.py",
 }
 
 #: What a pure module may not import (top-level names).

@@ -12,12 +12,16 @@ from reconciler.decisions import Decision, NEEDS_OPERATOR
 
 def run_plan(args) -> int:
     """Observe and plan; change nothing. Reads the store without taking the lock."""
+    if getattr(args, "offline", False):
+        from reconciler.commands.fleet import run_offline_plan
+
+        return run_offline_plan(args)
     from reconciler import loop, render
 
     with common.open_store(args) as store:
         result = loop.plan_pass(loop.PassInputs(
             paths=common.manifest_paths(args), store=store, state_dir=common.state_dir(args),
-            allow_empty=args.allow_empty))
+            allow_empty=args.allow_empty, node=common.node_choice(args)))
     if result.problems:
         return common.report_problems(result.problems)
     common.report_warnings(result.warnings)
@@ -53,11 +57,16 @@ def run_start(args) -> int:
 
     args.allow_empty = False
     args.metrics_file = None
-    loaded = sources.load_desired(common.manifest_paths(args))
+    loaded = sources.load_desired(common.manifest_paths(args), node=common.node_choice(args))
     if loaded.problems:
         return common.report_problems(loaded.problems)
     if loaded.desired.role(args.name) is None:
-        print(f"reconcile: error: no role {args.name!r} in the manifests", file=sys.stderr)
+        elsewhere = dict(loaded.desired.placed_elsewhere).get(args.name)
+        where = "" if elsewhere is None else (
+            f" for node {loaded.desired.node.name!r}: it is placed on "
+            f"{', '.join(elsewhere) or 'no node'}")
+        print(f"reconcile: error: no role {args.name!r} in the manifests{where}",
+              file=sys.stderr)
         return Exit.ERROR
     lock = Lock(common.state_dir(args))
     try:
@@ -86,7 +95,8 @@ def _pass_and_report(args, store, operator_starts: frozenset[str]) -> int:
 
     result = loop.apply_pass(loop.PassInputs(
         paths=common.manifest_paths(args), store=store, state_dir=common.state_dir(args),
-        allow_empty=getattr(args, "allow_empty", False), operator_starts=operator_starts))
+        allow_empty=getattr(args, "allow_empty", False), operator_starts=operator_starts,
+        node=common.node_choice(args)))
     if getattr(args, "metrics_file", None):
         from reconciler import metrics
 

@@ -20,6 +20,19 @@ def manifest_paths(args) -> list[str]:
     return [getattr(args, "manifests", None) or "manifests"]
 
 
+def node_choice(args):
+    """Which node this is (BEHAVIOUR §10): ``--node``, else ``$RECONCILER_NODE``, else the host name."""
+    import os
+    import socket
+
+    from reconciler.fleet import NodeChoice
+
+    given = getattr(args, "node", None) or os.environ.get("RECONCILER_NODE", "")
+    if given:
+        return NodeChoice(name=given, explicit=True)
+    return NodeChoice(name=socket.gethostname(), explicit=False)
+
+
 @contextlib.contextmanager
 def open_store(args) -> Iterator:
     from reconciler.store import Store

@@ -34,7 +34,7 @@ from reconciler.runtimes.common import (
 def _load(args) -> Desired | None:
     from reconciler.sources import load_desired
 
-    result = load_desired(common.manifest_paths(args))
+    result = load_desired(common.manifest_paths(args), node=common.node_choice(args))
     if result.problems or result.desired is None:
         common.report_problems(result.problems)
         return None

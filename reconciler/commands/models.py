@@ -259,7 +259,7 @@ def verify_rows(models: list[ModelSpec], verifier: modelstore.Verifier, *, full:
 def run_verify(args) -> int:
     from reconciler import sources
 
-    loaded = sources.load_desired(common.manifest_paths(args))
+    loaded = sources.load_desired(common.manifest_paths(args), node=common.node_choice(args))
     if loaded.problems or loaded.desired is None:
         return common.report_problems(loaded.problems)
     desired = loaded.desired

@@ -47,7 +47,8 @@ def run_status(args) -> int:
 
     with common.open_store(args) as store:
         result = loop.plan_pass(loop.PassInputs(
-            paths=common.manifest_paths(args), store=store, state_dir=common.state_dir(args)))
+            paths=common.manifest_paths(args), store=store, state_dir=common.state_dir(args),
+            node=common.node_choice(args)))
         if result.problems:
             return common.report_problems(result.problems)
         rows = status_rows(result, store)

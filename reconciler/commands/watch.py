@@ -70,7 +70,7 @@ def _run_daemon(args, store, published, server) -> int:
         paths=paths, store=store, state_dir=state_dir, resync=args.resync,
         allow_empty=bool(getattr(args, "allow_empty", False)),
         stop_on_exit=bool(getattr(args, "stop_on_exit", False)),
-        metrics=published,
+        metrics=published, node=common.node_choice(args),
     )
     where = ""
     if server is not None:

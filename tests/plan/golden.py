@@ -8,6 +8,7 @@ except ``expect`` or ``steps``)::
     node: {allowed_ports: [8000, 8999], memory_budget: 96GB,
            restart: {max_restarts: 2, base: 2, cap: 60, stable_after: 60}}
     ctx: {allow_empty: false, operator_starts: [coder]}
+    elsewhere: {coder: [gpu-2]}   # roles of the set placed on other nodes (§10)
     models: {qwen: {format: gguf, size: 1000}, llama3: {format: ollama, tag: "llama3:8b"}}
     roles:
       coder: {runtime: llamacpp, mode: managed, model: qwen, port: 8090, ctx: 4096,
@@ -147,7 +148,8 @@ def desired(case: dict[str, Any]) -> Desired:
     models_data = case.get("models", DEFAULT_MODELS)
     models = tuple(model_spec(n, d) for n, d in sorted(models_data.items()))
     roles = tuple(role_spec(n, d, node) for n, d in sorted((case.get("roles") or {}).items()))
-    return Desired(roles=roles, models=models, node=node)
+    elsewhere = tuple((n, tuple(on)) for n, on in sorted((case.get("elsewhere") or {}).items()))
+    return Desired(roles=roles, models=models, node=node, placed_elsewhere=elsewhere)
 
 
 def observation(name: str, data: dict[str, Any]) -> RoleObservation:

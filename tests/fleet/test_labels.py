@@ -1,0 +1,131 @@
+"""Label selectors: Kubernetes semantics, operator by operator, and as properties."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from reconciler.labels import (
+    Operator, Requirement, Selector, key_problem, requirement_problem, selector, value_problem,
+)
+
+KEYS = st.sampled_from(["pool", "gpu", "vram", "zone", "example.com/tier"])
+VALUES = st.sampled_from(["a", "b", "c", "24", "48", "080", "-3", "x1", ""])
+LABELS = st.dictionaries(KEYS, VALUES, max_size=5)
+
+
+def req(key: str, op: str, *values: str) -> Requirement:
+    return Requirement(key=key, operator=Operator(op), values=values)
+
+
+@pytest.mark.parametrize("op, values, labels, want", [
+    ("In", ("a", "b"), {"pool": "a"}, True),
+    ("In", ("a", "b"), {"pool": "c"}, False),
+    ("In", ("a",), {}, False),
+    ("NotIn", ("a",), {"pool": "b"}, True),
+    ("NotIn", ("a",), {"pool": "a"}, False),
+    ("NotIn", ("a",), {}, True),  # absent counts as not in
+    ("Exists", (), {"pool": ""}, True),  # an empty value is still a label
+    ("Exists", (), {}, False),
+    ("DoesNotExist", (), {}, True),
+    ("DoesNotExist", (), {"pool": "a"}, False),
+    ("Gt", ("16",), {"pool": "24"}, True),
+    ("Gt", ("24",), {"pool": "24"}, False),  # strictly greater
+    ("Gt", ("16",), {"pool": "big"}, False),  # not an integer: no match, no error
+    ("Gt", ("16",), {}, False),
+    ("Lt", ("16",), {"pool": "8"}, True),
+    ("Lt", ("16",), {"pool": "16"}, False),
+    ("Lt", ("0",), {"pool": "-3"}, True),  # a signed value reads as an integer, as ParseInt does
+    ("Gt", ("-5",), {"pool": "0"}, True),
+    ("Gt", ("1",), {"pool": "99999999999999999999"}, False),  # beyond int64: not an integer
+])
+def test_each_operator(op, values, labels, want) -> None:
+    """Each operator decides as Kubernetes' labels.Requirement does."""
+    assert req("pool", op, *values).matches(labels) is want
+
+
+@given(LABELS, KEYS, VALUES)
+def test_match_labels_is_in_with_one_value(labels, key, value) -> None:
+    """match_labels {k: v} matches exactly when the label k is present with value v."""
+    assert selector({key: value}).matches(labels) is (labels.get(key) == value)
+
+
+@given(LABELS, KEYS, st.lists(VALUES, min_size=1, max_size=3))
+def test_not_in_is_the_negation_of_in(labels, key, values) -> None:
+    """NotIn matches exactly where In does not (absent labels included)."""
+    assert req(key, "NotIn", *values).matches(labels) is not req(key, "In", *values).matches(labels)
+
+
+@given(LABELS, KEYS)
+def test_does_not_exist_is_the_negation_of_exists(labels, key) -> None:
+    """DoesNotExist matches exactly where Exists does not."""
+    assert req(key, "DoesNotExist").matches(labels) is (key not in labels)
+    assert req(key, "Exists").matches(labels) is (key in labels)
+
+
+@given(LABELS, KEYS, st.integers(-100, 100))
+def test_gt_and_lt_compare_integers(labels, key, bound) -> None:
+    """Gt/Lt hold only for integer label values, compared as numbers (not as text)."""
+    value = labels.get(key)
+    number = int(value) if value is not None and value.lstrip("+-").isdigit() else None
+    assert req(key, "Gt", str(bound)).matches(labels) is (number is not None and number > bound)
+    assert req(key, "Lt", str(bound)).matches(labels) is (number is not None and number < bound)
+
+
+@given(LABELS, st.lists(st.tuples(KEYS, st.sampled_from(list(Operator)), VALUES), max_size=4),
+       st.randoms())
+def test_a_selector_is_the_and_of_its_requirements_in_any_order(labels, terms, rnd) -> None:
+    """Every requirement must hold; their order does not matter; none at all matches all."""
+    reqs = [Requirement(key=k, operator=op,
+                        values=() if op in (Operator.EXISTS, Operator.DOES_NOT_EXIST) else (v,))
+            for k, op, v in terms]
+    want = all(r.matches(labels) for r in reqs)
+    shuffled = list(reqs)
+    rnd.shuffle(shuffled)
+    assert Selector(requirements=tuple(reqs)).matches(labels) is want
+    assert Selector(requirements=tuple(shuffled)).matches(labels) is want
+    if not reqs:
+        assert want is True
+
+
+@pytest.mark.parametrize("op, values, problem", [
+    ("In", (), "In needs at least one value"),
+    ("NotIn", (), "NotIn needs at least one value"),
+    ("Exists", ("a",), "Exists takes no values"),
+    ("DoesNotExist", ("a",), "DoesNotExist takes no values"),
+    ("Gt", (), "Gt takes exactly one value, an integer"),
+    ("Lt", ("1", "2"), "Lt takes exactly one value, an integer"),
+    ("Gt", ("4.5",), "Gt compares integers: '4.5' is not a 64-bit integer"),
+])
+def test_operator_values_are_checked(op, values, problem) -> None:
+    """Operators get the values Kubernetes requires of them, or a message saying why not."""
+    found = requirement_problem(Operator(op), values)
+    assert found is not None and found[1] == problem
+
+
+@pytest.mark.parametrize("op, values", [
+    ("In", ("a", "")), ("NotIn", ("b",)), ("Exists", ()), ("DoesNotExist", ()),
+    ("Gt", ("-1",)), ("Lt", ("48",)),
+])
+def test_operator_values_that_are_fine(op, values) -> None:
+    """Well-formed operator values raise no problem."""
+    assert requirement_problem(Operator(op), values) is None
+
+
+@pytest.mark.parametrize("key, ok", [
+    ("gpu", True), ("example.com/gpu", True), ("a.b-c_d", True), ("x" * 63, True),
+    ("x" * 64, False), ("-gpu", False), ("gpu-", False), ("Example.com/gpu", False),
+    ("/gpu", False), ("a/b/c", False), ("gp u", False),
+])
+def test_label_keys(key, ok) -> None:
+    """Label keys follow Kubernetes' qualified names: [DNS-subdomain/]name."""
+    assert (key_problem(key) is None) is ok
+
+
+@pytest.mark.parametrize("value, ok", [
+    ("", True), ("a", True), ("48", True), ("a.b_c-d", True), ("x" * 63, True),
+    ("x" * 64, False), ("-a", False), ("a b", False), ("a/b", False),
+])
+def test_label_values(value, ok) -> None:
+    """Label values are empty or 1-63 characters, alphanumeric at both ends."""
+    assert (value_problem(value) is None) is ok

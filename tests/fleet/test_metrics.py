@@ -1,0 +1,42 @@
+"""Fleet metrics: a node's name on every series, and what each pass did by verb and reason."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from reconciler import metrics
+from reconciler.decisions import Decision, Reason, Status, Verb
+from reconciler.store import Store
+from tests.watch.fakes import bad, desired, good, keep
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "state") as s:
+        yield s
+
+
+def series(text: str, name: str) -> dict:
+    family = next(f for f in text_string_to_metric_families(text) if f.name == name)
+    return {tuple(sorted(s.labels.items())): s.value for s in family.samples}
+
+
+def test_acting_decisions_are_counted_by_verb_and_reason(store):
+    """reconciler_last_pass_actions counts starts and stops by reason; keeps are not actions."""
+    stop = Decision(role="old", verb=Verb.STOP, reason=Reason.REMOVED, status=Status.RUNNING)
+    moved = attrs.evolve(stop, role="moved")
+    start = Decision(role="new", verb=Verb.START, reason=Reason.MISSING, status=Status.LOADED)
+    result = good(desired("new", "kept"), stop, moved, start, keep("kept"))
+    text = metrics.render_result(result, store)
+    assert series(text, "reconciler_last_pass_actions") == {
+        (("node", "test-node"), ("reason", "missing"), ("verb", "start")): 1,
+        (("node", "test-node"), ("reason", "removed"), ("verb", "stop")): 2}
+
+
+def test_a_node_not_in_the_fleet_still_names_itself(store):
+    """With no desired state (not a member), the series carry the --node name."""
+    result = attrs.evolve(bad("no NodeConfig is named 'gpu-9'"), node="gpu-9")
+    text = metrics.render_result(result, store)
+    assert series(text, "reconciler_manifest_problems") == {(("node", "gpu-9"),): 1}
