@@ -1,8 +1,8 @@
 """``make bench``: every benchmark, one after another, each printing its own figures.
 
 Each benchmark measures its ratio within one run (against ``sha256sum``, a
-bare import, one probe or supervisord), so the figures mean the same on any
-machine. Run one alone for its options: ``.venv/bin/python bench/bench_watch.py --help``.
+bare import, one probe, supervisord, or the same planner at a tenth of the
+size), so the figures mean the same on any machine. Run one alone for its options: ``.venv/bin/python bench/bench_watch.py --help``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ BENCHES = [
     ("observe 200 servers (issue: observing real servers)", ["bench_observe.py"]),
     ("--once with 20 servers in sync (issue: reconcile --once)", ["bench_once.py"]),
     ("watch vs supervisord (issue: reconcile watch)", ["bench_watch.py"]),
+    ("plan() of 1k and 10k roles (issue: planner at scale)", ["bench_plan.py"]),
 ]
 
 
