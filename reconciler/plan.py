@@ -4,7 +4,7 @@
 the manifests or in the state store exactly one ``Decision`` with a reason.
 Per role the ladder is walked top to bottom and the first matching rule wins;
 each rule is one commented branch citing BEHAVIOUR.md.  Memory is placed
-afterwards by ``policy.Ledger`` (§7): what planned stops, unloads and
+afterwards by ``ledger.place`` (§7): what planned stops, unloads and
 give-ups release is counted before any new reservation, and claims are
 considered restarts first, then starts/loads, each in (port, name) order.
 
@@ -41,7 +41,7 @@ from typing import Mapping
 
 import attrs
 
-from reconciler import identity, policy
+from reconciler import identity, ledger, policy
 from reconciler.decisions import Decision, Plan, PlanContext, Reason, Status, Verb
 from reconciler.desired import (
     Desired,
@@ -63,7 +63,7 @@ from reconciler.observed import (
     RoleRecord,
     Terminal,
 )
-from reconciler.policy import Draft
+from reconciler.ledger import Draft
 from reconciler.units import format_duration
 
 _HEALTH_STATUS = {
@@ -117,8 +117,8 @@ def plan(
         r = _role(name, specs.get(name), records.get(name), obs, desired.node, models, ctx, now)
         drafts.append(_decide(r, desired.node, models, checks, guard, now))
     excludes = {name: spec.excludes for name, spec in specs.items()}
-    decisions = policy.place(drafts, desired.node.memory_budget, excludes)
-    ordered = tuple(sorted(decisions, key=policy.order_key))
+    decisions = ledger.place(drafts, desired.node.memory_budget, excludes)
+    ordered = tuple(sorted(decisions, key=ledger.order_key))
     hints = [d.retry_in for d in ordered if d.retry_in is not None]
     return Plan(decisions=ordered, requeue_after=min(hints) if hints else None)
 

@@ -1,0 +1,215 @@
+"""The residency ledger: who holds how much memory, and which claims fit (PURE; BEHAVIOUR §7).
+
+``place(drafts, budget, excludes)`` turns the planner's decisions before
+memory into final decisions: every holder is counted first (what planned
+stops, unloads and give-ups release is already gone), then the claims
+(restarts, then starts/loads, each by port and name) are fitted; a claim that
+does not fit becomes a ``refuse`` (unplaceable / excluded) that reserves
+nothing.
+
+It runs in time linear in the roles (``bench/bench_plan.py``): the ledger
+keeps a running total and indexes exclusions both ways, so a claim costs
+O(1 + its exclusions) instead of a scan of every holder; and the fixpoint
+(a refusal that frees memory may unblock an earlier claim) retries only the
+claims that something freed since their last try could unblock. Its
+decisions are exactly those of the quadratic ledger it replaced, which
+``tests/plan/oracle_ledger.py`` keeps as the oracle of a differential test.
+
+A ``Ledger`` lives only inside one ``place()`` call (built from values and
+thrown away), so it is mutable without being shared state.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import attrs
+
+from reconciler.decisions import Decision, Reason, Status, Verb
+from reconciler.units import format_size
+
+#: Execution order of acting verbs (BEHAVIOUR §7): unload → stop → restart → start/load.
+ORDER = {Verb.UNLOAD: 0, Verb.STOP: 1, Verb.RESTART: 2, Verb.START: 3, Verb.LOAD: 3}
+CLAIMS = (Verb.START, Verb.RESTART, Verb.LOAD)
+
+
+def order_key(d: Decision) -> tuple[int, int, str]:
+    return (ORDER.get(d.verb, 4), d.port or 0, d.role)
+
+
+@attrs.frozen(kw_only=True)
+class Draft:
+    """A decision before memory is placed.
+
+    ``holds`` is what the role holds while this pass runs (None = not resident):
+    a running or backing-off server keeps its reservation; a claim's ``holds``
+    is replaced by its ``reserve`` when it fits.  ``keeps_on_refusal``: a
+    refused restart of a live server leaves it running, still holding.
+    """
+
+    decision: Decision
+    holds: int | None = None
+    keeps_on_refusal: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class Refusal:
+    """Why a reservation does not fit: a reason and a one-line message."""
+
+    reason: Reason
+    message: str
+
+
+class Ledger:
+    """Bytes held per role, and the exclusions between holders (BEHAVIOUR §7).
+
+    A resident role holds an entry even with 0 bytes: residency is what
+    exclusions look at. A role claiming again (a restart) replaces its own
+    entry, so it is never counted twice. ``loosened`` counts the events that
+    can make a refused claim fit (a holder leaves, or a hold shrinks):
+    between two of them, a refused claim stays refused, because holds only
+    grow.
+    """
+
+    def __init__(self, budget: int | None, excludes: Mapping[str, frozenset[str]]) -> None:
+        self.budget = budget
+        self.held: dict[str, int] = {}
+        self.used = 0  # the running total of ``held``
+        self.loosened = 0
+        self._excludes = excludes  # role → the roles it excludes (static for a pass)
+        self._excluders: dict[str, set[str]] = {}  # role → the holders that exclude it
+        self._text: _HoldersText | None = None  # "held by …", built once per state
+
+    def hold(self, name: str, size: int) -> None:
+        old = self.held.get(name)
+        if old is None:
+            for other in self._excludes.get(name, ()):
+                self._excluders.setdefault(other, set()).add(name)
+        elif size < old:
+            self.loosened += 1
+        self.used += size - (old or 0)
+        self.held[name] = size
+        self._text = None
+
+    def release(self, name: str) -> None:
+        size = self.held.pop(name, None)
+        if size is None:
+            return
+        self.used -= size
+        for other in self._excludes.get(name, ()):
+            self._excluders[other].discard(name)
+        self.loosened += 1
+        self._text = None
+
+    def fits(self, name: str, need: int) -> bool:
+        """Would ``need`` bytes for ``name`` fit the budget and every exclusion?"""
+        if self._conflicts(name):
+            return False
+        return self.budget is None or self.used - self.held.get(name, 0) + need <= self.budget
+
+    def refusal(self, name: str, need: int) -> Refusal | None:
+        """Why ``need`` bytes for ``name`` do not fit (the first excluder by name), or None."""
+        conflicts = self._conflicts(name)
+        if conflicts:
+            other = min(conflicts)
+            who = (f"{name} excludes {other}" if other in self._excludes.get(name, ())
+                   else f"{other} excludes {name}")
+            return Refusal(reason=Reason.EXCLUDED,
+                           message=f"'{name}' cannot be resident beside '{other}' ({who})")
+        if self.fits(name, need):
+            return None
+        assert self.budget is not None
+        free = max(self.budget - (self.used - self.held.get(name, 0)), 0)
+        if self._text is None:
+            self._text = _HoldersText(self.held)
+        holders = self._text.without(name)
+        held = f"held by {holders}" if holders else "nothing else is held"
+        return Refusal(reason=Reason.UNPLACEABLE, message=(
+            f"'{name}' needs {format_size(need)} but only {format_size(free)} "
+            f"of the {format_size(self.budget)} budget is free ({held})"))
+
+    def _conflicts(self, name: str) -> list[str]:
+        """Holders ``name`` excludes, and holders that exclude ``name`` (itself aside)."""
+        out = [o for o in self._excludes.get(name, ()) if o != name and o in self.held]
+        out += [o for o in self._excluders.get(name, ()) if o != name]
+        return out
+
+
+class _HoldersText:
+    """``a 1.0 GB, b 2.0 GB`` for every holder of more than 0 bytes, by name.
+
+    A refusal names every other holder; with thousands of them the text is
+    built once per ledger state and a claimant's own entry is cut out of it.
+    """
+
+    def __init__(self, held: Mapping[str, int]) -> None:
+        self.spans: dict[str, tuple[int, int]] = {}
+        parts, at = [], 0
+        for name, size in sorted(held.items()):
+            if size > 0:
+                part = f"{name} {format_size(size)}"
+                parts.append(part)
+                self.spans[name] = (at, at + len(part))
+                at += len(part) + 2
+        self.full = ", ".join(parts)
+
+    def without(self, name: str) -> str:
+        span = self.spans.get(name)
+        if span is None:
+            return self.full
+        start, end = span
+        if end == len(self.full):  # the last part: drop the ", " before it
+            return self.full[:max(start - 2, 0)]
+        return self.full[:start] + self.full[end + 2:]
+
+
+def place(
+    drafts: list[Draft], budget: int | None, excludes: Mapping[str, frozenset[str]]
+) -> list[Decision]:
+    """§7: count every holder (planned releases already gone), then fit the claims."""
+    ledger = Ledger(budget, excludes)
+    for draft in drafts:
+        if draft.holds is not None:
+            ledger.hold(draft.decision.role, draft.holds)
+    pending = sorted((dr for dr in drafts if dr.decision.verb in CLAIMS),
+                     key=lambda dr: order_key(dr.decision))
+    tried: dict[str, int] = {}  # refused claim → ``ledger.loosened`` at its last try
+    while pending:
+        # A refusal may release a hold that blocked an earlier claim: go round
+        # again with the refused ones, but try only those that something freed
+        # since their last try could unblock. Placing only adds holds, and each
+        # claim is checked against every holder at its time, so no two placed
+        # claims conflict.
+        still = []
+        for draft in pending:
+            d = draft.decision
+            if tried.get(d.role) == ledger.loosened:
+                still.append(draft)  # nothing left since: refused as before
+            elif ledger.fits(d.role, d.reserve):
+                ledger.hold(d.role, d.reserve)
+            else:
+                if not draft.keeps_on_refusal:
+                    ledger.release(d.role)
+                tried[d.role] = ledger.loosened
+                still.append(draft)
+        pending = still
+        if all(tried[dr.decision.role] == ledger.loosened for dr in still):
+            break
+    # Nothing changes any more: every refusal says why against the final ledger.
+    refused = {}
+    for draft in pending:
+        refusal = ledger.refusal(draft.decision.role, draft.decision.reserve)
+        assert refusal is not None, draft
+        refused[draft.decision.role] = _refused(draft, refusal)
+    return [refused.get(dr.decision.role, dr.decision) for dr in drafts]
+
+
+def _refused(draft: Draft, refusal: Refusal) -> Decision:
+    """A claim that does not fit: nothing is reserved, a counted restart is not counted."""
+    d = draft.decision
+    counted = d.reason in (Reason.CRASHED, Reason.EVICTED)
+    return attrs.evolve(
+        d, verb=Verb.REFUSE, reason=refusal.reason, why=refusal.message,
+        status=Status.UNPLACEABLE, detail=refusal.message, launch=None, model_tag=None,
+        keep_alive=None, reserve=0, release=0 if draft.keeps_on_refusal else d.release,
+        retry_in=None, restarts=d.restarts - 1 if counted else d.restarts)
