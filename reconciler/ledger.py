@@ -122,11 +122,9 @@ class Ledger:
         free = max(self.budget - (self.used - self.held.get(name, 0)), 0)
         if self._text is None:
             self._text = _HoldersText(self.held)
-        holders = self._text.without(name)
-        held = f"held by {holders}" if holders else "nothing else is held"
-        return Refusal(reason=Reason.UNPLACEABLE, message=(
-            f"'{name}' needs {format_size(need)} but only {format_size(free)} "
-            f"of the {format_size(self.budget)} budget is free ({held})"))
+        head = (f"'{name}' needs {format_size(need)} but only {format_size(free)} "
+                f"of the {format_size(self.budget)} budget is free (")
+        return Refusal(reason=Reason.UNPLACEABLE, message=self._text.sentence(head, name, ")"))
 
     def _conflicts(self, name: str) -> list[str]:
         """Holders ``name`` excludes, and holders that exclude ``name`` (itself aside)."""
@@ -153,14 +151,18 @@ class _HoldersText:
                 at += len(part) + 2
         self.full = ", ".join(parts)
 
-    def without(self, name: str) -> str:
-        span = self.spans.get(name)
+    def sentence(self, head: str, name: str, tail: str) -> str:
+        """``head`` + "held by …" without ``name``'s entry + ``tail``, copying the text once."""
+        full, span = self.full, self.spans.get(name)
         if span is None:
-            return self.full
-        start, end = span
-        if end == len(self.full):  # the last part: drop the ", " before it
-            return self.full[:max(start - 2, 0)]
-        return self.full[:start] + self.full[end + 2:]
+            pieces = [full]
+        elif span[1] == len(full):  # the last part: drop the ", " before it
+            pieces = [full[:max(span[0] - 2, 0)]]
+        else:
+            pieces = [full[:span[0]], full[span[1] + 2:]]
+        if not any(pieces):
+            return f"{head}nothing else is held{tail}"
+        return "".join([head, "held by ", *pieces, tail])
 
 
 def place(

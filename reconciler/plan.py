@@ -73,20 +73,39 @@ _HEALTH_STATUS = {
 }
 
 
-@attrs.frozen(kw_only=True)
+@attrs.define(kw_only=True)
 class _Role:
-    """Everything the ladder knows about one role this pass."""
+    """Everything the ladder knows about one role this pass.
+
+    Never changed after it is built, but not frozen: it never leaves this
+    module, and a frozen class costs twice as much to build, once per role
+    per pass (``bench/bench_plan.py``).
+    """
 
     name: str
     spec: RoleSpec | None
     record: RoleRecord | None
     obs: RoleObservation
-    launch: Launch | None
+    argv: tuple[str, ...] | None  # the launch of a managed server (None: never launched)
+    digest: str | None  # … and its digest
+    launcher: identity.Launcher
     policy: RestartPolicy
     running: bool  # our own process: owned and alive
     restarts: int  # count carried into this pass (after resets)
     operator: bool  # named by `reconcile start`
-    base: Decision  # role, runtime, port, pid, instance_id, restarts filled in
+    # What every decision about the role says, whatever its verb:
+    runtime: Runtime
+    port: int
+    host: str
+    instance_id: str
+    pid: int | None  # our own live process, the one a stop/restart targets
+    create_time: float | None
+    owner_id: str | None  # the instance id that process was started with
+
+    def launch(self) -> Launch:
+        """The whole launch, built only for the decisions that carry it (start/restart)."""
+        assert self.argv is not None
+        return self.launcher.launch(self.argv, self.instance_id, self.digest)
 
     @property
     def reserved(self) -> int:
@@ -111,10 +130,12 @@ def plan(
     observations = {o.name: o for o in observed.roles}
     checks = {c.name: c for c in observed.models}
     guard = not specs and not ctx.allow_empty
+    launcher = identity.Launcher(desired.node, dict(ctx.environ), ctx.data_root)
     drafts = []
     for name in sorted(specs.keys() | records.keys()):
-        obs = observations.get(name, RoleObservation(name=name))
-        r = _role(name, specs.get(name), records.get(name), obs, desired.node, models, ctx, now)
+        obs = observations.get(name) or RoleObservation(name=name)
+        r = _role(name, specs.get(name), records.get(name), obs, desired.node, models, ctx,
+                  launcher, now)
         drafts.append(_decide(r, desired.node, models, checks, guard, now))
     excludes = {name: spec.excludes for name, spec in specs.items()}
     decisions = ledger.place(drafts, desired.node.memory_budget, excludes)
@@ -123,14 +144,14 @@ def plan(
     return Plan(decisions=ordered, requeue_after=min(hints) if hints else None)
 
 
-def _role(name, spec, record, obs, node, models, ctx, now) -> _Role:
+def _role(name, spec, record, obs, node, models, ctx, launcher, now) -> _Role:
     proc = obs.process
     running = proc is not None and proc.owned and proc.alive
     rpolicy = spec.restart if spec is not None else node.restart
     operator = name in ctx.operator_starts
-    launch = None
-    if spec is not None and spec.managed and spec.runtime is not Runtime.OLLAMA:
-        launch = identity.launch(spec, models, node, dict(ctx.environ), ctx.data_root)
+    instance = identity.instance_id(spec) if spec is not None else record.instance_id
+    argv = launcher.argv(spec, models) if spec is not None else None
+    digest = launcher.digest(argv, instance) if argv is not None else None
     probe = obs.probe
     answering = probe is not None and policy.answering(probe.health)
     if spec is not None and spec.runtime is Runtime.OLLAMA:
@@ -139,21 +160,20 @@ def _role(name, spec, record, obs, node, models, ctx, now) -> _Role:
         answering = answering and running
     restarts = policy.restart_count(record, rpolicy, now, answering=answering,
                                     operator_start=operator)
-    base = Decision(
-        role=name, verb=Verb.KEEP, reason=Reason.IN_SYNC,
+    return _Role(
+        name=name, spec=spec, record=record, obs=obs, argv=argv, digest=digest,
+        launcher=launcher, policy=rpolicy,
+        running=running, restarts=restarts, operator=operator,
         runtime=spec.runtime if spec is not None else record.runtime,
         port=spec.serve.port if spec is not None else record.port,
+        host=spec.serve.host if spec is not None else record.host,
+        instance_id=instance,
         pid=proc.pid if running and proc is not None else None,
         create_time=proc.create_time if running and proc is not None else None,
-        host=spec.serve.host if spec is not None else record.host,
-        instance_id=identity.instance_id(spec) if spec is not None else record.instance_id,
         # An edit of model, port or host changes the instance id; the running
         # process still carries the id it was started with: stops use that.
         owner_id=record.instance_id if running and record is not None else None,
-        restarts=restarts,
     )
-    return _Role(name=name, spec=spec, record=record, obs=obs, launch=launch, policy=rpolicy,
-                 running=running, restarts=restarts, operator=operator, base=base)
 
 
 def _tag_of(spec: RoleSpec, models: Mapping[str, ModelSpec]) -> str | None:
@@ -163,7 +183,10 @@ def _tag_of(spec: RoleSpec, models: Mapping[str, ModelSpec]) -> str | None:
 
 def _d(r: _Role, verb: Verb, reason: Reason, status: Status, detail: str, *,
        holds: int | None = None, keeps: bool = False, **kw) -> Draft:
-    decision = attrs.evolve(r.base, verb=verb, reason=reason, status=status, detail=detail, **kw)
+    kw.setdefault("restarts", r.restarts)
+    decision = Decision(role=r.name, verb=verb, reason=reason, status=status, detail=detail,
+                        runtime=r.runtime, port=r.port, host=r.host, instance_id=r.instance_id,
+                        pid=r.pid, create_time=r.create_time, owner_id=r.owner_id, **kw)
     return Draft(decision=decision, holds=holds, keeps_on_refusal=keeps)
 
 
@@ -275,13 +298,13 @@ def _removed(r: _Role, guard: bool) -> Draft:
 
 
 def _running(r: _Role, checks: Mapping[str, ModelCheck]) -> Draft:
-    rec, launch, holds = r.record, r.launch, r.reserved
+    rec, holds = r.record, r.reserved
     # §3 spec_changed: the launch digest differs → restart (not counted).
-    if (launch is not None and rec is not None and rec.launch_digest is not None
-            and launch.digest != rec.launch_digest):
+    if (r.argv is not None and rec is not None and rec.launch_digest is not None
+            and r.digest != rec.launch_digest):
         return _start(r, checks, Verb.RESTART, Reason.SPEC_CHANGED, Status.RUNNING,
                       "running a previous launch",
-                      why=identity.argv_changes(rec.launch_argv, launch.argv), keeps=True)
+                      why=identity.argv_changes(rec.launch_argv, r.argv), keeps=True)
     # §4 in sync: alive and answering.
     if r.health is Health.UP:
         return _d(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, r.probe_detail("up"), holds=holds)
@@ -305,7 +328,7 @@ def _start(r: _Role, checks, verb: Verb, reason: Reason, status: Status, detail:
            why: str = "", restarts: int | None = None, keeps: bool = False) -> Draft:
     """Gates shared by start and restart: foreign port, model checks; memory comes later."""
     spec = r.spec
-    assert spec is not None and r.launch is not None
+    assert spec is not None and r.argv is not None
     kept = r.reserved if keeps else None
     release = 0 if keeps else r.reserved
     # §4 never start over a port something else accepts connections on.
@@ -325,7 +348,7 @@ def _start(r: _Role, checks, verb: Verb, reason: Reason, status: Status, detail:
                   Status.DEGRADED if detached else Status.REFUSED, msg, why=msg,
                   release=release, holds=kept)
     held = r.reserved if keeps or r.reserved else None  # a crashed server keeps its reservation
-    return _d(r, verb, reason, status, detail, why=why, launch=r.launch,
+    return _d(r, verb, reason, status, detail, why=why, launch=r.launch(),
               reserve=spec.memory.footprint, release=r.reserved, retry_in=policy.POLL,
               restarts=r.restarts if restarts is None else restarts, holds=held, keeps=keeps)
 

@@ -12,6 +12,8 @@ The residency ledger (BEHAVIOUR §7) has its own module, ``ledger.py``.
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 
 from reconciler.desired import RestartPolicy
@@ -74,6 +76,7 @@ def answering(health: Health | None) -> bool:
     return health is Health.UP
 
 
+@functools.lru_cache(maxsize=4096)  # pure; the planner asks for the same few tags per role
 def normal_tag(tag: str) -> str:
     """``Library/Llama3`` → ``library/llama3:latest`` → ``llama3:latest``."""
     name = tag.strip().lower()
@@ -90,4 +93,4 @@ def same_tag(a: str | None, b: str | None) -> bool:
 
 
 def has_tag(tags: tuple[str, ...], tag: str | None) -> bool:
-    return any(same_tag(t, tag) for t in tags)
+    return tag is not None and normal_tag(tag) in map(normal_tag, tags)
