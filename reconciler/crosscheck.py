@@ -14,6 +14,7 @@ import attrs
 
 from reconciler.documents import RoleDraft
 from reconciler.errors import Problem
+from reconciler.policy import normal_tag
 from reconciler.desired import (
     Desired,
     LOADABLE_FORMATS,
@@ -52,6 +53,7 @@ def assemble(
         warnings += _role_warnings(draft, config)
         roles.append(_merge(draft, models.get(draft.spec.model or ""), config))
     problems += _collisions(drafts)
+    problems += _shared_model_excludes(drafts, models)
     if drafts and config.allowed_ports is None:
         where = node[1] if node else drafts[0].doc
         path = ("spec",) if node else ()
@@ -145,6 +147,34 @@ def _collisions(drafts: Sequence[RoleDraft]) -> list[Problem]:
                 ("spec", "serve", "port"),
                 f"{host}:{port} is also the address of role {first.spec.name!r} "
                 f"({first.doc.file}:{first.doc.line}); only Ollama roles may share one"))
+    return out
+
+
+def _shared_model_excludes(drafts: Sequence[RoleDraft],
+                           models: Mapping[str, ModelSpec]) -> list[Problem]:
+    """Roles serving one Ollama model on one server cannot exclude each other (BEHAVIOUR §7).
+
+    One model in memory is the residency of every role that names it, so such
+    an exclusion could never hold while both run.
+    """
+    served: dict[str, tuple[str, str, int]] = {}
+    for draft in drafts:
+        spec = draft.spec
+        model = models.get(spec.model or "") if spec.runtime is Runtime.OLLAMA else None
+        if model is not None and model.ollama_tag:
+            served[spec.name] = (normal_tag(model.ollama_tag), spec.serve.host, spec.serve.port)
+    out: list[Problem] = []
+    for draft in drafts:
+        mine = served.get(draft.spec.name)
+        for i, raw in enumerate(_raw_list(draft.doc, "spec", "excludes") if mine else ()):
+            other = str(raw).removeprefix("role:")
+            if other != draft.spec.name and served.get(other) == mine:
+                assert mine is not None
+                tag, host, port = mine
+                out.append(draft.doc.problem(
+                    ("spec", "excludes", i),
+                    f"{other!r} serves the same Ollama model ({tag} on {host}:{port}): "
+                    "one model in memory is resident for both, so neither can exclude the other"))
     return out
 
 

@@ -71,12 +71,16 @@ class Ledger:
     grow.
     """
 
-    def __init__(self, budget: int | None, excludes: Mapping[str, frozenset[str]]) -> None:
+    def __init__(self, budget: int | None, excludes: Mapping[str, frozenset[str]],
+                 together: Mapping[str, frozenset[str]] | None = None) -> None:
         self.budget = budget
         self.held: dict[str, int] = {}
         self.used = 0  # the running total of ``held``
         self.loosened = 0
-        self._excludes = excludes  # role → the roles it excludes (static for a pass)
+        self._stated = excludes  # role → the roles its manifest excludes (for messages)
+        self._together = together or {}
+        # role → the roles it may not be resident beside (static for a pass)
+        self._excludes = _spread(excludes, self._together) if self._together else excludes
         self._excluders: dict[str, set[str]] = {}  # role → the holders that exclude it
         self._text: _HoldersText | None = None  # "held by …", built once per state
 
@@ -112,10 +116,8 @@ class Ledger:
         conflicts = self._conflicts(name)
         if conflicts:
             other = min(conflicts)
-            who = (f"{name} excludes {other}" if other in self._excludes.get(name, ())
-                   else f"{other} excludes {name}")
-            return Refusal(reason=Reason.EXCLUDED,
-                           message=f"'{name}' cannot be resident beside '{other}' ({who})")
+            return Refusal(reason=Reason.EXCLUDED, message=(
+                f"'{name}' cannot be resident beside '{other}' ({self._who(name, other)})"))
         if self.fits(name, need):
             return None
         assert self.budget is not None
@@ -127,10 +129,36 @@ class Ledger:
         return Refusal(reason=Reason.UNPLACEABLE, message=self._text.sentence(head, name, ")"))
 
     def _conflicts(self, name: str) -> list[str]:
-        """Holders ``name`` excludes, and holders that exclude ``name`` (itself aside)."""
-        out = [o for o in self._excludes.get(name, ()) if o != name and o in self.held]
+        """Holders ``name`` excludes, and holders that exclude ``name`` (itself aside).
+
+        And the roles resident whenever ``name`` is, if it excludes one of them
+        or one excludes it: such a claim can never be placed.
+        """
+        mine = self._excludes.get(name, ())
+        out = [o for o in mine if o != name and o in self.held]
         out += [o for o in self._excluders.get(name, ()) if o != name]
+        for other in self._together.get(name, ()):
+            if other in mine or name in self._excludes.get(other, ()):
+                out.append(other)
         return out
+
+    def _who(self, name: str, other: str) -> str:
+        """Which exclusion of the manifests keeps ``name`` from ``other``, in words."""
+        stated = self._stated
+        if other in stated.get(name, ()):
+            return f"{name} excludes {other}"
+        if name in stated.get(other, ()):
+            return f"{other} excludes {name}"
+        # Through roles resident together (one Ollama model serves both).
+        for a in sorted(self._together.get(name, frozenset()) | {name}):
+            for b in sorted(self._together.get(other, frozenset()) | {other}):
+                said = (f"{a} excludes {b}" if b in stated.get(a, ())
+                        else f"{b} excludes {a}" if a in stated.get(b, ()) else None)
+                if said is not None:
+                    notes = [f"{x} is resident whenever {y} is"
+                             for x, y in ((a, name), (b, other)) if x != y]
+                    return "; ".join([said, *notes])
+        raise AssertionError(f"no exclusion keeps {name} from {other}")
 
 
 class _HoldersText:
@@ -165,11 +193,35 @@ class _HoldersText:
         return "".join([head, "held by ", *pieces, tail])
 
 
+def _spread(excludes: Mapping[str, frozenset[str]],
+            together: Mapping[str, frozenset[str]]) -> dict[str, frozenset[str]]:
+    """Exclusions over roles resident together: each is excluded as the others are.
+
+    Roles that serve one Ollama model on one server are in memory together or
+    not at all, so a role that excludes one of them excludes them all, and
+    each of them excludes what any of them excludes.
+    """
+    def group(name: str) -> frozenset[str]:
+        return together.get(name, frozenset()) | {name}
+
+    out: dict[str, frozenset[str]] = {}
+    for name in excludes.keys() | together.keys():
+        out[name] = frozenset(
+            role for member in group(name) for other in excludes.get(member, ())
+            for role in group(other))
+    return out
+
+
 def place(
-    drafts: list[Draft], budget: int | None, excludes: Mapping[str, frozenset[str]]
+    drafts: list[Draft], budget: int | None, excludes: Mapping[str, frozenset[str]],
+    together: Mapping[str, frozenset[str]] | None = None,
 ) -> list[Decision]:
-    """§7: count every holder (planned releases already gone), then fit the claims."""
-    ledger = Ledger(budget, excludes)
+    """§7: count every holder (planned releases already gone), then fit the claims.
+
+    ``together`` maps a role to the roles resident whenever it is (Ollama
+    roles sharing one model on one server); none by default.
+    """
+    ledger = Ledger(budget, excludes, together)
     for draft in drafts:
         if draft.holds is not None:
             ledger.hold(draft.decision.role, draft.holds)

@@ -30,6 +30,11 @@ Choices where the contract is silent:
   reservation, hold their declared footprint in the ledger: they use memory.
 * A changed Ollama tag first unloads the old tag (if we loaded it and it is
   resident); the new one loads on the next pass.
+* Roles that serve one Ollama model on one server are resident together:
+  the ledger keeps their exclusions as one (a load that would put any of
+  them beside a role one of them excludes is refused; ``validate`` refuses
+  such roles excluding each other). Each still counts its own footprint:
+  the ledger errs on the side of memory.
 * Our Ollama load is gone once a pass has seen the tag leave ``/api/ps``
   (``exited_at`` set, cleared only by our next load): a copy resident after
   that was loaded by someone else, and is never unloaded (§2).
@@ -138,7 +143,8 @@ def plan(
                   launcher, now)
         drafts.append(_decide(r, desired.node, models, checks, guard, now))
     excludes = {name: spec.excludes for name, spec in specs.items()}
-    decisions = ledger.place(drafts, desired.node.memory_budget, excludes)
+    decisions = ledger.place(drafts, desired.node.memory_budget, excludes,
+                             _resident_together(desired.roles, models))
     ordered = tuple(sorted(decisions, key=ledger.order_key))
     hints = [d.retry_in for d in ordered if d.retry_in is not None]
     return Plan(decisions=ordered, requeue_after=min(hints) if hints else None)
@@ -179,6 +185,22 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, now) -> _Role:
 def _tag_of(spec: RoleSpec, models: Mapping[str, ModelSpec]) -> str | None:
     model = models.get(spec.model or "")
     return model.ollama_tag if model is not None else None
+
+
+def _resident_together(roles, models) -> dict[str, frozenset[str]]:
+    """Wanted Ollama roles serving one model on one server: in memory together or not at all.
+
+    One resident model is the residency of every role that names it, so the
+    ledger keeps such roles' exclusions as one (BEHAVIOUR §7).
+    """
+    groups: dict[tuple[str, int, str], set[str]] = {}
+    for spec in roles:
+        tag = _tag_of(spec, models) if spec.runtime is Runtime.OLLAMA and spec.wanted else None
+        if tag:
+            key = (spec.serve.host, spec.serve.port, policy.normal_tag(tag))
+            groups.setdefault(key, set()).add(spec.name)
+    return {name: frozenset(group - {name})
+            for group in groups.values() if len(group) > 1 for name in group}
 
 
 def _d(r: _Role, verb: Verb, reason: Reason, status: Status, detail: str, *,

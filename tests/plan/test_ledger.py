@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from hypothesis import example, given, target
+from hypothesis import assume, example, given, target
 from hypothesis import strategies as st
 
 from reconciler import ledger
+from reconciler import plan as planner
 from reconciler.decisions import Decision, Reason, Verb
 from reconciler.ledger import Draft
 from reconciler.plan import plan
@@ -85,10 +86,17 @@ def test_an_unplaceable_message_names_every_other_holder() -> None:
 
 @given(worlds())
 def test_plans_with_either_ledger_are_equal(w: World) -> None:
-    """Whole plans over generated worlds are the same with the oracle ledger swapped in."""
+    """Whole plans over generated worlds are the same with the oracle ledger swapped in.
+
+    (Roles sharing one Ollama model are resident together since round 2: the
+    oracle knows nothing of that, so such worlds are left to the goldens.)
+    """
+    models = {m.name: m for m in w.desired.models}
+    assume(not planner._resident_together(w.desired.roles, models))
     got = plan(w.desired, w.observed, w.remembered, w.ctx, w.now)
     real = ledger.place
-    ledger.place = oracle_ledger.place
+    ledger.place = lambda drafts, budget, excludes, together: oracle_ledger.place(
+        drafts, budget, excludes)
     try:
         want = plan(w.desired, w.observed, w.remembered, w.ctx, w.now)
     finally:

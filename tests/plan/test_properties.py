@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+
 import attrs
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from reconciler import identity, policy, render
@@ -11,7 +13,10 @@ from reconciler.decisions import Plan, Reason, Status, Verb
 from reconciler.desired import Desired, Mode, NodeConfig, RestartPolicy, RoleSpec, Runtime, ServeSpec
 from reconciler.observed import (
     Health,
+    ModelCheck,
+    ModelState,
     Observed,
+    ProbeFacts,
     ProcessFacts,
     Remembered,
     RoleObservation,
@@ -23,6 +28,7 @@ from tests.plan.worlds import (
     MODELS,
     MODELS_BY_NAME,
     NOW,
+    OLLAMA_PORT,
     SERVE_PROGRAMS,
     World,
     converged,
@@ -168,26 +174,44 @@ def test_reservations_never_exceed_the_budget(w: World) -> None:
 
 
 def residents(w: World) -> set[str]:
-    """Roles using memory in a world: our live servers, our resident Ollama tags, answering adopted roles."""
+    """Roles using memory in a world: our live servers, answering adopted roles, and
+    every wanted Ollama role whose model the server holds (one model is the
+    residency of every role that names it, whoever loaded it)."""
     out = set()
     for spec in w.desired.roles:
         o, rec = w.observed.role(spec.name), w.remembered.role(spec.name)
-        if spec.mode is Mode.ADOPTED:  # known only through its probe; forgotten when stopped
-            if not spec.wanted:
-                continue
+        up = o.probe is not None and o.probe.health is Health.UP
+        if spec.runtime is Runtime.OLLAMA:
             tag = MODELS_BY_NAME[spec.model].ollama_tag if spec.model else None
-            if o.probe is not None and o.probe.health is Health.UP and (
-                    spec.runtime is not Runtime.OLLAMA or policy.has_tag(o.probe.resident_models, tag)):
+            if spec.wanted and up and policy.has_tag(o.probe.resident_models, tag):
+                out.add(spec.name)
+            elif (spec.mode is Mode.MANAGED and o.probe is not None and rec is not None
+                  and rec.we_loaded and policy.has_tag(o.probe.resident_models, rec.model_tag)):
+                out.add(spec.name)  # ours, still in memory whatever the spec says now
+        elif spec.mode is Mode.ADOPTED:  # known only through its probe; forgotten when stopped
+            if spec.wanted and up:
                 out.add(spec.name)
         elif o.process is not None and o.process.owned and o.process.alive:
             out.add(spec.name)
-        elif spec.runtime is Runtime.OLLAMA and o.probe is not None and rec is not None and rec.we_loaded:
-            if policy.has_tag(o.probe.resident_models, rec.model_tag):
-                out.add(spec.name)
     return out
 
 
+def shared_tag_world() -> World:
+    """Round 1's failure, shrunk: managed e loads llama3:8b, which adopted d serves too; e excludes d."""
+    probe = ProbeFacts(health=Health.UP, listed_models=("llama3:8b",))
+    role = functools.partial(RoleSpec, runtime=Runtime.OLLAMA, model="llama3",
+                             serve=ServeSpec(port=OLLAMA_PORT), keep_alive=300.0)
+    desired = Desired(models=MODELS, node=NodeConfig(serve_programs=SERVE_PROGRAMS), roles=(
+        role(name="d", mode=Mode.ADOPTED), role(name="e", mode=Mode.MANAGED,
+                                                excludes=frozenset({"d"}))))
+    checks = tuple(ModelCheck(name=m.name, state=ModelState.VERIFIED) for m in MODELS)
+    observed = Observed(roles=(RoleObservation(name="d", probe=probe),
+                               RoleObservation(name="e", probe=probe)), models=checks)
+    return World(desired=desired, observed=observed, remembered=Remembered())
+
+
 @given(worlds())
+@example(shared_tag_world())
 def test_a_placed_claim_never_sits_beside_an_exclusion(w: World) -> None:
     """After a pass, a role we just started/loaded shares residency with nobody it excludes or who excludes it."""
     p = run(w)

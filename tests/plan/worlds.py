@@ -213,6 +213,9 @@ def worlds(draw, min_roles: int = 1) -> World:
         if name in remembered_names:
             records.append(draw(record(name, pid, spec, desired.node)))
         obs = draw(observation(name, pid, port))
+        if obs.probe is not None and not desired.node.port_allowed(port):
+            # the observer sends no packet outside allowed_ports (BEHAVIOUR §2)
+            obs = attrs.evolve(obs, probe=ProbeFacts(health=Health.NOT_PROBED))
         rec_runtime = next((r.runtime for r in records if r.name == name), None)
         runtime = spec.runtime if spec is not None else rec_runtime
         if runtime is Runtime.OLLAMA:
