@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export RECONCILER_TESTBED ?= /opt/reconciler-testbed
 
-.PHONY: test test-quick demo demo-stop bench testbed clean venv
+.PHONY: test test-quick demo demo-stop bench testbed clean venv mutants
 
 venv: $(STAMP)
 
@@ -42,3 +42,7 @@ bench: $(STAMP) testbed
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+# Mutation testing of the pure core (tests/mutation/catalogue.py): slow, not part of `make test`.
+mutants: $(STAMP)
+	$(BIN)/python tools/mutants.py

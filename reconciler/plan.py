@@ -34,7 +34,10 @@ Choices where the contract is silent:
   the ledger keeps their exclusions as one (a load that would put any of
   them beside a role one of them excludes is refused; ``validate`` refuses
   such roles excluding each other). Each still counts its own footprint:
-  the ledger errs on the side of memory.
+  the ledger errs on the side of memory. A removed or stopped role does not
+  unload a model another wanted role serves; its record keeps the load ours
+  until the last of them lets go (a changed tag just moves on: the old
+  model is left to its keep_alive).
 * Our Ollama load is gone once a pass has seen the tag leave ``/api/ps``
   (``exited_at`` set, cleared only by our next load): a copy resident after
   that was loaded by someone else, and is never unloaded (§2).
@@ -98,6 +101,7 @@ class _Role:
     running: bool  # our own process: owned and alive
     restarts: int  # count carried into this pass (after resets)
     operator: bool  # named by `reconcile start`
+    sharing: frozenset[str]  # other wanted roles serving the Ollama model we loaded for this one
     # What every decision about the role says, whatever its verb:
     runtime: Runtime
     port: int
@@ -136,21 +140,23 @@ def plan(
     checks = {c.name: c for c in observed.models}
     guard = not specs and not ctx.allow_empty
     launcher = identity.Launcher(desired.node, dict(ctx.environ), ctx.data_root)
+    served = _served(desired.roles, models)
     drafts = []
     for name in sorted(specs.keys() | records.keys()):
         obs = observations.get(name) or RoleObservation(name=name)
         r = _role(name, specs.get(name), records.get(name), obs, desired.node, models, ctx,
-                  launcher, now)
+                  launcher, served, now)
         drafts.append(_decide(r, desired.node, models, checks, guard, now))
     excludes = {name: spec.excludes for name, spec in specs.items()}
-    decisions = ledger.place(drafts, desired.node.memory_budget, excludes,
-                             _resident_together(desired.roles, models))
+    together = {name: group - {name} for group in served.values() if len(group) > 1
+                for name in group}
+    decisions = ledger.place(drafts, desired.node.memory_budget, excludes, together)
     ordered = tuple(sorted(decisions, key=ledger.order_key))
     hints = [d.retry_in for d in ordered if d.retry_in is not None]
     return Plan(decisions=ordered, requeue_after=min(hints) if hints else None)
 
 
-def _role(name, spec, record, obs, node, models, ctx, launcher, now) -> _Role:
+def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> _Role:
     proc = obs.process
     running = proc is not None and proc.owned and proc.alive
     rpolicy = spec.restart if spec is not None else node.restart
@@ -166,10 +172,14 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, now) -> _Role:
         answering = answering and running
     restarts = policy.restart_count(record, rpolicy, now, answering=answering,
                                     operator_start=operator)
+    sharing = frozenset()
+    if record is not None and record.runtime is Runtime.OLLAMA and record.model_tag:
+        key = (record.host, record.port, policy.normal_tag(record.model_tag))
+        sharing = served.get(key, frozenset()) - {name}
     return _Role(
         name=name, spec=spec, record=record, obs=obs, argv=argv, digest=digest,
         launcher=launcher, policy=rpolicy,
-        running=running, restarts=restarts, operator=operator,
+        running=running, restarts=restarts, operator=operator, sharing=sharing,
         runtime=spec.runtime if spec is not None else record.runtime,
         port=spec.serve.port if spec is not None else record.port,
         host=spec.serve.host if spec is not None else record.host,
@@ -187,11 +197,12 @@ def _tag_of(spec: RoleSpec, models: Mapping[str, ModelSpec]) -> str | None:
     return model.ollama_tag if model is not None else None
 
 
-def _resident_together(roles, models) -> dict[str, frozenset[str]]:
-    """Wanted Ollama roles serving one model on one server: in memory together or not at all.
+def _served(roles, models) -> dict[tuple[str, int, str], frozenset[str]]:
+    """(host, port, tag) → the wanted Ollama roles serving that model on that server.
 
-    One resident model is the residency of every role that names it, so the
-    ledger keeps such roles' exclusions as one (BEHAVIOUR §7).
+    One resident model is the residency of every role that names it: such
+    roles are in memory together or not at all, so the ledger keeps their
+    exclusions as one, and none of them unloads it while another wants it.
     """
     groups: dict[tuple[str, int, str], set[str]] = {}
     for spec in roles:
@@ -199,8 +210,7 @@ def _resident_together(roles, models) -> dict[str, frozenset[str]]:
         if tag:
             key = (spec.serve.host, spec.serve.port, policy.normal_tag(tag))
             groups.setdefault(key, set()).add(spec.name)
-    return {name: frozenset(group - {name})
-            for group in groups.values() if len(group) > 1 for name in group}
+    return {key: frozenset(group) for key, group in groups.items()}
 
 
 def _d(r: _Role, verb: Verb, reason: Reason, status: Status, detail: str, *,
@@ -416,6 +426,13 @@ def _ollama_release(r: _Role, reason: Reason) -> Draft:
             return _d(r, Verb.KEEP, Reason.UNKNOWN, Status.UNKNOWN,
                       f"Ollama not answering; {rec.model_tag} is not unloaded blind",
                       holds=rec.reserved)
+        if r.sharing and policy.has_tag(probe.resident_models, rec.model_tag):
+            # Another role wants the same model: unloading it would evict that
+            # role; it stays loaded, and stays ours, until the last one lets go.
+            serve = "serves" if len(r.sharing) == 1 else "serve"
+            return _d(r, Verb.KEEP, reason, Status.STOPPED,
+                      f"{rec.model_tag} stays loaded: {', '.join(sorted(r.sharing))} {serve} it",
+                      release=rec.reserved)
         if policy.has_tag(probe.resident_models, rec.model_tag):
             return _d(r, Verb.UNLOAD, reason, Status.RUNNING,
                       f"{rec.model_tag} resident; we loaded it", model_tag=rec.model_tag,
@@ -458,7 +475,7 @@ def _ollama(r: _Role, models, now: float) -> Draft:
                   holds=r.reserved or None)
     ours = rec is not None and rec.we_loaded and rec.model_tag is not None
     # A changed tag: unload the old tag we loaded first; the new one loads next pass.
-    if (_our_load_live(rec) and not policy.same_tag(rec.model_tag, tag)
+    if (_our_load_live(rec) and not policy.same_tag(rec.model_tag, tag) and not r.sharing
             and policy.has_tag(probe.resident_models, rec.model_tag)):
         return _d(r, Verb.UNLOAD, Reason.SPEC_CHANGED, Status.RUNNING, f"tag changed to {tag}",
                   why=f"tag {rec.model_tag} → {tag}", model_tag=rec.model_tag,

@@ -44,7 +44,7 @@ def run(w: World) -> Plan:
 
 
 def step(w: World, p: Plan) -> World:
-    observed, remembered = simulate(p, w.observed, w.remembered, w.now)
+    observed, remembered = simulate(p, w.desired, w.observed, w.remembered, w.now)
     return attrs.evolve(w, observed=observed, remembered=remembered,
                         ctx=attrs.evolve(w.ctx, operator_starts=frozenset()))
 
@@ -72,8 +72,11 @@ def check_safety(w: World, p: Plan) -> None:
         adopted = spec.mode is Mode.ADOPTED if spec is not None else rec is not None and rec.mode is Mode.ADOPTED
         if adopted:
             assert not d.acts, "no action targets an adopted role"
-        if d.verb is Verb.UNLOAD:
-            assert rec is not None and rec.we_loaded and policy.same_tag(rec.model_tag, d.model_tag)
+        if d.verb is Verb.UNLOAD:  # §2: only a load of ours no pass has seen leave /api/ps
+            assert rec is not None and rec.we_loaded and rec.exited_at is None
+            assert policy.same_tag(rec.model_tag, d.model_tag)
+            probe = w.observed.role(d.role).probe
+            assert probe is not None and policy.has_tag(probe.resident_models, d.model_tag)
         assert d.reason is not None and d.status is not None
 
 
@@ -179,15 +182,12 @@ def residents(w: World) -> set[str]:
     residency of every role that names it, whoever loaded it)."""
     out = set()
     for spec in w.desired.roles:
-        o, rec = w.observed.role(spec.name), w.remembered.role(spec.name)
+        o = w.observed.role(spec.name)
         up = o.probe is not None and o.probe.health is Health.UP
         if spec.runtime is Runtime.OLLAMA:
             tag = MODELS_BY_NAME[spec.model].ollama_tag if spec.model else None
             if spec.wanted and up and policy.has_tag(o.probe.resident_models, tag):
-                out.add(spec.name)
-            elif (spec.mode is Mode.MANAGED and o.probe is not None and rec is not None
-                  and rec.we_loaded and policy.has_tag(o.probe.resident_models, rec.model_tag)):
-                out.add(spec.name)  # ours, still in memory whatever the spec says now
+                out.add(spec.name)  # (a stopped role serves nothing, whatever stays loaded)
         elif spec.mode is Mode.ADOPTED:  # known only through its probe; forgotten when stopped
             if spec.wanted and up:
                 out.add(spec.name)

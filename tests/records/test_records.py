@@ -152,3 +152,26 @@ def test_a_stall_restarts_the_stable_after_clock():
                          probe=ProbeFacts(health=Health.UNREACHABLE))
     d = decide(Verb.KEEP, Reason.UNKNOWN, status=Status.DEGRADED, restarts=1)
     assert after_decision(stable, SPEC, d, up, None, 30.0).healthy_since is None
+
+
+def test_a_start_makes_a_once_adopted_role_ours():
+    """A role remembered as adopted and now started by us is recorded as managed (a removal stops it)."""
+    adopted = RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.MLX_LM,
+                         mode=Mode.ADOPTED, port=8090)
+    d = decide(Verb.START, Reason.MISSING, launch=LAUNCH, reserve=100, restarts=0,
+               runtime=Runtime.LLAMACPP)
+    after = after_decision(adopted, SPEC, d, NOTHING, ActionFacts(ok=True, pid=42, create_time=9.5), 50.0)
+    assert (after.mode, after.runtime, after.pid) == (Mode.MANAGED, Runtime.LLAMACPP, 42)
+
+
+def test_a_load_makes_a_once_adopted_role_ours():
+    """An Ollama role remembered as adopted and now loaded by us is recorded as managed."""
+    adopted = RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.OLLAMA,
+                         mode=Mode.ADOPTED, port=11434)
+    spec = RoleSpec(name="chat", runtime=Runtime.OLLAMA, mode=Mode.MANAGED, model="l",
+                    serve=ServeSpec(port=11434))
+    d = decide(Verb.LOAD, Reason.MISSING, model_tag="llama3:8b", reserve=5,
+               runtime=Runtime.OLLAMA)
+    after = after_decision(adopted, spec, d, NOTHING, ActionFacts(ok=True), 50.0)
+    assert (after.mode, after.we_loaded, after.model_tag, after.reserved) == (
+        Mode.MANAGED, True, "llama3:8b", 5)
