@@ -70,6 +70,8 @@ def pytest(copy: Path, targets: list[str], timeout: float) -> tuple[bool, str]:
 def run_one(copy: Path, mutant: Mutant, timeout: float) -> tuple[str, str]:
     """Apply ``mutant`` in ``copy``, run the suite, restore: (verdict, evidence)."""
     path = copy / mutant.path
+    if not path.is_file():
+        return "stale", f"{mutant.path}: no such module"
     original = path.read_text()
     if original.count(mutant.old) != 1:
         return "stale", f"{mutant.path}: the original text occurs {original.count(mutant.old)}×"

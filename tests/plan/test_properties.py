@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 import attrs
-from hypothesis import example, given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from reconciler import identity, policy, render
@@ -116,10 +116,20 @@ def test_plan_simulate_converges_within_two_passes(w: World) -> None:
     assert p.changes == (), render.text(p)
 
 
+#: The risky branches generated worlds must reach (see --hypothesis-show-statistics).
+RISKY = {(Verb.UNLOAD, None), (Verb.LOAD, Reason.EVICTED), (Verb.RESTART, Reason.SPEC_CHANGED),
+         (Verb.RESTART, Reason.CRASHED), (Verb.REFUSE, None), (Verb.GIVE_UP, None),
+         (Verb.STOP, None)}
+
+
 @given(worlds(min_roles=0))
 def test_safety_guards_hold(w: World) -> None:
     """Ports, ownership and adoption guards hold in every plan."""
-    check_safety(w, run(w))
+    p = run(w)
+    for d in p.decisions:
+        if (d.verb, d.reason) in RISKY or (d.verb, None) in RISKY:
+            event(f"plans {d.verb} ({d.reason})")
+    check_safety(w, p)
 
 
 @given(worlds(), st.data())
