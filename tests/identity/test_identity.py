@@ -160,3 +160,23 @@ def test_launcher_digest_equals_the_json_digest(env, passthrough, environ, run_a
     assert got.digest == _digest_as_before(role, node, environ, data_root)
     assert dict(got.env)[identity.MARKER_ENV] == identity.instance_id(role)
     assert got.env == identity.child_env(node, environ, identity.instance_id(role))
+
+
+def test_llamacpp_argv_carries_kv_quant_both_ways_and_extra_args_last():
+    """kv_quant sets --cache-type-k and --cache-type-v; extra_args follow the reconciler's flags."""
+    import attrs
+
+    role = attrs.evolve(ROLE, serve=attrs.evolve(ROLE.serve, kv_quant="q8_0",
+                                                 extra_args=("--threads", "4")))
+    argv = launch(role).argv
+    assert argv[argv.index("--cache-type-k") + 1] == "q8_0"
+    assert argv[argv.index("--cache-type-v") + 1] == "q8_0"
+    assert argv[-2:] == ("--threads", "4")
+
+
+def test_mlx_argv_binds_the_spec_host():
+    """mlx_lm.server gets --host from the spec (loopback), --port, then extra_args."""
+    mlx = RoleSpec(name="voice", runtime=Runtime.MLX_LM, mode=Mode.MANAGED, model="tiny",
+                   serve=ServeSpec(port=8091, extra_args=("--temp", "0.5")))
+    argv = identity.launch_argv(mlx, MODEL, None)
+    assert argv == ("--model", "/m", "--host", "127.0.0.1", "--port", "8091", "--temp", "0.5")
