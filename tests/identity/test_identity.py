@@ -180,3 +180,15 @@ def test_mlx_argv_binds_the_spec_host():
                    serve=ServeSpec(port=8091, extra_args=("--temp", "0.5")))
     argv = identity.launch_argv(mlx, MODEL, None)
     assert argv == ("--model", "/m", "--host", "127.0.0.1", "--port", "8091", "--temp", "0.5")
+
+
+def test_llamacpp_draft_flag_names_the_draft_model():
+    """--model-draft is the draft model's first shard, never the main model's."""
+    import attrs
+
+    draft = ModelSpec(name="small", format=ModelFormat.GGUF, root="/d",
+                      shards=(ModelFile(path="s.gguf", sha256="1" * 64, size=1),))
+    role = attrs.evolve(ROLE, serve=attrs.evolve(ROLE.serve, draft_model="small"))
+    argv = identity.launch_argv(role, MODEL, draft)
+    assert argv[argv.index("--model-draft") + 1] == "/d/s.gguf"
+    assert argv[argv.index("--model") + 1] == "/m/a.gguf"
