@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-# Real servers for the end-to-end tests and the demo (llama.cpp via xllamacpp,
+# Real servers for the end-to-end tests and the demo (llama.cpp's llama-server compiled from source,
 # mlx-lm on MLX's CPU backend), built once per machine outside the checkout.
 testbed:
 	bash testbed/setup.sh

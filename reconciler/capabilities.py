@@ -1,4 +1,4 @@
-"""What this node can run: serve programs and version probes (SHELL; subprocess).
+"""What this node can run: serve programs and version probes (SHELL).
 
 Serve programs are "configured, never guessed" (BEHAVIOUR §1.3): the path
 NodeConfig names must be absolute, exist, be an executable regular file and
@@ -11,13 +11,12 @@ when stdout is empty: llama-server prints its version there).
 from __future__ import annotations
 
 import os
-import signal
 import stat
-import subprocess
 from typing import Sequence
 
 import attrs
 
+from reconciler import programs, runtimes
 from reconciler.desired import NodeConfig, RunAs, Runtime
 
 VERSION_TIMEOUT = 5.0
@@ -92,41 +91,28 @@ def run_version_probe(
     program = check_program(argv[0])
     if not program.ok:
         return Check(ok=False, why=f"version_probe: {program.why}")
-    drop: dict = {}
-    if run_as is not None and os.geteuid() == 0:
-        drop = {"user": run_as.uid, "group": run_as.gid, "extra_groups": []}
-    elif os.geteuid() == 0:
+    if os.geteuid() != 0:
+        run_as = None
+    elif run_as is None:
         return Check(ok=False, why="version_probe not run: it would run as root (set run_as)")
-    try:
-        proc = subprocess.Popen(
-            list(argv), env={}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True, close_fds=True, cwd="/", **drop,
-        )
-    except OSError as exc:
-        return Check(ok=False, why=f"cannot run {argv[0]}: {exc.strerror or exc}")
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.communicate()
-        return Check(ok=False, why=f"{argv[0]} did not exit within {timeout:g}s")
-    if proc.returncode != 0:
+    ran = programs.run(argv, env={}, timeout=timeout, cwd="/", run_as=run_as)
+    if ran.returncode is None:
+        return Check(ok=False, why=ran.failure)
+    out, err = ran.stdout, ran.stderr
+    if ran.returncode != 0:
         said = _first_line(err) or _first_line(out)
         return Check(
-            ok=False, why=f"{argv[0]} exited {proc.returncode}" + (f": {said}" if said else "")
+            ok=False, why=f"{argv[0]} exited {ran.returncode}" + (f": {said}" if said else "")
         )
     # The first stdout line; llama-server prints its version on stderr instead.
     return Check(ok=True, version=_first_line(out) or _first_line(err) or None)
 
 
 def runtime_capabilities(node: NodeConfig) -> list[RuntimeCapability]:
-    """The launchable runtimes (llama.cpp, mlx-lm): program and version checks."""
+    """The runtimes the reconciler launches: program and version checks."""
     probes = dict(node.version_probe)
     out = []
-    for runtime in (Runtime.LLAMACPP, Runtime.MLX_LM):
+    for runtime in (spec.runtime for spec in runtimes.launched()):
         program = node.serve_program(runtime)
         argv = probes.get(runtime)
         out.append(RuntimeCapability(

@@ -16,8 +16,10 @@ import importlib
 import math
 import os
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
+from reconciler.desired import Runtime
+from reconciler.errors import ReconcilerError
 from reconciler.exitcodes import Exit
 
 _TOP_HELP = """\
@@ -40,11 +42,70 @@ action); 2 'plan --detailed-exitcode' with changes; 3 a role needs an operator
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors exit 1 like every other error (2 means "changes" for plan)."""
+    """Usage errors exit 1 like every other error (2 means "changes" for plan).
+
+    A command's parser is filled in (``build``) only when that command is
+    parsed or its help is shown: one run pays for its own command's options,
+    not for all of them.
+    """
+
+    def __init__(self, *args, build: Callable[[argparse.ArgumentParser], None] | None = None,
+                 **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+        self._build = build
+
+    def _built(self) -> None:
+        if self._build is not None:
+            build, self._build = self._build, None
+            build(self)
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        self._built()
+        return super().parse_known_args(args, namespace)
+
+    def format_help(self) -> str:
+        self._built()
+        return super().format_help()
+
+    def format_usage(self) -> str:
+        self._built()
+        return super().format_usage()
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
         self.exit(Exit.ERROR, f"{self.prog}: error: {message}\n")
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter, sized like it (``$COLUMNS``, else the terminal) without shutil.
+
+    argparse makes a formatter for every argument it adds; its own asks
+    ``shutil`` for the width, an import no run needs otherwise.
+    """
+
+    def __init__(self, prog: str, **kwargs) -> None:
+        if kwargs.get("width") is None:
+            kwargs["width"] = _columns() - 2
+        super().__init__(prog, **kwargs)
+
+
+class _RawFormatter(_Formatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def _columns() -> int:
+    """What ``shutil.get_terminal_size().columns`` says, with its fallback of 80."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
 
 
 def _seconds(text: str) -> float:
@@ -102,8 +163,7 @@ def _add_apply_options(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="reconcile", description=_TOP_HELP, epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="reconcile", description=_TOP_HELP, epilog=_EPILOG, formatter_class=_RawFormatter,
     )
     parser.add_argument(
         "--once", action="store_true",
@@ -113,21 +173,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_globals(parser, suppress=False)
     _add_apply_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-
-    def command(name: str, help_text: str, target: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
+    for name, help_text, target, build in _COMMANDS:
+        p = sub.add_parser(name, help=help_text, description=help_text, build=build)
         p.set_defaults(target=target)
-        _add_globals(p, suppress=True)
-        return p
+    return parser
 
-    p = command("validate", "check manifests and report every problem as FILE:LINE: $.path: message",
-                "validate:run")
+
+def _globals_then(build: Callable[[argparse.ArgumentParser], None]):
+    def both(p: argparse.ArgumentParser) -> None:
+        _add_globals(p, suppress=True)
+        build(p)
+    return both
+
+
+def _validate(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="files or directories (default: the -f directory)")
     p.add_argument("--json", action="store_true", help="print problems as a JSON list")
 
-    p = command("plan", "show what a pass would do, one line per role with its reason",
-                "apply:run_plan")
+
+def _plan(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--detailed-exitcode", action="store_true",
                    help="exit 0 with no changes, 2 with changes, 1 on error (plan never "
@@ -135,12 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-empty", action="store_true",
                    help="plan stops even when the manifest set is empty")
 
-    p = command("apply", "converge once: observe, plan, act, record (same as --once)",
-                "apply:run_apply")
-    _add_apply_options(p)
 
-    p = command("watch", "converge continuously: on manifest edits, server exits and a timer",
-                "watch:run")
+def _watch(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resync", metavar="SECONDS", type=_seconds, default=30.0,
                    help="reconcile at least this often (default: 30)")
     p.add_argument("--metrics-addr", metavar="HOST:PORT",
@@ -151,12 +212,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-empty", action="store_true",
                    help="allow an empty manifest set to stop running managed servers")
 
-    p = command("status", "what every role is doing now", "status:run_status")
+
+def _status(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", nargs="?", help="one role")
     p.add_argument("--json", action="store_true", help="print as JSON")
 
-    p = command("start", "clear gave-up / stopped-exposed, reset restarts, run a whole pass now",
-                "apply:run_start")
+
+def _start(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Clear the role's gave-up / stopped-exposed state, reset its restarts to 0 and run a "
         "whole pass now (so every other role converges too). While 'reconcile watch' holds "
@@ -167,26 +229,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="the role")
     p.add_argument("--json", action="store_true", help="print the plan and outcomes as JSON")
 
-    p = command("health", "probe one role and report (with --deep, ask for one token)",
-                "health:run_health")
+
+def _health(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="the role")
     p.add_argument("--deep", action="store_true", help="ask the server for one token")
     p.add_argument("--json", action="store_true", help="print as JSON")
 
-    p = command("capabilities", "what this node can run, and why not", "health:run_capabilities")
+
+def _json_only(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print as JSON")
 
-    p = command("events", "the event log", "status:run_events")
+
+def _events(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", nargs="?", help="one role")
     p.add_argument("--since", metavar="DURATION", help="only events newer than this (e.g. 1h)")
     p.add_argument("--json", action="store_true", help="print as JSON lines")
 
-    models = command("models", "write and verify Model manifests", "")
+
+def _models(models: argparse.ArgumentParser) -> None:
     msub = models.add_subparsers(dest="models_command", metavar="SUBCOMMAND", required=True,
                                  parser_class=_Parser)
-    p = msub.add_parser("add", help="hash a model in place and print its Model document")
+    p = msub.add_parser("add", help="hash a model in place and print its Model document",
+                        build=_globals_then(_models_add))
     p.set_defaults(target="models:run_add")
-    _add_globals(p, suppress=True)
+    p = msub.add_parser("verify", help="verify models against their manifests",
+                        build=_globals_then(_models_verify))
+    p.set_defaults(target="models:run_verify")
+
+
+def _models_add(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", nargs="?", help="a GGUF file or a model directory")
     p.add_argument("--name", help="the Model name (default: from the path)")
     p.add_argument("--format", choices=("gguf", "mlx", "safetensors", "ollama"),
@@ -194,13 +265,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ollama", metavar="NAME:TAG",
                    help="describe an Ollama model from Ollama's own store")
     p.add_argument("-o", "--output", metavar="FILE", help="write the document here")
-    p = msub.add_parser("verify", help="verify models against their manifests")
-    p.set_defaults(target="models:run_verify")
-    _add_globals(p, suppress=True)
+
+
+def _models_verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("names", nargs="*", metavar="NAME")
     p.add_argument("--full", action="store_true", help="re-hash every byte")
     p.add_argument("--json", action="store_true", help="print as JSON")
-    return parser
+
+
+#: Every command: name, one line of help, ``module:function`` it runs, how its options are made.
+_COMMANDS: tuple[tuple[str, str, str, Callable[[argparse.ArgumentParser], None]], ...] = (
+    ("validate", "check manifests and report every problem as FILE:LINE: $.path: message",
+     "validate:run", _globals_then(_validate)),
+    ("plan", "show what a pass would do, one line per role with its reason",
+     "apply:run_plan", _globals_then(_plan)),
+    ("apply", "converge once: observe, plan, act, record (same as --once)",
+     "apply:run_apply", _globals_then(_add_apply_options)),
+    ("watch", "converge continuously: on manifest edits, server exits and a timer",
+     "watch:run", _globals_then(_watch)),
+    ("status", "what every role is doing now", "status:run_status", _globals_then(_status)),
+    ("start", "clear gave-up / stopped-exposed, reset restarts, run a whole pass now",
+     "apply:run_start", _globals_then(_start)),
+    ("health", "probe one role and report (with --deep, ask for one token)",
+     "health:run_health", _globals_then(_health)),
+    ("capabilities", f"what this node can run ({', '.join(Runtime)}), and why not",
+     "health:run_capabilities", _globals_then(_json_only)),
+    ("events", "the event log", "status:run_events", _globals_then(_events)),
+    ("models", "write and verify Model manifests", "", _globals_then(_models)),
+)
 
 
 def _version() -> str:
@@ -227,13 +319,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `reconcile events | head`: the reader had enough; not an error.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return Exit.OK
+    except ReconcilerError as exc:
+        # The exception tree of errors.py: an unusable state directory or store,
+        # the lock held by another reconciler. One line, no traceback.
+        print(f"reconcile: error: {exc}", file=sys.stderr)
+        return Exit.ERROR
     except OSError as exc:
-        # An unusable state dir, an unreadable path: a message, not a traceback.
+        # An unreadable path, an unwritable metrics file: a message, not a traceback.
         where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
         print(f"reconcile: error:{where}: {exc.strerror or exc}", file=sys.stderr)
-        return Exit.ERROR
-    except Exception as exc:
-        if type(exc).__name__ != "StoreError":
-            raise  # a bug: keep the traceback
-        print(f"reconcile: error: {exc}", file=sys.stderr)
         return Exit.ERROR

@@ -14,17 +14,14 @@ import attrs
 
 from reconciler.documents import RoleDraft
 from reconciler.errors import Problem
-from reconciler.policy import normal_tag
 from reconciler.desired import (
     Desired,
-    LOADABLE_FORMATS,
-    ModelFormat,
     ModelSpec,
     NodeConfig,
     RoleSpec,
-    Runtime,
     sorted_by_name,
 )
+from reconciler.runtimes import SPECS, spec_of
 from reconciler.yamlsafe import Document
 
 
@@ -70,7 +67,7 @@ def _merge(draft: RoleDraft, model: ModelSpec | None, node: NodeConfig) -> RoleS
     weights = draft.weights if draft.weights is not None else (
         model.weights_size if model is not None else 0)
     keep_alive = None
-    if spec.runtime is Runtime.OLLAMA:
+    if spec_of(spec.runtime).loads_models:  # keep_alive is how long a loaded model stays
         keep_alive = draft.keep_alive if draft.keep_alive is not None else node.keep_alive
     return attrs.evolve(
         spec,
@@ -96,13 +93,12 @@ def _references(draft: RoleDraft, models: Mapping[str, ModelSpec],
         model = models.get(name)
         if model is None:
             continue  # declared but invalid: its own problems say why
-        loadable = LOADABLE_FORMATS[spec.runtime]
-        if is_draft and model.format is not ModelFormat.GGUF:
-            out.append(doc.problem(path, f"draft model {name!r} is {model.format}; "
-                                         "llamacpp loads only gguf"))
-        elif not is_draft and model.format not in loadable:
+        # (The schema lets only a runtime that takes a draft name one.)
+        loadable = spec_of(spec.runtime).formats
+        if model.format not in loadable:
             can = " or ".join(sorted(loadable))
-            out.append(doc.problem(path, f"model {name!r} is {model.format}; "
+            what = "draft model" if is_draft else "model"
+            out.append(doc.problem(path, f"{what} {name!r} is {model.format}; "
                                          f"{spec.runtime} loads only {can}"))
     raw_excludes = _raw_list(doc, "spec", "excludes")
     for i, raw in enumerate(raw_excludes):
@@ -132,13 +128,16 @@ def _port_allowed(draft: RoleDraft, node: NodeConfig,
 
 
 def _collisions(drafts: Sequence[RoleDraft]) -> list[Problem]:
-    """Two roles on one host:port, unless both are Ollama roles (one Ollama serves both)."""
+    """Two roles on one host:port, unless both run on one shared-endpoint runtime
+    (one Ollama serves several roles, each a model on it)."""
     by_address: dict[tuple[str, int], list[RoleDraft]] = defaultdict(list)
     for draft in drafts:
         by_address[(draft.spec.serve.host, draft.spec.serve.port)].append(draft)
+    shared = " or ".join(s.title for s in SPECS.values() if s.shared_endpoint) or "no"
     out: list[Problem] = []
     for (host, port), group in by_address.items():
-        if len(group) < 2 or all(d.spec.runtime is Runtime.OLLAMA for d in group):
+        runtimes = {d.spec.runtime for d in group}
+        if len(group) < 2 or (len(runtimes) == 1 and spec_of(runtimes.pop()).shared_endpoint):
             continue
         group = sorted(group, key=lambda d: (d.doc.file, d.doc.line))
         first = group[0]
@@ -146,48 +145,51 @@ def _collisions(drafts: Sequence[RoleDraft]) -> list[Problem]:
             out.append(other.doc.problem(
                 ("spec", "serve", "port"),
                 f"{host}:{port} is also the address of role {first.spec.name!r} "
-                f"({first.doc.file}:{first.doc.line}); only Ollama roles may share one"))
+                f"({first.doc.file}:{first.doc.line}); only {shared} roles may share one"))
     return out
 
 
 def _shared_model_excludes(drafts: Sequence[RoleDraft],
                            models: Mapping[str, ModelSpec]) -> list[Problem]:
-    """Roles serving one Ollama model on one server cannot exclude each other (BEHAVIOUR §7).
+    """Roles serving one model on one shared server cannot exclude each other (BEHAVIOUR §7).
 
     One model in memory is the residency of every role that names it, so such
     an exclusion could never hold while both run.
     """
-    served: dict[str, tuple[str, str, int]] = {}
+    served = {}  # role → (its runtime, the model it names, host, port)
     for draft in drafts:
         spec = draft.spec
-        model = models.get(spec.model or "") if spec.runtime is Runtime.OLLAMA else None
-        if model is not None and model.ollama_tag:
-            served[spec.name] = (normal_tag(model.ollama_tag), spec.serve.host, spec.serve.port)
+        runtime = spec_of(spec.runtime)
+        name = (runtime.wanted(spec, models.get(spec.model or ""))
+                if runtime.shared_endpoint and spec.model in models else None)
+        if name:
+            served[spec.name] = (runtime, name, spec.serve.host, spec.serve.port)
     out: list[Problem] = []
     for draft in drafts:
         mine = served.get(draft.spec.name)
         for i, raw in enumerate(_raw_list(draft.doc, "spec", "excludes") if mine else ()):
             other = str(raw).removeprefix("role:")
-            if other != draft.spec.name and served.get(other) == mine:
-                assert mine is not None
-                tag, host, port = mine
+            theirs = served.get(other)
+            if (other != draft.spec.name and mine is not None and theirs is not None
+                    and mine[0] is theirs[0] and mine[2:] == theirs[2:]
+                    and mine[0].same(mine[1], theirs[1])):
+                runtime, name, host, port = theirs
                 out.append(draft.doc.problem(
                     ("spec", "excludes", i),
-                    f"{other!r} serves the same Ollama model ({tag} on {host}:{port}): "
+                    f"{other!r} serves the same {runtime.title} model ({name} on {host}:{port}): "
                     "one model in memory is resident for both, so neither can exclude the other"))
     return out
 
 
 def _role_warnings(draft: RoleDraft, node: NodeConfig) -> list[Problem]:
     spec, doc = draft.spec, draft.doc
+    rt = spec_of(spec.runtime)
     out: list[Problem] = []
-    if spec.runtime is not Runtime.LLAMACPP:
-        for field in ("ctx", "kv_quant"):
-            if getattr(spec.serve, field) is not None:
-                out.append(doc.problem(("spec", "serve", field),
-                                       f"ignored: only llamacpp takes {field}"))
-    if spec.managed and spec.runtime is not Runtime.OLLAMA \
-            and node.serve_program(spec.runtime) is None:
+    for field in ("ctx", "kv_quant"):
+        if getattr(spec.serve, field) is not None and field not in rt.serve_options:
+            takers = " and ".join(str(s) for s in SPECS.values() if field in s.serve_options)
+            out.append(doc.problem(("spec", "serve", field), f"ignored: only {takers} takes {field}"))
+    if spec.managed and rt.launched and node.serve_program(spec.runtime) is None:
         out.append(doc.problem(("spec", "runtime"),
                                f"NodeConfig has no serve_programs.{spec.runtime}: this managed "
                                "role cannot be started until it does"))

@@ -23,9 +23,12 @@ frozen = attrs.frozen(kw_only=True)
 
 
 class Runtime(enum.StrEnum):
+    """Which server a role runs on; what each can do is declared in ``runtimes/``."""
+
     LLAMACPP = "llamacpp"
     MLX_LM = "mlx-lm"
     OLLAMA = "ollama"
+    OPENAI = "openai"
 
 
 class Mode(enum.StrEnum):
@@ -43,17 +46,6 @@ class ModelFormat(enum.StrEnum):
     MLX = "mlx"
     SAFETENSORS = "safetensors"
     OLLAMA = "ollama"
-
-
-#: Which model formats each runtime can load (BEHAVIOUR §1.5).
-LOADABLE_FORMATS: dict[Runtime, frozenset[ModelFormat]] = {
-    Runtime.LLAMACPP: frozenset({ModelFormat.GGUF}),
-    Runtime.MLX_LM: frozenset({ModelFormat.MLX, ModelFormat.SAFETENSORS}),
-    Runtime.OLLAMA: frozenset({ModelFormat.OLLAMA}),
-}
-
-#: Ollama listens here unless the manifest says otherwise.
-OLLAMA_DEFAULT_PORT = 11434
 
 
 # ---------------------------------------------------------------- desired
@@ -201,6 +193,7 @@ class RunAs:
 class NodeConfig:
     """The single ``kind: NodeConfig`` document; every field has a default."""
 
+    name: str = ""  # metadata.name: the node's name ("" when no NodeConfig was given)
     allowed_ports: PortRange | None = None  # None = any port (warned)
     memory_budget: int | None = None  # bytes; None = no budget
     serve_programs: tuple[tuple[Runtime, str], ...] = ()

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import attrs
 
 from reconciler import units
+from reconciler.runtimes import spec_of
 from reconciler.errors import Problem
 from reconciler.desired import (
     MemorySpec,
@@ -27,7 +28,6 @@ from reconciler.desired import (
     ModelSourceInfo,
     ModelSpec,
     NodeConfig,
-    OLLAMA_DEFAULT_PORT,
     PortRange,
     RestartPolicy,
     RoleSpec,
@@ -159,6 +159,7 @@ def node_config(doc: Document) -> tuple[NodeConfig | None, list[Problem]]:
     keep_alive = r.duration("spec", "keep_alive", negative=True)
     passthrough = r.get("spec", "env_passthrough")  # [] means "pass nothing through"
     node = NodeConfig(
+        name=str(r.get("metadata", "name") or ""),
         allowed_ports=allowed,
         memory_budget=r.size("spec", "memory_budget"),
         serve_programs=tuple(sorted(
@@ -198,8 +199,8 @@ def role_draft(doc: Document) -> tuple[RoleDraft | None, list[Problem]]:
     name = r.get("metadata", "name")
     runtime = Runtime(r.get("spec", "runtime"))
     port = r.get("spec", "serve", "port")
-    if port is None and runtime is Runtime.OLLAMA:
-        port = OLLAMA_DEFAULT_PORT
+    if port is None:
+        port = spec_of(runtime).default_port
     serve = ServeSpec(
         host=_host(r),
         port=int(port) if port is not None else 0,

@@ -2,24 +2,24 @@
 
 Expected failures are values: a manifest problem is a ``Problem`` (file, line,
 JSON path, message), collected and reported all at once, never raised one at
-a time. Exceptions are for bugs, for invalid input a caller chose to treat as
-fatal, and for conditions that end a command::
+a time; an action the executor refuses is a ``Refusal`` in its ``Outcome``; a
+probe that fails is a ``ProbeAnswer``. Exceptions are for bugs and for
+conditions that end a command. This is the whole tree, as raised::
 
-    ReconcilerError                 base of everything raised on purpose
-    ├── ManifestError               the manifest set is invalid (carries .problems)
-    ├── StateError                  the state store is unusable
-    │   └── LockHeld                another reconciler holds the lock
-    └── GuardError                  the executor refused an action a plan asked for
-                                    (a pid it does not own, a port outside the allowlist)
+    ReconcilerError         base of everything raised on purpose
+    └── StateError          the state directory, its store or its lock file is
+        │                   unusable (store.Store, lock.Lock)
+        └── LockHeld        another reconciler holds the lock (lock.Lock.acquire)
 
-Commands turn these into exit code 1 and one line on stderr; none of them
-should ever reach the operator as a traceback.
+``cli.main`` catches ``ReconcilerError`` by class and turns it into one line
+on stderr and exit code 1; anything else that escapes is a bug and keeps its
+traceback.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import attrs
 
@@ -73,23 +73,9 @@ class ReconcilerError(Exception):
     """Base of every exception the reconciler raises on purpose."""
 
 
-class ManifestError(ReconcilerError):
-    """The manifest set is invalid; ``problems`` says every reason."""
-
-    def __init__(self, problems: Sequence[Problem]) -> None:
-        self.problems = tuple(problems)
-        first = str(self.problems[0]) if self.problems else "invalid manifests"
-        more = len(self.problems) - 1
-        super().__init__(first + (f" (and {more} more)" if more > 0 else ""))
-
-
 class StateError(ReconcilerError):
-    """The state store cannot be opened, read or written."""
+    """The state directory, its store or its lock file cannot be used."""
 
 
 class LockHeld(StateError):
     """Another reconciler holds the state directory's lock."""
-
-
-class GuardError(ReconcilerError):
-    """The executor refused an action that breaks a safety rule."""

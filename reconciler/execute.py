@@ -27,17 +27,16 @@ from __future__ import annotations
 
 import ipaddress
 import math
-import os
-import signal
 import time
 from typing import Callable, Protocol
 
 import attrs
 
-from reconciler import probe, procs, spawn
+from reconciler import probe, procs, programs, signals, spawn
 from reconciler.identity import MARKER_ENV
 from reconciler.decisions import Decision, Plan, Reason, Verb
 from reconciler.desired import Launch, NodeConfig
+from reconciler.outcomes import Guard, Outcome, Refusal
 from reconciler.runtimes import ollama as ollama_rt
 
 _POLL = 0.02  # seconds between "is it gone yet?" looks
@@ -59,42 +58,26 @@ class StopResult:
 class ActionResult:
     ok: bool
     status: int | None = None  # HTTP status, when one came back
+    refusal: Refusal | None = None  # not sent: a guard said no
     error: str = ""
     detail: str = ""
 
 
-@attrs.frozen(kw_only=True)
-class Outcome:
-    role: str
-    verb: Verb
-    ok: bool
-    skipped: bool = False
-    detail: str = ""
-    pid: int | None = None  # the new process (start/restart)
-    create_time: float | None = None
-    exited: bool = False  # the stopped process is really gone → memory may be released
-    at: float = 0.0  # wall time the action finished
-
-
 class Hooks(Protocol):
-    def before_start(self, decision: Decision) -> str | None:
-        """Called before every spawn (START, RESTART) and Ollama LOAD; a string refuses it."""
+    """What the pass adds around a spawn (``act.py``): a last check, and the record."""
+
+    def before_start(self, decision: Decision) -> Refusal | None:
+        """Called before every spawn (START, RESTART) and Ollama LOAD; a Refusal stops it."""
 
     def after_spawn(self, decision: Decision, result: spawn.SpawnResult) -> None:
-        """Called right after a spawn attempt, successful or not."""
-
-    def after_action(self, outcome: Outcome) -> None:
-        """Called once per acting decision with its outcome (also skipped/refused ones)."""
+        """Called right after a successful spawn, before anything else happens."""
 
 
 class NoHooks:
-    def before_start(self, decision: Decision) -> str | None:
+    def before_start(self, decision: Decision) -> Refusal | None:
         return None
 
     def after_spawn(self, decision: Decision, result: spawn.SpawnResult) -> None:
-        pass
-
-    def after_action(self, outcome: Outcome) -> None:
         pass
 
 
@@ -103,7 +86,7 @@ class NoHooks:
 
 def stop(pid: int, create_time: float, instance_id: str, *, grace: float) -> StopResult:
     """Stop an owned server and its process group; never signals anything else."""
-    spawn.reap()
+    programs.reap()
     if not procs.is_running(pid, create_time):
         now = procs.create_time(pid)
         if now is not None and procs.is_running(pid, now):
@@ -115,12 +98,12 @@ def stop(pid: int, create_time: float, instance_id: str, *, grace: float) -> Sto
         return StopResult(ok=False, gone=False, error=(
             f"not owned: pid {pid} does not carry {MARKER_ENV}={instance_id}"))
 
-    error = _signal_owned(pid, create_time, instance_id, signal.SIGTERM)
+    error = _signal_owned(pid, create_time, instance_id, signals.SIGTERM)
     if error:
         return StopResult(ok=False, gone=not procs.is_running(pid, create_time), error=error)
     killed = False
     if not _wait_gone(pid, create_time, grace):
-        error = _signal_owned(pid, create_time, instance_id, signal.SIGKILL)
+        error = _signal_owned(pid, create_time, instance_id, signals.SIGKILL)
         killed = not error
         if error or not _wait_gone(pid, create_time, _KILL_WAIT):
             return StopResult(ok=False, gone=False, killed=killed,
@@ -135,22 +118,13 @@ def _signal_owned(pid: int, create_time: float, instance_id: str, sig: int) -> s
         if not procs.is_running(pid, create_time):
             return ""  # it exited between the looks: nothing to signal
         return f"not owned: pid {pid} lost {MARKER_ENV}={instance_id}; no signal sent"
-    try:
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, sig)
-        else:  # the leader left its own group: signal only the leader
-            os.kill(pid, sig)
-    except ProcessLookupError:
-        return ""
-    except PermissionError as exc:
-        return f"cannot signal pid {pid}: {exc.strerror}"
-    return ""
+    return signals.to_group(pid, sig)
 
 
 def _wait_gone(pid: int, create_time: float, timeout: float) -> bool:
     deadline = time.monotonic() + max(timeout, 0.0)
     while True:
-        spawn.reap()
+        programs.reap()
         # A zombie leader is not gone while its other threads still exit: they
         # hold its memory and its listening socket (a restart would find its
         # own port taken).
@@ -167,14 +141,11 @@ def _sweep_group(pgid: int, instance_id: str) -> str:
     marked, foreign = _group_members(pgid, instance_id)
     if not marked and not foreign:
         return ""
-    try:
-        if not foreign:
-            os.killpg(pgid, signal.SIGKILL)
-        else:
-            for member in marked:
-                os.kill(member, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    if not foreign:
+        signals.kill_group(pgid)
+    else:
+        for member in marked:
+            signals.kill(member)
     deadline = time.monotonic() + _SWEEP_WAIT
     while marked and time.monotonic() < deadline:
         time.sleep(_POLL)
@@ -206,6 +177,8 @@ def _group_members(pgid: int, instance_id: str) -> tuple[list[int], list[int]]:
 def ollama_load(host: str, port: int, tag: str, keep_alive: float, *, timeout: float) -> ActionResult:
     """Load ``tag`` into a running Ollama and set its keep-alive (negative = forever)."""
     seconds, problem = _keep_alive_seconds(keep_alive)
+    if isinstance(problem, Refusal):
+        return ActionResult(ok=False, refusal=problem)
     if problem:
         return ActionResult(ok=False, error=problem)
     return _ollama_generate(host, port, ollama_rt.load_request(tag, seconds), timeout)
@@ -218,7 +191,7 @@ def ollama_unload(host: str, port: int, tag: str, *, timeout: float) -> ActionRe
 
 def _ollama_generate(host: str, port: int, request, timeout: float) -> ActionResult:
     if not _loopback(host):
-        return ActionResult(ok=False, error=f"refused: {host} is not a loopback address")
+        return ActionResult(ok=False, refusal=_not_loopback(host))
     assert request.path == "/api/generate"  # the only Ollama path we ever call
     answer = probe.send_sync(host, port, request, timeout=timeout)
     ok, line = ollama_rt.read_load(request, answer)
@@ -226,14 +199,15 @@ def _ollama_generate(host: str, port: int, request, timeout: float) -> ActionRes
                         detail=line if ok else "")
 
 
-def _keep_alive_seconds(keep_alive: float) -> tuple[int, str]:
+def _keep_alive_seconds(keep_alive: float) -> tuple[int, str | Refusal]:
     """Whole seconds for Ollama: -1 is forever; a fraction rounds up (never down to 0)."""
     if math.isnan(keep_alive):
         return 0, "keep_alive is not a number"
     if keep_alive < 0:
         return -1, ""
     if keep_alive == 0:
-        return 0, "refused: keep_alive 0 would unload the model it loads"
+        return 0, Refusal(guard=Guard.KEEP_ALIVE_ZERO,
+                          detail="keep_alive 0 would unload the model it loads")
     if math.isinf(keep_alive):
         return -1, ""
     return math.ceil(keep_alive), ""
@@ -253,7 +227,7 @@ def _loopback(host: str) -> bool:
 _FREES_MEMORY = frozenset({Verb.STOP, Verb.RESTART, Verb.UNLOAD})
 _CLAIMS_MEMORY = frozenset({Verb.START, Verb.LOAD})
 _NEEDS_PORT = frozenset({Verb.START, Verb.RESTART, Verb.LOAD, Verb.UNLOAD})
-_SKIPPED = "skipped: an earlier stop failed and its memory was counted"
+_SKIPPED = "an earlier stop failed and its memory was counted"
 
 
 def apply(
@@ -283,7 +257,6 @@ def apply(
         if decision.verb in _FREES_MEMORY and not _freed(decision, outcome):
             memory_held = True
         outcomes.append(outcome)
-        hooks.after_action(outcome)
     return tuple(outcomes)
 
 
@@ -307,14 +280,22 @@ def _outcome(decision: Decision, **fields) -> Outcome:
     return Outcome(role=decision.role, verb=decision.verb, at=time.time(), **fields)
 
 
+def _refused(decision: Decision, guard: Guard, detail: str) -> Outcome:
+    return _outcome(decision, ok=False, refusal=Refusal(guard=guard, detail=detail))
+
+
+def _not_loopback(host: str) -> Refusal:
+    return Refusal(guard=Guard.NOT_LOOPBACK, detail=f"{host} is not a loopback address")
+
+
 def _apply_one(d: Decision, node: NodeConfig, allowed: Callable[[int], bool], hooks: Hooks) -> Outcome:
     if not d.instance_id:
-        return _outcome(d, ok=False, detail="refused: decision without instance_id")
+        return _refused(d, Guard.NO_INSTANCE_ID, "decision without instance_id")
     if d.verb in _NEEDS_PORT and (d.port is None or not allowed(d.port)):
-        return _outcome(d, ok=False, detail=f"refused: port {d.port} is outside the allowed ports")
+        return _refused(d, Guard.PORT_NOT_ALLOWED, f"port {d.port} is outside the allowed ports")
     host = _host(d)
     if d.verb in _NEEDS_PORT and not _loopback(host):
-        return _outcome(d, ok=False, detail=f"refused: {host} is not a loopback address")
+        return _outcome(d, ok=False, refusal=_not_loopback(host))
     if d.verb is Verb.STOP:
         # §5: a server reachable beyond loopback gets 3 s, not the usual grace.
         exposed = d.reason is Reason.EXPOSED
@@ -324,9 +305,9 @@ def _apply_one(d: Decision, node: NodeConfig, allowed: Callable[[int], bool], ho
         # server still serves: a model that fails verification must not cost
         # the running one. The port check waits: the old server holds it.
         refusal = _launch_refusal(d, hooks)
-        if refusal:
-            kept = "; the running server was left alone" if d.pid is not None else ""
-            return _outcome(d, ok=False, detail=refusal + kept)
+        if refusal is not None:
+            kept = "the running server was left alone" if d.pid is not None else ""
+            return _outcome(d, ok=False, refusal=refusal, detail=kept)
         stopped = _stop(d, node.stop_grace)
         if not stopped.exited:
             return stopped
@@ -338,25 +319,26 @@ def _apply_one(d: Decision, node: NodeConfig, allowed: Callable[[int], bool], ho
     if d.verb is Verb.START:
         return _start(d, host, hooks)
     if not d.model_tag:
-        return _outcome(d, ok=False, detail=f"refused: {d.verb} without a model tag")
+        return _refused(d, Guard.NO_MODEL_TAG, f"{d.verb} without a model tag")
     timeout = node.deep_timeout
     if d.verb is Verb.LOAD:
         refusal = hooks.before_start(d)
-        if refusal:
-            return _outcome(d, ok=False, detail=refusal)
+        if refusal is not None:
+            return _outcome(d, ok=False, refusal=refusal)
         keep = d.keep_alive if d.keep_alive is not None else node.keep_alive
         result = ollama_load(host, d.port, d.model_tag, keep, timeout=timeout)
     else:
         result = ollama_unload(host, d.port, d.model_tag, timeout=timeout)
-    return _outcome(d, ok=result.ok, detail=result.detail if result.ok else result.error)
+    return _outcome(d, ok=result.ok, refusal=result.refusal,
+                    detail=result.detail if result.ok else result.error)
 
 
 def _stop(d: Decision, grace: float) -> Outcome:
     if d.pid is None:  # a crashed server's restart: nothing left to stop
         return _outcome(d, ok=True, exited=True, detail="")
     if d.create_time is None:
-        return _outcome(d, ok=False, detail=(
-            f"refused: no recorded create time for pid {d.pid}; no signal sent"))
+        return _refused(d, Guard.NO_CREATE_TIME,
+                        f"no recorded create time for pid {d.pid}; no signal sent")
     result = stop(d.pid, d.create_time, d.owner_id or d.instance_id or "", grace=grace)
     detail = result.error or result.detail
     if result.killed:
@@ -364,13 +346,14 @@ def _stop(d: Decision, grace: float) -> Outcome:
     return _outcome(d, ok=result.ok, exited=result.gone, detail=detail)
 
 
-def _launch_refusal(d: Decision, hooks: Hooks) -> str | None:
+def _launch_refusal(d: Decision, hooks: Hooks) -> Refusal | None:
     """Why this decision's launch may not be spawned (None: it may)."""
     launch = d.launch
     if launch is None:
-        return "refused: start without a launch"
+        return Refusal(guard=Guard.NO_LAUNCH, detail="start without a launch")
     if dict(launch.env).get(MARKER_ENV) != d.instance_id:
-        return f"refused: the launch does not carry {MARKER_ENV}={d.instance_id}"
+        return Refusal(guard=Guard.NO_MARKER,
+                       detail=f"the launch does not carry {MARKER_ENV}={d.instance_id}")
     return hooks.before_start(d)
 
 
@@ -380,16 +363,15 @@ def _start(d: Decision, host: str, hooks: Hooks) -> Outcome:
         return _outcome(d, ok=False, detail=(
             f"port {host}:{d.port} already taken; adopt it instead"))
     refusal = _launch_refusal(d, hooks)
-    if refusal:
-        return _outcome(d, ok=False, detail=refusal)
+    if refusal is not None:
+        return _outcome(d, ok=False, refusal=refusal)
     launch = d.launch
     assert launch is not None
     result = spawn.spawn(launch)
     if not result.ok:
         return _outcome(d, ok=False, detail=result.error)
     hooks.after_spawn(d, result)
-    return _outcome(d, ok=True, pid=result.pid, create_time=result.create_time,
-                    detail=f"pid {result.pid}")
+    return _outcome(d, ok=True, pid=result.pid, create_time=result.create_time)
 
 
 def _host(d: Decision) -> str:

@@ -1,4 +1,4 @@
-"""The ``extra_args`` allowlist with arity: the one table (PURE; BEHAVIOUR §1.4).
+"""The ``extra_args`` checker: one allowlist per runtime, with arity (PURE; BEHAVIOUR §1.4).
 
 Host, port, model, draft, ctx and kv flags belong to the reconciler and are on
 no list: a denylist loses to prefix abbreviations (``--hos``), aliases
@@ -7,10 +7,12 @@ spelling; a flag of arity N takes the next N entries as its values; a value is
 1–256 characters of ASCII letters, digits and ``. _ : + - /`` and may start
 with ``-`` only when it is a number.
 
-llama-server's flags move between releases. This table is checked against the
-llama-server stand-in used by the tests (``testbed/llama_server_shim.py``) in
-``tests/manifests/test_extra_args.py``; check it against the real server's
-``--help`` when the server the tests run changes.
+Each runtime declares its table (``RuntimeSpec.flags``, in its module under
+``runtimes/``); the checker here is the same for all. A runtime the reconciler
+never launches takes none. llama-server's flags move between releases: its
+table is checked against the real llama-server the tests run (``llama-server
+--help``) in ``tests/manifests/test_extra_args.py``; check it again when the
+server the tests run changes.
 """
 
 from __future__ import annotations
@@ -18,39 +20,12 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-import attrs
-
 from reconciler.desired import Runtime
+from reconciler.runtimes import spec_of
+from reconciler.runtimes.spec import Flag
 
 MAX_ENTRIES = 32
 MAX_VALUE_CHARS = 256
-
-
-@attrs.frozen
-class Flag:
-    arity: int
-    choices: tuple[str, ...] = ()  # empty: any well-formed value
-
-
-def _table(*groups: tuple[Flag, tuple[str, ...]]) -> dict[str, Flag]:
-    return {spelling: flag for flag, spellings in groups for spelling in spellings}
-
-
-#: runtime → allowed spelling → arity (and value choices). The only allowlist.
-ALLOWED: dict[Runtime, dict[str, Flag]] = {
-    Runtime.LLAMACPP: _table(
-        (Flag(1), ("--threads", "-t", "--threads-batch", "-tb", "--batch-size", "-b",
-                   "--ubatch-size", "-ub", "--parallel", "-np", "--n-gpu-layers", "-ngl",
-                   "--temp", "--top-p", "--top-k", "--repeat-penalty", "--seed")),
-        (Flag(1, ("on", "off", "auto")), ("--flash-attn", "-fa")),
-        (Flag(0), ("--cont-batching", "--no-cont-batching", "--jinja", "--metrics",
-                   "--no-webui")),
-    ),
-    Runtime.MLX_LM: _table(
-        (Flag(1), ("--max-tokens", "--temp", "--top-p", "--top-k", "--log-level")),
-    ),
-    Runtime.OLLAMA: {},
-}
 
 #: Flags the reconciler sets itself, for a better message than "not allowed".
 OWNED: dict[str, str] = {
@@ -71,12 +46,14 @@ Finding = tuple[int | None, str]  # (index into extra_args or None for the list,
 
 def check(runtime: Runtime, args: Sequence[object]) -> list[Finding]:
     """Every problem with one role's ``extra_args``; empty when they are allowed."""
-    if runtime is Runtime.OLLAMA and args:
-        return [(None, "ollama takes no extra_args: the reconciler never launches Ollama")]
+    rt = spec_of(runtime)
+    if not rt.launched and args:
+        return [(None, f"{runtime} takes no extra_args: the reconciler never launches "
+                       f"{rt.title}")]
     findings: list[Finding] = []
     if len(args) > MAX_ENTRIES:
         findings.append((None, f"must have at most {MAX_ENTRIES} entries"))
-    table = ALLOWED[runtime]
+    table = rt.flags
     i = 0
     while i < len(args):
         entry = args[i]
@@ -100,7 +77,7 @@ def check(runtime: Runtime, args: Sequence[object]) -> list[Finding]:
 def _not_allowed(runtime: Runtime, entry: object) -> str:
     if not isinstance(entry, str):
         return "must be a string (quote numbers: \"4\")"
-    allowed = ALLOWED[runtime]
+    allowed = spec_of(runtime).flags
     head = entry.split("=", 1)[0]
     base = f"{entry!r} is not an allowed {runtime} flag"
     if head in OWNED:

@@ -12,8 +12,8 @@ import hashlib
 from json.encoder import encode_basestring_ascii as _json_string
 from typing import Mapping, Sequence
 
-from reconciler.desired import Launch, ModelSpec, NodeConfig, RoleSpec, Runtime
-from reconciler.runtimes import launch_argv
+from reconciler.desired import Launch, ModelSpec, NodeConfig, RoleSpec
+from reconciler.runtimes import launch_argv, spec_of
 
 MARKER_ENV = "RECONCILER_INSTANCE"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -52,7 +52,7 @@ def launch(
     environ: Mapping[str, str],
     data_root: str,
 ) -> Launch | None:
-    """The canonical launch of a managed role, or None (Ollama is never launched)."""
+    """The canonical launch of a managed role, or None (a runtime it never launches)."""
     launcher = Launcher(node, environ, data_root)
     argv = launcher.argv(role, models)
     return launcher.launch(argv, instance_id(role)) if argv is not None else None
@@ -94,8 +94,8 @@ class Launcher:
                              if self.run_as is not None else "null")
 
     def argv(self, role: RoleSpec, models: Mapping[str, ModelSpec]) -> tuple[str, ...] | None:
-        """The command line of a managed role, or None (Ollama is never launched)."""
-        if role.runtime is Runtime.OLLAMA or not role.managed:
+        """The command line of a managed role, or None (a runtime it never launches)."""
+        if not spec_of(role.runtime).launched or not role.managed:
             return None
         program = self._programs.get(role.runtime) or f"<no serve_programs.{role.runtime}>"
         model = models.get(role.model or "")

@@ -96,13 +96,11 @@ def decision_line(decision, outcome=None) -> tuple[str, dict[str, Any]]:
     if outcome is not None:
         mark = "skipped" if outcome.skipped else ("ok" if outcome.ok else "FAILED")
         tail = mark + (f" pid {outcome.pid}" if outcome.pid and outcome.ok else "")
-        # The executor's detail often repeats the pid ("…; pid 123"): say it once.
-        detail = "; ".join(part for part in outcome.detail.split("; ")
-                           if part and part != f"pid {outcome.pid}")
+        detail = outcome.text(pid=False)  # the pid is said once, right after the mark
         if detail:
             tail += f": {detail}"
         fields.update(ok=bool(outcome.ok and not outcome.skipped), skipped=outcome.skipped or None,
-                      pid=outcome.pid, outcome=outcome.detail)
+                      pid=outcome.pid, outcome=outcome.text())
         return f"{head} {tail}", fields
     tail = str(decision.status) + (f": {decision.detail}" if decision.detail else "")
     if decision.retry_in is not None:

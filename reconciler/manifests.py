@@ -6,7 +6,8 @@ stage let through, collecting problems instead of stopping at the first:
 
 1. ``yamlsafe.parse``: UTF-8, size, YAML syntax, duplicate keys, alias bombs;
 2. ``kind`` dispatch and ``schemacheck.check`` against ``schemas/<kind>``,
-   plus the ``extra_args`` allowlist (``extra_args.check``);
+   plus what the runtime's declaration allows (``runtimes/``): its
+   ``extra_args`` (``extra_args.check``) and ``mode: managed``;
 3. ``documents``: typed values and the per-document rules a schema cannot say;
 4. duplicate names, one NodeConfig, and ``crosscheck.assemble``: references,
    formats, ports, collisions, and the merge of NodeConfig defaults.
@@ -23,6 +24,7 @@ from typing import Any, Mapping, Sequence
 import attrs
 
 from reconciler import documents, extra_args, yamlsafe
+from reconciler.runtimes import spec_of
 from reconciler.crosscheck import Declared, assemble
 from reconciler.documents import RoleDraft
 from reconciler.errors import Problem, sorted_problems
@@ -86,7 +88,7 @@ def load(files: Sequence[tuple[str, bytes]], *, schema_checked: bool = False) ->
         found = [] if schema_checked else schemacheck.check(
             doc, kind, skip=_CODE_CHECKED.get(kind, ()))
         if kind == "InferenceSpec":
-            found += _extra_args(doc)
+            found += _extra_args(doc) + _mode(doc)
         problems += found
         if not found:
             valid.append((kind, doc))
@@ -131,6 +133,19 @@ def _extra_args(doc: Document) -> list[Problem]:
     path = ("spec", "serve", "extra_args")
     return [doc.problem(path if i is None else path + (i,), message)
             for i, message in extra_args.check(Runtime(runtime), args)]
+
+
+def _mode(doc: Document) -> list[Problem]:
+    """``mode: managed`` on a runtime with nothing to manage (no process, no models)."""
+    runtime = _get(doc.value, "spec", "runtime")
+    if _get(doc.value, "spec", "mode") != "managed" or runtime not in [r.value for r in Runtime]:
+        return []
+    rt = spec_of(Runtime(runtime))
+    if rt.managed:
+        return []
+    return [doc.problem(("spec", "mode"), f"{runtime} roles cannot be managed: the reconciler "
+                        f"never launches {rt.title} and loads no models on them; "
+                        "use mode: adopted to observe one")]
 
 
 def _duplicates(named: Sequence[tuple[str, str, Document]]) -> tuple[set[int], list[Problem]]:

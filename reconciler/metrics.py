@@ -1,141 +1,162 @@
-"""Prometheus metrics: text exposition, an atomic file, a loopback /metrics server (SHELL).
+"""Prometheus metrics through ``prometheus_client`` (SHELL; the only module that imports prometheus_client).
 
-``render()`` turns a pass (``loop.PassResult``) and the state store into the
-Prometheus text format (version 0.0.4), every family with its HELP and TYPE:
+Every series carries the ``node`` label (the NodeConfig's name, else the host
+name), so one Prometheus can watch a fleet. What a pass publishes:
 
 ====================================================  =====  ===========================
 series                                                type   from
 ====================================================  =====  ===========================
-``reconciler_role_status{role,status}``               gauge  one-hot over every status
-``reconciler_role_restarts{role}``                    gauge  restart count (§4; resets)
-``reconciler_reserved_bytes{role}``                   gauge  the residency ledger (§7)
-``reconciler_memory_budget_bytes``                    gauge  NodeConfig (absent: none)
-``reconciler_probe_latency_seconds{role}``            gauge  the pass's readiness probe
-``reconciler_last_pass_timestamp_seconds``            gauge  unix time the pass began
-``reconciler_last_pass_duration_seconds``             gauge
-``reconciler_last_pass_success``                      gauge  1 when every action worked
+``reconciler_role_status{node,role,status}``          gauge  one-hot over every status
+``reconciler_role_restarts{node,role}``               gauge  restart count (§4; resets)
+``reconciler_reserved_bytes{node,role}``              gauge  the residency ledger (§7)
+``reconciler_memory_budget_bytes{node}``              gauge  NodeConfig (absent: none)
+``reconciler_probe_latency_seconds{node,role}``       gauge  the pass's readiness probe
+``reconciler_last_pass_timestamp_seconds{node}``      gauge  unix time the pass began
+``reconciler_last_pass_duration_seconds{node}``       gauge
+``reconciler_last_pass_success{node}``                gauge  1 when every action worked
                                                              (0 when the pass raised)
-``reconciler_manifest_problems``                      gauge  0 when the manifests are valid
+``reconciler_manifest_problems{node}``                gauge  0 when the manifests are valid
 ====================================================  =====  ===========================
 
 The restart count is a gauge, not a ``_total`` counter: BEHAVIOUR §4 resets
 it after ``stable_after`` and on ``reconcile start``.
 
-``write_file()`` is for ``--once`` under cron and node_exporter's textfile
-collector: written to a temporary file in the same directory, then renamed
-over the target, so a scrape never reads half a file. ``MetricsServer``
-serves the latest text on ``/metrics`` from a daemon thread (``watch``);
-it binds loopback addresses only.
+``PassMetrics`` is a ``prometheus_client`` collector holding the families of
+the last pass; ``new_registry()`` puts one in a registry of its own, to which
+the daemon's other parts (the router) add their collectors. ``render()`` is the
+one-shot text of one pass (``--once --metrics-file``). ``write_text()`` is for
+node_exporter's textfile collector: a temporary file in the same directory
+(never named ``*.prom``), fsynced, renamed over the target, so a scrape never
+reads half a file. ``MetricsServer`` serves a registry on ``/metrics`` from a
+daemon thread, collected at scrape time; it binds loopback addresses only.
+
+``prometheus_client`` costs tens of milliseconds to import: only the daemon and
+``--metrics-file`` import this module, so a plain ``--once`` never pays it.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import math
 import os
 import socket
+import socketserver
 import tempfile
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterable
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from reconciler.decisions import Status
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _HELP = {
-    "reconciler_role_status": ("gauge", "Current status of each role (one series per status, 1 for the current one)."),
-    "reconciler_role_restarts": ("gauge", "Restarts counted by the restart policy (reset after stable_after or reconcile start)."),
-    "reconciler_reserved_bytes": ("gauge", "Bytes each role holds in the residency ledger."),
-    "reconciler_memory_budget_bytes": ("gauge", "The NodeConfig memory budget in bytes (absent when there is none)."),
-    "reconciler_probe_latency_seconds": ("gauge", "Latency of the last readiness probe of each role."),
-    "reconciler_last_pass_timestamp_seconds": ("gauge", "Unix time at which the last reconcile pass began."),
-    "reconciler_last_pass_duration_seconds": ("gauge", "Duration of the last reconcile pass."),
-    "reconciler_last_pass_success": ("gauge", "1 if the last pass's actions all succeeded, else 0."),
-    "reconciler_manifest_problems": ("gauge", "Number of problems in the manifest set (0 = valid)."),
+    "reconciler_role_status": "Current status of each role (one series per status, 1 for the current one).",
+    "reconciler_role_restarts": "Restarts counted by the restart policy (reset after stable_after or reconcile start).",
+    "reconciler_reserved_bytes": "Bytes each role holds in the residency ledger.",
+    "reconciler_memory_budget_bytes": "The NodeConfig memory budget in bytes (absent when there is none).",
+    "reconciler_probe_latency_seconds": "Latency of the last readiness probe of each role.",
+    "reconciler_last_pass_timestamp_seconds": "Unix time at which the last reconcile pass began.",
+    "reconciler_last_pass_duration_seconds": "Duration of the last reconcile pass.",
+    "reconciler_last_pass_success": "1 if the last pass's actions all succeeded, else 0.",
+    "reconciler_manifest_problems": "Number of problems in the manifest set (0 = valid).",
 }
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def node_name(result) -> str:
+    """The ``node`` label: the NodeConfig's name, else this host's name."""
+    desired = getattr(result, "desired", None)
+    name = desired.node.name if desired is not None else ""
+    return name or socket.gethostname()
 
 
-def _number(value: float) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
-
-
-def _sample(name: str, labels: dict[str, str], value: float) -> str:
-    if labels:
-        inner = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels.items())
-        return f"{name}{{{inner}}} {_number(value)}"
-    return f"{name} {_number(value)}"
-
-
-def _family(name: str, samples: Iterable[tuple[dict[str, str], float]]) -> list[str]:
-    kind, text = _HELP[name]
-    lines = [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
-    lines += [_sample(name, labels, value) for labels, value in samples]
-    return lines
-
-
-def render(result, store, *, problems_count: int, last_pass_ts: float, duration: float,
-           failed: bool = False) -> str:
-    """The exposition text for one pass; ``store`` gives restarts and reservations.
-
-    ``failed``: the pass raised; ``result`` is the last one known (its role
-    series stay published) and ``reconciler_last_pass_success`` is 0.
-    """
+def _families(result, store, *, problems_count: int, last_pass_ts: float, duration: float,
+              failed: bool, node: str | None) -> list[GaugeMetricFamily]:
+    node = node or node_name(result)
     records = {r.name: r for r in store.roles()} if store is not None else {}
     plan = getattr(result, "plan", None)
     decisions = {d.role: d for d in plan.decisions} if plan is not None else {}
     roles = sorted(set(decisions) | set(records))
 
-    status_samples = []
+    def family(name: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, _HELP[name], labels=("node", *labels))
+
+    status = family("reconciler_role_status", ("role", "status"))
+    restarts = family("reconciler_role_restarts", ("role",))
+    reserved = family("reconciler_reserved_bytes", ("role",))
     for role in roles:
         decision = decisions.get(role)
-        current = decision.status if decision is not None else Status.UNKNOWN
-        for status in Status:
-            status_samples.append(({"role": role, "status": str(status)}, int(status is current)))
-
-    restarts, reserved = [], []
-    for role in roles:
         record = records.get(role)
-        decision = decisions.get(role)
+        current = decision.status if decision is not None else Status.UNKNOWN
+        for each in Status:
+            status.add_metric((node, role, str(each)), int(each is current))
         count = record.restarts if record is not None else (decision.restarts if decision else 0)
-        restarts.append(({"role": role}, count))
-        reserved.append(({"role": role}, record.reserved if record is not None else 0))
+        restarts.add_metric((node, role), count)
+        reserved.add_metric((node, role), record.reserved if record is not None else 0)
 
+    budget = family("reconciler_memory_budget_bytes")
     desired = getattr(result, "desired", None)
-    budget = desired.node.memory_budget if desired is not None else None
+    if desired is not None and desired.node.memory_budget is not None:
+        budget.add_metric((node,), desired.node.memory_budget)
 
-    latency = []
+    latency = family("reconciler_probe_latency_seconds", ("role",))
     observed = getattr(result, "observed", None)
-    if observed is not None:
-        for obs in sorted(observed.roles, key=lambda o: o.name):
-            if obs.probe is not None and obs.probe.latency is not None:
-                latency.append(({"role": obs.name}, float(obs.probe.latency)))
+    for obs in sorted(observed.roles if observed is not None else (), key=lambda o: o.name):
+        if obs.probe is not None and obs.probe.latency is not None:
+            latency.add_metric((node, obs.name), float(obs.probe.latency))
 
     ok = not failed and bool(getattr(result, "ok", False)) and problems_count == 0
-    lines: list[str] = []
-    lines += _family("reconciler_role_status", status_samples)
-    lines += _family("reconciler_role_restarts", restarts)
-    lines += _family("reconciler_reserved_bytes", reserved)
-    lines += _family("reconciler_memory_budget_bytes",
-                     [({}, budget)] if budget is not None else [])
-    lines += _family("reconciler_probe_latency_seconds", latency)
-    lines += _family("reconciler_last_pass_timestamp_seconds", [({}, float(last_pass_ts))])
-    lines += _family("reconciler_last_pass_duration_seconds", [({}, float(duration))])
-    lines += _family("reconciler_last_pass_success", [({}, int(ok))])
-    lines += _family("reconciler_manifest_problems", [({}, int(problems_count))])
-    return "\n".join(lines) + "\n"
+    last = family("reconciler_last_pass_timestamp_seconds")
+    last.add_metric((node,), float(last_pass_ts))
+    took = family("reconciler_last_pass_duration_seconds")
+    took.add_metric((node,), float(duration))
+    success = family("reconciler_last_pass_success")
+    success.add_metric((node,), int(ok))
+    problems = family("reconciler_manifest_problems")
+    problems.add_metric((node,), int(problems_count))
+    return [status, restarts, reserved, budget, latency, last, took, success, problems]
+
+
+class PassMetrics(Collector):
+    """A collector publishing the families of the last pass (swapped whole, no lock)."""
+
+    def __init__(self) -> None:
+        self._families: list[GaugeMetricFamily] = []
+
+    def update(self, result, store, *, problems_count: int, last_pass_ts: float,
+               duration: float, failed: bool = False, node: str | None = None) -> None:
+        """Publish ``result``; ``failed``: the pass raised, ``result`` is the last one known
+        (its role series stay published) and ``reconciler_last_pass_success`` is 0."""
+        self._families = _families(result, store, problems_count=problems_count,
+                                   last_pass_ts=last_pass_ts, duration=duration,
+                                   failed=failed, node=node)
+
+    def collect(self):  # type: ignore[override]
+        return iter(self._families)
+
+
+def new_registry(*collectors: Collector) -> CollectorRegistry:
+    """A registry of its own (never the process-global default) holding ``collectors``."""
+    registry = CollectorRegistry(auto_describe=False)
+    for collector in collectors:
+        registry.register(collector)
+    return registry
+
+
+def exposition(registry: CollectorRegistry) -> str:
+    """The text exposition format (0.0.4) of everything in ``registry`` now."""
+    return generate_latest(registry).decode("utf-8")
+
+
+def render(result, store, *, problems_count: int, last_pass_ts: float, duration: float,
+           failed: bool = False, node: str | None = None) -> str:
+    """The exposition text of one pass; ``store`` gives restarts and reservations."""
+    collector = PassMetrics()
+    collector.update(result, store, problems_count=problems_count, last_pass_ts=last_pass_ts,
+                     duration=duration, failed=failed, node=node)
+    return exposition(new_registry(collector))
 
 
 def render_result(result, store) -> str:
@@ -199,41 +220,39 @@ def parse_addr(addr: str) -> tuple[str, int]:
     return host, port
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: "_Server"
+class _Server(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a stalled scrape cannot keep the daemon from exiting
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
     timeout = 5.0  # a stalled client cannot hold a thread forever
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-        if self.path.split("?", 1)[0] != "/metrics":
-            self._reply(404, b"not found; try /metrics\n", "text/plain; charset=utf-8")
-            return
-        self._reply(200, self.server.text.encode("utf-8"), CONTENT_TYPE)
-
-    def _reply(self, code: int, body: bytes, ctype: str) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass  # scrapes are not worth a log line
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    text = "# no reconcile pass has finished yet\n"
+def _only_metrics(app):
+    """``/metrics`` (any query) goes to prometheus_client's app; every other path is a 404."""
+    def wsgi(environ, start_response):
+        if environ.get("PATH_INFO") != "/metrics":
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"not found; try /metrics\n"]
+        return app(environ, start_response)
+    return wsgi
 
 
 class MetricsServer:
-    """``/metrics`` on a loopback address, served from a daemon thread."""
+    """``/metrics`` of ``registry`` on a loopback address, served from a daemon thread."""
 
-    def __init__(self, addr: str) -> None:
+    def __init__(self, addr: str, registry: CollectorRegistry) -> None:
         host, port = parse_addr(addr)
-        server_class = _Server
-        if ":" in host:
-            server_class = type("_Server6", (_Server,), {"address_family": socket.AF_INET6})
-        self._server = server_class((host, port), _Handler)
+        server_class = _Server6 if ":" in host else _Server
+        self._server = make_server(host, port, _only_metrics(make_wsgi_app(registry)),
+                                   server_class=server_class, handler_class=_QuietHandler)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
             name="reconciler-metrics", daemon=True,
@@ -245,11 +264,29 @@ class MetricsServer:
         host, port = self._server.server_address[:2]
         return str(host), int(port)
 
-    def update(self, text: str) -> None:
-        """What the next scrape returns (a plain attribute swap: no lock needed)."""
-        self._server.text = text
-
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=2.0)
+
+
+class DaemonMetrics:
+    """What ``reconcile watch`` publishes: one registry, mirrored to a file if asked.
+
+    ``passes`` holds the last pass's families; the daemon's other parts (the
+    router) register their own collectors in ``registry``. ``MetricsServer``
+    serves the registry at scrape time; ``publish()`` updates the pass's
+    families and rewrites ``file`` (if any) with everything in the registry.
+    """
+
+    def __init__(self, file: str | None = None) -> None:
+        self.file = file
+        self.passes = PassMetrics()
+        self.registry = new_registry(self.passes)
+
+    def text(self) -> str:
+        return exposition(self.registry)
+
+    def write(self) -> None:
+        if self.file:
+            write_text(self.file, self.text())

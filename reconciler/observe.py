@@ -5,28 +5,29 @@ role still has a process to stop). For each role:
 
 * the port allowlist is checked **first**: a port outside it gets
   ``ProbeFacts(health=NOT_PROBED)`` and not a single packet;
-* the HTTP probes its runtime module describes are sent (``probe.py``), all
-  roles concurrently; Ollama roles sharing a host:port share one set of
-  probes per pass;
+* the HTTP probes its runtime declares are sent (``probe.py``), all roles
+  concurrently; roles of a shared-endpoint runtime (Ollama) on one host:port
+  share one set of probes per pass;
 * the process table (``procs.py``) gives the facts of the pid the store
   recorded, or of an unrecorded process carrying our marker;
 * ``exposed``: non-loopback listeners of our process group (§5);
 * ``port_taken``: a managed role's port accepts connections and the listener
   is not our process (§4: never start over it).
 
-Probes never raise: every failure is a value in ``ProbeFacts``. Model checks
-are not made here (``Observed.models`` stays empty).
+Probes never raise: every failure is a value in ``ProbeFacts``. The cheap
+model checks come with the observation (``modelchecks.check``: a sticky
+mismatch the store remembers, a vanished model root).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Callable, Mapping
+from typing import Mapping
 
 import attrs
 
-from reconciler import probe, procs
-from reconciler.desired import Desired, Mode, OLLAMA_DEFAULT_PORT, RoleSpec, Runtime
+from reconciler import modelchecks, probe, procs
+from reconciler.desired import Desired, Mode, RoleSpec, Runtime
 from reconciler.observed import (
     Health,
     Observed,
@@ -36,14 +37,9 @@ from reconciler.observed import (
     RoleObservation,
     RoleRecord,
 )
-from reconciler.runtimes import llamacpp, mlx_lm, ollama
-from reconciler.runtimes.common import Exchange, ProbeAnswer, ProbeContext
-
-_RUNTIMES: dict[Runtime, tuple[Callable[[ProbeContext], Exchange], Callable]] = {
-    Runtime.LLAMACPP: (llamacpp.exchange, llamacpp.read),
-    Runtime.MLX_LM: (mlx_lm.exchange, mlx_lm.read),
-    Runtime.OLLAMA: (ollama.exchange, ollama.read),
-}
+from reconciler.runtimes import spec_of
+from reconciler.runtimes.common import ProbeAnswer, ProbeContext, ProbeRequest
+from reconciler.runtimes.spec import RuntimeSpec
 
 
 @attrs.frozen(kw_only=True)
@@ -60,21 +56,23 @@ class Target:
     record: RoleRecord | None = None
 
     @property
-    def endpoint(self) -> tuple[str, int]:
-        return (self.host, self.port)
+    def rt(self) -> RuntimeSpec:
+        return spec_of(self.runtime)
+
+    @property
+    def probe_key(self) -> tuple[object, ...]:
+        """Targets with one key share one exchange: a shared endpoint is asked once."""
+        if self.rt.shared_endpoint:
+            return ("endpoint", self.runtime, self.host, self.port)
+        return ("role", self.name)
 
 
 def _wanted(spec: RoleSpec | None, record: RoleRecord | None, desired: Desired) -> str | None:
+    """The model name the server should list; a removed role: the tag we loaded."""
+    remembered = record.model_tag if record is not None else None
     if spec is None:
-        return record.model_tag if record is not None else None
-    if spec.runtime is Runtime.OLLAMA:
-        model = desired.model(spec.model)
-        tag = model.ollama_tag if model is not None else None
-        return tag or (record.model_tag if record is not None else None)
-    if spec.runtime is Runtime.LLAMACPP:
-        # The alias the launch passes (identity.launch); adopted: the declared model.
-        return spec.model or spec.name if spec.managed else spec.model
-    return None  # mlx-lm: /v1/models says nothing about what is loaded
+        return remembered
+    return spec_of(spec.runtime).wanted(spec, desired.model(spec.model)) or remembered
 
 
 def target(name: str, desired: Desired, remembered: Remembered) -> Target:
@@ -88,18 +86,18 @@ def target(name: str, desired: Desired, remembered: Remembered) -> Target:
         assert record is not None, name
         runtime, managed = record.runtime, record.mode is Mode.MANAGED
         host, port = record.host, record.port
-    if runtime is Runtime.OLLAMA and not port:
-        port = OLLAMA_DEFAULT_PORT
+    rt = spec_of(runtime)
+    if not port:
+        port = rt.default_port or port
     started = record is not None and record.started_at is not None
     starting = managed and started and record is not None and record.healthy_since is None
     ctx = ProbeContext(
         wanted=_wanted(spec, record, desired),
         adopted=not managed,
-        starting=starting and runtime is not Runtime.OLLAMA,
-        # mlx-lm readiness POST: only for a desired managed role after a start.
-        readiness=runtime is Runtime.MLX_LM and spec is not None and starting,
-        argv_model=mlx_lm.argv_model(record.launch_argv) if record is not None else None,
-        keep_alive=spec.keep_alive if spec is not None else None,
+        starting=starting and rt.launched,
+        # The readiness request: only for a desired managed role after a start.
+        readiness=rt.readiness is not None and spec is not None and starting,
+        launch_argv=record.launch_argv if record is not None else (),
     )
     return Target(
         name=name, runtime=runtime, managed=managed, host=host, port=port, ctx=ctx,
@@ -107,10 +105,28 @@ def target(name: str, desired: Desired, remembered: Remembered) -> Target:
     )
 
 
-def _gate_readiness(t: Target, process: ProcessFacts | None) -> Target:
-    if not t.ctx.readiness or (process is not None and process.owned and process.alive):
+def with_process(t: Target, process: ProcessFacts | None) -> Target:
+    """What the process table changes in how a role is asked.
+
+    The readiness request goes only to our own live process. ``settled``: our
+    own live process on the role's port that has answered healthy since it was
+    created (``healthy_since`` after its create time: the same pid and create
+    time, not a predecessor) — a runtime may then read its identity from the
+    launch instead of asking the server again every pass. Adopted servers are
+    foreign: they are always asked.
+    """
+    ours = process is not None and process.owned and process.alive
+    record = t.record
+    settled = (
+        ours and t.managed and t.spec is not None and record is not None
+        and record.healthy_since is not None and record.create_time is not None
+        and record.healthy_since >= record.create_time and bool(record.launch_argv)
+        and any(_listen_port(a) == t.port for a in process.listen)  # type: ignore[union-attr]
+    )
+    if (ours or not t.ctx.readiness) and settled == t.ctx.settled:
         return t
-    return attrs.evolve(t, ctx=attrs.evolve(t.ctx, readiness=False))
+    return attrs.evolve(t, ctx=attrs.evolve(t.ctx, readiness=t.ctx.readiness and ours,
+                                            settled=settled))
 
 
 def targets(desired: Desired, remembered: Remembered) -> list[Target]:
@@ -128,29 +144,54 @@ def not_probed(port: int, desired: Desired) -> ProbeFacts:
 # ---------------------------------------------------------------- HTTP side
 
 
-async def _exchange(t: Target, timeout: float) -> Mapping[str, ProbeAnswer]:
-    make, _ = _RUNTIMES[t.runtime]
-
-    async def sender(request):  # type: ignore[no-untyped-def]
-        return await probe.send(t.host, t.port, request, timeout=timeout)
-
-    return await probe.run_exchange(make(t.ctx), sender)
+Known = Mapping[ProbeRequest, ProbeAnswer]
 
 
-async def probe_all(allowed: list[Target], timeout: float) -> dict[str, ProbeFacts]:
-    """Probe every target concurrently; one exchange per shared Ollama endpoint."""
+def _jobs(allowed: list[Target]) -> dict[object, Target]:
+    """One exchange per probe key (a shared endpoint is asked once for all its roles)."""
     jobs: dict[object, Target] = {}
     for t in allowed:
-        key = ("ollama", t.endpoint) if t.runtime is Runtime.OLLAMA else ("role", t.name)
-        jobs.setdefault(key, t)
-    results = await asyncio.gather(*(_exchange(t, timeout) for t in jobs.values()))
+        jobs.setdefault(t.probe_key, t)
+    return jobs
+
+
+def _sender(t: Target, timeout: float) -> probe.Sender:
+    async def send(request: ProbeRequest) -> ProbeAnswer:
+        return await probe.send(t.host, t.port, request, timeout=timeout)
+
+    return send
+
+
+async def ask_first(allowed: list[Target], timeout: float) -> dict[object, Known]:
+    """Every exchange's first batch, sent now; by probe key.
+
+    A first batch never depends on the context (the contract test pins it: GETs
+    of ``/health`` or ``/api/version``), so it can go out while the process table
+    is still being read; ``probe_all`` then replays the answers.
+    """
+    jobs = _jobs(allowed)
+
+    async def first(t: Target) -> Known:
+        batch = next(t.rt.exchange(t.ctx))
+        answers = await asyncio.gather(*(_sender(t, timeout)(r) for r in batch))
+        return dict(zip(batch, answers))
+
+    return dict(zip(jobs, await asyncio.gather(*(first(t) for t in jobs.values()))))
+
+
+async def probe_all(allowed: list[Target], timeout: float,
+                    known: Mapping[object, Known] | None = None) -> dict[str, ProbeFacts]:
+    """Probe every target concurrently; one exchange per shared endpoint.
+
+    ``known``: answers already in hand by probe key (``ask_first``); not asked again.
+    """
+    jobs = _jobs(allowed)
+    results = await asyncio.gather(*(
+        probe.run_exchange(t.rt.exchange(t.ctx), _sender(t, timeout),
+                           known=(known or {}).get(key, {}))
+        for key, t in jobs.items()))
     answers = dict(zip(jobs, results))
-    out = {}
-    for t in allowed:
-        key = ("ollama", t.endpoint) if t.runtime is Runtime.OLLAMA else ("role", t.name)
-        _, read = _RUNTIMES[t.runtime]
-        out[t.name] = read(answers[key], t.ctx)
-    return out
+    return {t.name: t.rt.read(answers[t.probe_key], t.ctx) for t in allowed}
 
 
 # ---------------------------------------------------------------- process side
@@ -218,19 +259,27 @@ def process_side(
 
 
 async def observe_async(
-    desired: Desired, remembered: Remembered, *, probe_timeout: float | None = None
+    desired: Desired, remembered: Remembered, *, probe_timeout: float | None = None,
+    sticky: Mapping[str, str] | None = None,
 ) -> Observed:
     """Observe every desired and remembered role once (see the module docstring)."""
     timeout = desired.node.probe_timeout if probe_timeout is None else probe_timeout
     all_targets = targets(desired, remembered)
     allowed = [t for t in all_targets if desired.node.port_allowed(t.port)]
     allowed_names = {t.name for t in allowed}
-    # The process table first (a few ms): the mlx-lm readiness POST goes only
-    # to a port whose listener is our own live process, never to a stranger
-    # that took the port after our server died.
-    sides = await asyncio.to_thread(process_side, all_targets, allowed_names)
-    allowed = [_gate_readiness(t, sides[t.name][0]) for t in allowed]
-    probes = await probe_all(allowed, timeout)
+    # The process table decides what follows each first GET: the readiness
+    # POST goes only to a port whose listener is our own live process, never
+    # to a stranger that took the port after our server died, and only our own
+    # settled server is spared the identity requests. Reading it takes as long
+    # as a probe with many servers, so the first GETs (the same whatever it
+    # says) go out meanwhile.
+    reading = asyncio.ensure_future(asyncio.to_thread(process_side, all_targets, allowed_names))
+    try:
+        known = await ask_first(allowed, timeout)
+    finally:
+        sides = await reading
+    allowed = [with_process(t, sides[t.name][0]) for t in allowed]
+    probes = await probe_all(allowed, timeout, known)
     roles = []
     for t in all_targets:
         process, exposed, taken = sides[t.name]
@@ -238,11 +287,14 @@ async def observe_async(
         roles.append(RoleObservation(
             name=t.name, process=process, probe=facts, port_taken=taken, exposed=exposed,
         ))
-    return Observed(roles=tuple(roles))
+    # ``sticky``: the store's sticky model mismatches (model → detail).
+    return Observed(roles=tuple(roles), models=modelchecks.check(desired, sticky or {}))
 
 
 def observe(
-    desired: Desired, remembered: Remembered, *, probe_timeout: float | None = None
+    desired: Desired, remembered: Remembered, *, probe_timeout: float | None = None,
+    sticky: Mapping[str, str] | None = None,
 ) -> Observed:
     """Blocking ``observe_async`` (for callers without a running event loop)."""
-    return asyncio.run(observe_async(desired, remembered, probe_timeout=probe_timeout))
+    return asyncio.run(observe_async(desired, remembered, probe_timeout=probe_timeout,
+                                     sticky=sticky))

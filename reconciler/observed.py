@@ -42,8 +42,12 @@ class ProcessFacts:
 
 @frozen
 class ProbeFacts:
+    """What the probes of one role found (``runtimes/`` read the answers into it)."""
+
     health: Health
     detail: str = ""
+    #: Unreachable right after our start: ``starting``, not ``unknown`` (§4).
+    starting: bool = False
     listed_models: tuple[str, ...] = ()  # /v1/models ids, /api/tags names
     resident_models: tuple[str, ...] = ()  # Ollama /api/ps names
     identity: str | None = None  # /props model_path, argv --model, …

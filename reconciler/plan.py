@@ -50,6 +50,7 @@ from typing import Mapping
 import attrs
 
 from reconciler import identity, ledger, policy
+from reconciler.runtimes import spec_of
 from reconciler.decisions import Decision, Plan, PlanContext, Reason, Status, Verb
 from reconciler.desired import (
     Desired,
@@ -59,7 +60,6 @@ from reconciler.desired import (
     NodeConfig,
     RestartPolicy,
     RoleSpec,
-    Runtime,
 )
 from reconciler.observed import (
     Health,
@@ -148,8 +148,8 @@ def plan(
                   launcher, served, now)
         drafts.append(_decide(r, desired.node, models, checks, guard, now))
     excludes = {name: spec.excludes for name, spec in specs.items()}
-    together = {name: group - {name} for group in served.values() if len(group) > 1
-                for name in group}
+    together = {name: frozenset(group - {name}) for here in served.values()
+                for _, group in here if len(group) > 1 for name in group}
     decisions = ledger.place(drafts, desired.node.memory_budget, excludes, together)
     ordered = tuple(sorted(decisions, key=ledger.order_key))
     hints = [d.retry_in for d in ordered if d.retry_in is not None]
@@ -166,16 +166,16 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
     digest = launcher.digest(argv, instance) if argv is not None else None
     probe = obs.probe
     answering = probe is not None and policy.answering(probe.health)
-    if spec is not None and spec.runtime is Runtime.OLLAMA:
-        answering = answering and policy.has_tag(probe.resident_models, _tag_of(spec, models))
+    if spec is not None and spec_of(spec.runtime).shared_endpoint:
+        answering = answering and spec_of(spec.runtime).lists(probe.resident_models, _tag_of(spec, models))
     else:
         answering = answering and running
     restarts = policy.restart_count(record, rpolicy, now, answering=answering,
                                     operator_start=operator)
-    sharing = frozenset()
-    if record is not None and record.runtime is Runtime.OLLAMA and record.model_tag:
-        key = (record.host, record.port, policy.normal_tag(record.model_tag))
-        sharing = served.get(key, frozenset()) - {name}
+    sharing: frozenset[str] = frozenset()
+    if record is not None and record.model_tag and spec_of(record.runtime).shared_endpoint:
+        sharing = _serving(served, record.host, record.port, record.model_tag,
+                           spec_of(record.runtime)) - {name}
     return _Role(
         name=name, spec=spec, record=record, obs=obs, argv=argv, digest=digest,
         launcher=launcher, policy=rpolicy,
@@ -197,20 +197,31 @@ def _tag_of(spec: RoleSpec, models: Mapping[str, ModelSpec]) -> str | None:
     return model.ollama_tag if model is not None else None
 
 
-def _served(roles, models) -> dict[tuple[str, int, str], frozenset[str]]:
-    """(host, port, tag) → the wanted Ollama roles serving that model on that server.
+def _served(roles, models) -> dict[tuple[str, int], list[tuple[str, set[str]]]]:
+    """Per shared server (host, port): each model named there, with the wanted roles naming it.
 
     One resident model is the residency of every role that names it: such
     roles are in memory together or not at all, so the ledger keeps their
     exclusions as one, and none of them unloads it while another wants it.
     """
-    groups: dict[tuple[str, int, str], set[str]] = {}
+    served: dict[tuple[str, int], list[tuple[str, set[str]]]] = {}
     for spec in roles:
-        tag = _tag_of(spec, models) if spec.runtime is Runtime.OLLAMA and spec.wanted else None
-        if tag:
-            key = (spec.serve.host, spec.serve.port, policy.normal_tag(tag))
-            groups.setdefault(key, set()).add(spec.name)
-    return {key: frozenset(group) for key, group in groups.items()}
+        runtime = spec_of(spec.runtime)
+        name = _tag_of(spec, models) if runtime.shared_endpoint and spec.wanted else None
+        if name:
+            here = served.setdefault((spec.serve.host, spec.serve.port), [])
+            group = next((g for named, g in here if runtime.same(named, name)), None)
+            if group is None:
+                here.append((name, {spec.name}))
+            else:
+                group.add(spec.name)
+    return served
+
+
+def _serving(served, host: str, port: int, name: str, runtime) -> frozenset[str]:
+    """The wanted roles naming model ``name`` on the shared server at host:port."""
+    return next((frozenset(g) for named, g in served.get((host, port), ())
+                 if runtime.same(named, name)), frozenset())
 
 
 def _d(r: _Role, verb: Verb, reason: Reason, status: Status, detail: str, *,
@@ -242,7 +253,7 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float)
                   holds=r.reserved if r.running else None)
     if not spec.managed:
         return _adopted(r, models)
-    if spec.runtime is Runtime.OLLAMA:
+    if spec_of(spec.runtime).loads_models:
         return _ollama(r, models, now)
     # §4 state: stopped → stop our server; nothing running → nothing to do.
     if not spec.wanted:
@@ -310,7 +321,7 @@ def _removed(r: _Role, guard: bool) -> Draft:
     assert rec is not None
     # §4 an empty manifest set stops nothing (and forgets nothing) unless --allow-empty.
     if guard:
-        resident = r.running or (rec.runtime is Runtime.OLLAMA and rec.we_loaded)
+        resident = r.running or (spec_of(rec.runtime).loads_models and rec.we_loaded)
         return _d(r, Verb.KEEP, Reason.EMPTY_MANIFESTS,
                   Status.RUNNING if r.running else Status.UNKNOWN,
                   "the manifest set is empty; nothing is stopped without --allow-empty",
@@ -319,7 +330,7 @@ def _removed(r: _Role, guard: bool) -> Draft:
     if rec.mode is Mode.ADOPTED:
         return _d(r, Verb.FORGET, Reason.REMOVED, Status.UNKNOWN,
                   "removed from the manifests; forgotten")
-    if rec.runtime is Runtime.OLLAMA:
+    if spec_of(rec.runtime).loads_models:
         return _ollama_release(r, Reason.REMOVED)
     # §4 managed role removed → stop our server; once gone, forget it.
     if r.running:
@@ -404,10 +415,10 @@ def _adopted(r: _Role, models) -> Draft:
         status = Status.UNKNOWN
     detail = r.probe_detail(str(status))
     resident = status in (Status.RUNNING, Status.LOADING, Status.DEGRADED)
-    if spec.runtime is Runtime.OLLAMA and probe is not None and resident:
+    if spec_of(spec.runtime).shared_endpoint and probe is not None and resident:
         tag = _tag_of(spec, models)
-        resident = policy.has_tag(probe.resident_models, tag)
-        if not policy.has_tag(probe.listed_models, tag):
+        resident = spec_of(spec.runtime).lists(probe.resident_models, tag)
+        if not spec_of(spec.runtime).lists(probe.listed_models, tag):
             status, detail = Status.DEGRADED, f"wanted model {tag} is not listed"
     # Answering adopted servers use memory: the ledger counts their footprint (or
     # what we still hold, for a server of ours that was switched to adopted).
@@ -426,14 +437,14 @@ def _ollama_release(r: _Role, reason: Reason) -> Draft:
             return _d(r, Verb.KEEP, Reason.UNKNOWN, Status.UNKNOWN,
                       f"Ollama not answering; {rec.model_tag} is not unloaded blind",
                       holds=rec.reserved)
-        if r.sharing and policy.has_tag(probe.resident_models, rec.model_tag):
+        if r.sharing and spec_of(rec.runtime).lists(probe.resident_models, rec.model_tag):
             # Another role wants the same model: unloading it would evict that
             # role; it stays loaded, and stays ours, until the last one lets go.
             serve = "serves" if len(r.sharing) == 1 else "serve"
             return _d(r, Verb.KEEP, reason, Status.STOPPED,
                       f"{rec.model_tag} stays loaded: {', '.join(sorted(r.sharing))} {serve} it",
                       release=rec.reserved)
-        if policy.has_tag(probe.resident_models, rec.model_tag):
+        if spec_of(rec.runtime).lists(probe.resident_models, rec.model_tag):
             return _d(r, Verb.UNLOAD, reason, Status.RUNNING,
                       f"{rec.model_tag} resident; we loaded it", model_tag=rec.model_tag,
                       release=rec.reserved)
@@ -475,24 +486,24 @@ def _ollama(r: _Role, models, now: float) -> Draft:
                   holds=r.reserved or None)
     ours = rec is not None and rec.we_loaded and rec.model_tag is not None
     # A changed tag: unload the old tag we loaded first; the new one loads next pass.
-    if (_our_load_live(rec) and not policy.same_tag(rec.model_tag, tag) and not r.sharing
-            and policy.has_tag(probe.resident_models, rec.model_tag)):
+    if (_our_load_live(rec) and not spec_of(spec.runtime).same(rec.model_tag, tag)
+            and not r.sharing and spec_of(spec.runtime).lists(probe.resident_models, rec.model_tag)):
         return _d(r, Verb.UNLOAD, Reason.SPEC_CHANGED, Status.RUNNING, f"tag changed to {tag}",
                   why=f"tag {rec.model_tag} → {tag}", model_tag=rec.model_tag,
                   release=rec.reserved)
     # §2 never pull: a tag that is not pulled is refused.
-    if not policy.has_tag(probe.listed_models, tag):
+    if not spec_of(spec.runtime).lists(probe.listed_models, tag):
         msg = f"{tag} is not pulled; the reconciler never pulls"
         return _d(r, Verb.REFUSE, Reason.NOT_PULLED, Status.REFUSED, msg, why=msg,
                   release=r.reserved)
-    if policy.has_tag(probe.resident_models, tag):
+    if spec_of(spec.runtime).lists(probe.resident_models, tag):
         return _d(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, f"{tag} resident",
                   holds=r.reserved or spec.memory.footprint)
     load = dict(model_tag=tag, keep_alive=spec.keep_alive, reserve=spec.memory.footprint,
                 release=r.reserved, retry_in=policy.POLL)
     # §2/§4 evicted behind our back (by a client or Ollama's scheduler): a
     # reload counts against the restart policy, with backoff, like a crash.
-    if ours and not r.operator and policy.same_tag(rec.model_tag, tag):
+    if ours and not r.operator and spec_of(spec.runtime).same(rec.model_tag, tag):
         held = _backoff(r, rec.exited_at if rec.exited_at is not None else now, now,
                         f"{tag} evicted", "reload")
         if held is not None:

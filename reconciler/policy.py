@@ -1,18 +1,15 @@
-"""Restart backoff, restart counting and Ollama tag matching (PURE).
+"""Restart backoff and restart counting (PURE).
 
 The rules ``plan()`` consults but that are not themselves a decision:
 
 * ``delay(attempt, policy)`` — BEHAVIOUR §4: ``min(base·2^min(attempt,16), cap)``.
 * ``restart_count(...)`` — the count a role carries into this pass: the
   ``stable_after`` reset and the operator-start reset.
-* ``same_tag(a, b)`` — Ollama names compare ``:latest``-equivalently.
 
 The residency ledger (BEHAVIOUR §7) has its own module, ``ledger.py``.
 """
 
 from __future__ import annotations
-
-import functools
 
 import attrs
 
@@ -74,23 +71,3 @@ def restart_count(
 
 def answering(health: Health | None) -> bool:
     return health is Health.UP
-
-
-@functools.lru_cache(maxsize=4096)  # pure; the planner asks for the same few tags per role
-def normal_tag(tag: str) -> str:
-    """``Library/Llama3`` → ``library/llama3:latest`` → ``llama3:latest``."""
-    name = tag.strip().lower()
-    for prefix in ("registry.ollama.ai/", "library/"):
-        if name.startswith(prefix):
-            name = name[len(prefix):]
-    if ":" not in name.rsplit("/", 1)[-1]:
-        name += ":latest"
-    return name
-
-
-def same_tag(a: str | None, b: str | None) -> bool:
-    return a is not None and b is not None and normal_tag(a) == normal_tag(b)
-
-
-def has_tag(tags: tuple[str, ...], tag: str | None) -> bool:
-    return tag is not None and normal_tag(tag) in map(normal_tag, tags)

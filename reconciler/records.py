@@ -14,8 +14,9 @@ from __future__ import annotations
 import attrs
 
 from reconciler.decisions import Decision, Reason, Status, Verb
-from reconciler.desired import Mode, RoleSpec, Runtime
+from reconciler.desired import Mode, RoleSpec
 from reconciler.observed import Health, RoleObservation, RoleRecord, Terminal
+from reconciler.runtimes import spec_of
 
 
 @attrs.frozen(kw_only=True)
@@ -147,7 +148,7 @@ def _observed(
     process = observation.process
     dead = record.pid is not None and (process is None or not (process.owned and process.alive))
     ollama_gone = (
-        record.runtime is Runtime.OLLAMA and record.we_loaded
+        spec_of(record.runtime).loads_models and record.we_loaded
         and decision.reason in (Reason.EVICTED, Reason.BACKOFF)
     )
     if decision.release:
@@ -156,7 +157,7 @@ def _observed(
         record = attrs.evolve(record, reserved=max(0, record.reserved - decision.release))
     if decision.reason is Reason.TERMINAL:
         return record
-    if (record.runtime is Runtime.OLLAMA and decision.reason is Reason.IN_SYNC
+    if (spec_of(record.runtime).loads_models and decision.reason is Reason.IN_SYNC
             and record.exited_at is not None):
         # Resident again, but not by a load of ours (a client loaded it): the
         # residency is not ours to unload, and its next eviction is no crash.

@@ -76,15 +76,35 @@ _CACHE_FILE = "validated-manifests"
 
 
 def _set_digest(files: Sequence[tuple[str, bytes]]) -> str:
-    from reconciler import __version__, schemata
+    from reconciler import __version__
 
     h = hashlib.sha256(__version__.encode())
-    for kind in schemata.KINDS:
-        h.update(json.dumps(schemata.schema(kind), sort_keys=True).encode())
+    h.update(_schema_bytes())
     for name, data in files:
         h.update(b"\0%d:%s\0" % (len(data), name.encode("utf-8", "surrogateescape")))
         h.update(data)
     return h.hexdigest()
+
+
+def _schema_bytes() -> bytes:
+    """The schemas as their files hold them: any change to one changes the digest.
+
+    Read straight from the package directory (parsing them, or importing
+    ``importlib.resources``, would cost a cron run more than the rest of
+    this step); from package data only where there is no such directory.
+    """
+    from reconciler import schemata
+
+    folder = os.path.join(os.path.dirname(schemata.__file__), "schemas")
+    try:
+        chunks = []
+        for kind in schemata.KINDS:
+            with open(os.path.join(folder, f"{schemata.SCHEMA_FILES[kind]}.schema.json"),
+                      "rb") as f:
+                chunks.append(f.read())
+    except OSError:  # a zipped install: no plain files
+        return json.dumps([schemata.schema(k) for k in schemata.KINDS], sort_keys=True).encode()
+    return b"\0".join(chunks)
 
 
 def _remembered(cache_dir: str, digest: str) -> bool:

@@ -1,4 +1,4 @@
-"""The state store and the lock (SHELL; the only module that imports sqlite3).
+"""The state store (SHELL; the only module that imports sqlite3).
 
 ``state.db`` (SQLite, WAL) in the state directory remembers, per role, what
 the reconciler needs between passes and across its own crashes (BEHAVIOUR §3):
@@ -11,27 +11,37 @@ the model verification stamps of §1.1, and the operator starts that a
 The schema is versioned with ``PRAGMA user_version``; ``_MIGRATIONS[i]``
 takes a database from version ``i`` to ``i + 1``.
 
-One writer at a time: ``Lock`` holds ``<state dir>/lock`` (flock) for a whole
+One writer at a time: ``lock.Lock`` holds ``<state dir>/lock`` for a whole
 pass or the daemon's life. The one exception is brief and safe under WAL and
 the busy timeout: ``reconcile start`` queues a request (``request_start``)
 while a daemon holds the lock, and the daemon takes it (``take_starts``).
+
+Failures are ``errors.StateError`` (the directory or the database cannot be
+used: permissions, corruption, a newer schema, SQLite still locked after
+``BUSY_TIMEOUT``), never a raw ``sqlite3`` or ``OSError``, so every command
+can say it in one line.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
+import functools
 import json
 import os
 import sqlite3
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable, ParamSpec, TypeVar
 
 import attrs
 
+from reconciler import events as ev
+from reconciler.errors import StateError
+from reconciler.events import Event, EventKind
 from reconciler.desired import Mode, Runtime
 from reconciler.observed import RoleRecord, Terminal
-from reconciler.modelstore import Stamp
+
+if TYPE_CHECKING:  # hashing models is not every pass's business: imported when stamps are read
+    from reconciler.modelstore import Stamp
 
 _MIGRATIONS: tuple[str, ...] = (
     # 0 → 1: the first schema (IF NOT EXISTS: two first runs may race to create it).
@@ -114,19 +124,10 @@ _MIGRATIONS: tuple[str, ...] = (
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
+#: How long a statement waits for another connection's write lock (seconds).
+BUSY_TIMEOUT = 30.0
+
 _ROLE_FIELDS = [f.name for f in attrs.fields(RoleRecord)]
-
-
-@attrs.frozen(kw_only=True)
-class Event:
-    id: int
-    at: float
-    role: str
-    verb: str
-    reason: str
-    detail: str
-    ok: bool | None
-    git_commit: str | None
 
 
 def default_state_dir(environ: dict[str, str] | None = None) -> str:
@@ -140,26 +141,49 @@ def default_state_dir(environ: dict[str, str] | None = None) -> str:
     return str(Path(xdg) / "reconciler")
 
 
-class StoreError(Exception):
-    """The state store cannot be opened or used (permissions, corruption, a newer schema)."""
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _state_errors(method: Callable[_P, _T]) -> Callable[_P, _T]:
+    """A SQLite failure inside ``method`` becomes a ``StateError`` naming the database."""
+
+    @functools.wraps(method)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return method(*args, **kwargs)
+        except sqlite3.Error as exc:
+            store = args[0]
+            raise StateError(f"state store {store.path}: {exc}") from None  # type: ignore[attr-defined]
+
+    return wrapper
 
 
 class Store:
     """The SQLite state of one state directory."""
 
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
-        try:
-            self._open(state_dir)
-        except sqlite3.Error as exc:
-            raise StoreError(f"state store {Path(state_dir) / 'state.db'}: {exc}") from None
-
-    def _open(self, state_dir: str | os.PathLike[str]) -> None:
         self.state_dir = Path(state_dir)
-        # 0711: other users may not list the state, but the unprivileged uid a
-        # managed server runs as must traverse it to reach <state>/instances/<id>.
-        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o711)
         self.path = self.state_dir / "state.db"
-        self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        try:
+            # 0711: other users may not list the state, but the unprivileged uid a
+            # managed server runs as must traverse it to reach <state>/instances/<id>.
+            self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o711)
+        except OSError as exc:
+            raise StateError(f"state directory {self.state_dir}: {exc.strerror or exc}") from None
+        self._db = self._connect()
+        try:
+            self._prepare()
+        except StateError:
+            self._db.close()
+            raise
+
+    @_state_errors
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
+
+    @_state_errors
+    def _prepare(self) -> None:
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
@@ -177,7 +201,7 @@ class Store:
     def _migrate(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise StoreError(
+            raise StateError(
                 f"{self.path} has schema version {version}; this reconciler knows "
                 f"up to {SCHEMA_VERSION} (a newer reconciler wrote it)"
             )
@@ -192,14 +216,17 @@ class Store:
 
     # ------------------------------------------------------------ roles
 
+    @_state_errors
     def roles(self) -> tuple[RoleRecord, ...]:
         rows = self._db.execute("SELECT * FROM roles ORDER BY name").fetchall()
         return tuple(_record(row) for row in rows)
 
+    @_state_errors
     def role(self, name: str) -> RoleRecord | None:
         row = self._db.execute("SELECT * FROM roles WHERE name = ?", (name,)).fetchone()
         return _record(row) if row else None
 
+    @_state_errors
     def put_role(self, record: RoleRecord) -> None:
         values = attrs.asdict(record, recurse=False)
         values["launch_argv"] = json.dumps(list(record.launch_argv))
@@ -212,11 +239,13 @@ class Store:
         marks = ", ".join(f":{k}" for k in values)
         self._db.execute(f"INSERT OR REPLACE INTO roles ({cols}) VALUES ({marks})", values)
 
+    @_state_errors
     def delete_role(self, name: str) -> None:
         self._db.execute("DELETE FROM roles WHERE name = ?", (name,))
 
     # ------------------------------------------------------------ operator starts
 
+    @_state_errors
     def operator_start(self, name: str, at: float | None = None) -> str:
         """BEHAVIOUR §4 operator start: clear the terminal state, restarts → 0.
 
@@ -224,6 +253,7 @@ class Store:
         back. Records an ``operator-start`` event and returns its detail; the
         pass that follows must name the role in ``operator_starts``.
         """
+        at = time.time() if at is None else at
         with self._transaction():
             record = self.role(name)
             if record is None:
@@ -235,9 +265,10 @@ class Store:
                 if record.restarts:
                     parts.append(f"restarts {record.restarts} → 0")
                 detail = ", ".join(parts) or "nothing to clear"
-            self.record_event(name, "operator-start", "operator", detail, at=at)
+            self.add_event(ev.operator_start(name, detail, at=at))
         return detail
 
+    @_state_errors
     def request_start(self, name: str, at: float | None = None) -> None:
         """Queue an operator start for whoever holds the lock (its next pass takes it)."""
         self._db.execute(
@@ -245,6 +276,7 @@ class Store:
             (name, time.time() if at is None else at),
         )
 
+    @_state_errors
     def take_starts(self) -> frozenset[str]:
         """Every queued operator start, read and deleted in one transaction.
 
@@ -259,6 +291,7 @@ class Store:
                 self._db.execute("DELETE FROM operator_starts")
         return frozenset(row["name"] for row in rows)
 
+    @_state_errors
     def queued_starts(self) -> frozenset[str]:
         """The operator starts still waiting for a pass (read only)."""
         rows = self._db.execute("SELECT name FROM operator_starts").fetchall()
@@ -266,17 +299,17 @@ class Store:
 
     # ------------------------------------------------------------ events
 
-    def record_event(
-        self, role: str, verb: str, reason: str, detail: str = "",
-        ok: bool | None = None, git_commit: str | None = None, at: float | None = None,
-    ) -> None:
+    @_state_errors
+    def add_event(self, event: Event) -> None:
+        """Append ``event`` as given (its ``id`` is ignored: the store numbers events)."""
         self._db.execute(
             "INSERT INTO events (at, role, verb, reason, detail, ok, git_commit) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (time.time() if at is None else at, role, verb, reason, detail,
-             None if ok is None else int(ok), git_commit),
+            (event.at, event.role, str(event.kind), event.reason, event.detail,
+             None if event.ok is None else int(event.ok), event.git_commit),
         )
 
+    @_state_errors
     def events(self, role: str | None = None, since: float | None = None,
                after_id: int | None = None) -> list[Event]:
         query, args = "SELECT * FROM events WHERE 1=1", []
@@ -290,24 +323,28 @@ class Store:
             query += " AND id > ?"
             args.append(after_id)
         rows = self._db.execute(query + " ORDER BY id", args).fetchall()
-        return [
-            Event(id=r["id"], at=r["at"], role=r["role"], verb=r["verb"], reason=r["reason"],
-                  detail=r["detail"], ok=None if r["ok"] is None else bool(r["ok"]),
-                  git_commit=r["git_commit"])
-            for r in rows
-        ]
+        return [self._event(row) for row in rows]
 
+    @_state_errors
     def last_event_id(self) -> int:
         """The id of the newest event (0 for none): ``events(after_id=…)`` reads what follows."""
         return self._db.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
 
-    def last_event(self, role: str) -> Event | None:
-        row = self._db.execute(
-            "SELECT * FROM events WHERE role = ? ORDER BY id DESC LIMIT 1", (role,)
-        ).fetchone()
-        if row is None:
-            return None
-        return Event(id=row["id"], at=row["at"], role=row["role"], verb=row["verb"],
+    @_state_errors
+    def last_events(self) -> dict[str, Event]:
+        """Each role's newest event, in one query."""
+        rows = self._db.execute(
+            "SELECT * FROM events WHERE id IN (SELECT MAX(id) FROM events GROUP BY role)"
+        ).fetchall()
+        return {row["role"]: self._event(row) for row in rows}
+
+    def _event(self, row: sqlite3.Row) -> Event:
+        try:
+            kind = EventKind(row["verb"])
+        except ValueError:
+            raise StateError(f"state store {self.path}: event {row['id']} has the unknown kind "
+                             f"{row['verb']!r} (written by a newer reconciler?)") from None
+        return Event(id=row["id"], at=row["at"], role=row["role"], kind=kind,
                      reason=row["reason"], detail=row["detail"],
                      ok=None if row["ok"] is None else bool(row["ok"]),
                      git_commit=row["git_commit"])
@@ -315,7 +352,10 @@ class Store:
     # ------------------------------------------------------------ model stamps
     # (the StampStore protocol of reconciler.modelstore)
 
+    @_state_errors
     def get_stamps(self, model: str) -> dict[str, Stamp]:
+        from reconciler.modelstore import Stamp
+
         rows = self._db.execute(
             "SELECT * FROM stamps WHERE model = ? AND ctime_ns IS NOT NULL AND dev IS NOT NULL",
             (model,),
@@ -326,6 +366,7 @@ class Store:
             for r in rows
         }
 
+    @_state_errors
     def put_stamps(self, model: str, stamps: dict[str, Stamp]) -> None:
         with self._transaction():
             self._db.execute("DELETE FROM stamps WHERE model = ?", (model,))
@@ -336,12 +377,20 @@ class Store:
                  for p, s in stamps.items()],
             )
 
+    @_state_errors
+    def sticky_mismatches(self) -> dict[str, str]:
+        """Every model with a sticky mismatch, and its detail (for the pass's model checks)."""
+        rows = self._db.execute("SELECT model, detail FROM sticky_mismatch").fetchall()
+        return {row["model"]: row["detail"] for row in rows}
+
+    @_state_errors
     def get_sticky(self, model: str) -> str | None:
         row = self._db.execute(
             "SELECT detail FROM sticky_mismatch WHERE model = ?", (model,)
         ).fetchone()
         return row["detail"] if row else None
 
+    @_state_errors
     def set_sticky(self, model: str, detail: str | None) -> None:
         if detail is None:
             self._db.execute("DELETE FROM sticky_mismatch WHERE model = ?", (model,))
@@ -371,70 +420,3 @@ def _record(row: sqlite3.Row) -> RoleRecord:
     values["launch_argv"] = tuple(json.loads(values["launch_argv"] or "[]"))
     values["we_loaded"] = bool(values["we_loaded"])
     return RoleRecord(**values)
-
-
-# ---------------------------------------------------------------- the lock
-
-
-class LockHeld(Exception):
-    """Another reconciler holds the state directory's lock."""
-
-
-class Lock:
-    """An exclusive flock on ``<state dir>/lock``; the file names the holder's pid."""
-
-    def __init__(self, state_dir: str | os.PathLike[str]) -> None:
-        self.path = Path(state_dir) / "lock"
-        self._fd: int | None = None
-
-    def acquire(self, timeout: float = 0.0, *, poll: float = 0.05) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        deadline = time.monotonic() + max(timeout, 0.0)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    os.close(fd)
-                    raise
-                if time.monotonic() >= deadline:
-                    holder = _read_holder(fd)
-                    os.close(fd)
-                    who = f"pid {holder}" if holder else "another process"
-                    raise LockHeld(
-                        f"another reconciler holds {self.path} ({who}); "
-                        f"waited {timeout:g}s (--lock-timeout)"
-                    ) from None
-                time.sleep(poll)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
-
-    def holder(self) -> int | None:
-        """The pid the current (or last) holder wrote into the lock file, if any."""
-        try:
-            text = self.path.read_text().strip()
-        except OSError:
-            return None
-        return int(text) if text.isdigit() else None
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing drops the flock
-            self._fd = None
-
-    def __enter__(self) -> "Lock":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
-def _read_holder(fd: int) -> str:
-    try:
-        return os.pread(fd, 32, 0).decode().strip()
-    except OSError:
-        return ""
-

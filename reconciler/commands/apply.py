@@ -15,9 +15,9 @@ def run_plan(args) -> int:
     from reconciler import loop, render
 
     with common.open_store(args) as store:
-        result = loop.run_pass(paths=common.manifest_paths(args), store=store,
-                               state_dir=common.state_dir(args),
-                               allow_empty=args.allow_empty, dry_run=True)
+        result = loop.plan_pass(loop.PassInputs(
+            paths=common.manifest_paths(args), store=store, state_dir=common.state_dir(args),
+            allow_empty=args.allow_empty))
     if result.problems:
         return common.report_problems(result.problems)
     common.report_warnings(result.warnings)
@@ -37,8 +37,6 @@ def run_apply(args) -> int:
         args.detailed_exitcode = False
         return run_plan(args)
     with common.locked(args) as store:
-        if store is None:
-            return Exit.ERROR
         # Starts a `reconcile start` queued while another run held the lock (cron).
         return _pass_and_report(args, store, _take_operator_starts(store))
 
@@ -50,7 +48,8 @@ def run_start(args) -> int:
     (``commands/handoff.py``) instead of failing on the lock.
     """
     from reconciler import sources
-    from reconciler.store import Lock, LockHeld
+    from reconciler.errors import LockHeld
+    from reconciler.lock import Lock
 
     args.allow_empty = False
     args.metrics_file = None
@@ -85,10 +84,9 @@ def _take_operator_starts(store, *names: str) -> frozenset[str]:
 def _pass_and_report(args, store, operator_starts: frozenset[str]) -> int:
     from reconciler import loop, render
 
-    result = loop.run_pass(paths=common.manifest_paths(args), store=store,
-                           state_dir=common.state_dir(args),
-                           allow_empty=getattr(args, "allow_empty", False),
-                           operator_starts=operator_starts)
+    result = loop.apply_pass(loop.PassInputs(
+        paths=common.manifest_paths(args), store=store, state_dir=common.state_dir(args),
+        allow_empty=getattr(args, "allow_empty", False), operator_starts=operator_starts))
     if getattr(args, "metrics_file", None):
         from reconciler import metrics
 
@@ -134,11 +132,11 @@ def _outcome_lines(outcomes) -> list[str]:
             mark = "skipped"
         else:
             mark = "done" if o.ok else "FAILED"
-        extra = f" pid {o.pid}" if o.pid and o.ok and f"pid {o.pid}" not in o.detail else ""
-        lines.append(f"  {o.role}: {o.verb} {mark}{extra}" + (f" ({o.detail})" if o.detail else ""))
+        text = o.text()
+        lines.append(f"  {o.role}: {o.verb} {mark}" + (f" ({text})" if text else ""))
     return lines
 
 
 def _outcome_json(o) -> dict:
     return {"role": o.role, "verb": str(o.verb), "ok": o.ok, "skipped": o.skipped,
-            "detail": o.detail, "pid": o.pid}
+            "detail": o.text(), "pid": o.pid}

@@ -33,16 +33,11 @@ def open_store(args) -> Iterator:
 
 @contextlib.contextmanager
 def locked(args) -> Iterator:
-    """The lock for a whole pass, then the store; yields None (after saying why) if held."""
-    from reconciler.store import Lock, LockHeld
+    """The lock for a whole pass, then the store (``errors.LockHeld`` when another holds it)."""
+    from reconciler.lock import Lock
 
     lock = Lock(state_dir(args))
-    try:
-        lock.acquire(timeout=getattr(args, "lock_timeout", 0.0) or 0.0)
-    except LockHeld as exc:
-        print(f"reconcile: {exc}", file=sys.stderr)
-        yield None
-        return
+    lock.acquire(timeout=getattr(args, "lock_timeout", 0.0) or 0.0)
     try:
         with open_store(args) as store:
             yield store

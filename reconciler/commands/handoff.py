@@ -19,21 +19,18 @@ refused).
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import time
 
 from reconciler.exitcodes import Exit
 from reconciler.commands import common
+from reconciler.events import NEEDS_OPERATOR, EventKind
 
 #: The shortest time ``start`` waits for the daemon's answer.
 WAIT = 30.0
 POLL = 0.1
 #: The lock file is truncated, then written, right after the flock is taken.
 HOLDER_GRACE = 1.0
-
-_NEEDS_OPERATOR_VERBS = ("give-up", "refuse")
 
 
 def hand_over(args, lock) -> int:
@@ -65,15 +62,11 @@ def _holder(lock) -> int | None:
 
 def _wake(pid: int | None) -> bool:
     """SIGHUP to a live ``reconcile watch``; False for anything else."""
-    from reconciler import procs
+    from reconciler import procs, signals
 
     if pid is None or not procs.looks_like_watch(pid):
         return False
-    try:
-        os.kill(pid, signal.SIGHUP)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
+    return signals.hangup(pid)
 
 
 def _wait(store, name: str, before: int, holder: int, wait: float):
@@ -83,9 +76,9 @@ def _wait(store, name: str, before: int, holder: int, wait: float):
     deadline = time.monotonic() + wait
     while True:
         seen = store.events(name, after_id=before)
-        taken = next((e for e in seen if e.verb == "operator-start"), None)
+        taken = next((e for e in seen if e.kind is EventKind.OPERATOR_START), None)
         answer = [e for e in seen if taken is not None and e.id > taken.id
-                  and e.verb != "operator-start"]
+                  and e.kind is not EventKind.OPERATOR_START]
         if answer or time.monotonic() >= deadline or not procs.looks_like_watch(holder):
             return taken, answer
         time.sleep(POLL)
@@ -113,7 +106,7 @@ def _report(args, name: str, holder: int, wait: float, taken, answer) -> int:
         return Exit.OK
     if any(e.ok is False for e in answer):
         return Exit.ERROR
-    if any(e.verb in _NEEDS_OPERATOR_VERBS for e in answer):
+    if any(e.kind in NEEDS_OPERATOR for e in answer):
         return Exit.OPERATOR
     return Exit.OK
 
@@ -121,10 +114,10 @@ def _report(args, name: str, holder: int, wait: float, taken, answer) -> int:
 def _event_line(event) -> str:
     mark = {True: " done", False: " FAILED", None: ""}[event.ok]
     detail = f": {event.detail}" if event.detail else ""
-    return f"  {event.role}: {event.verb}{mark} ({event.reason}{detail})"
+    return f"  {event.role}: {event.kind}{mark} ({event.reason}{detail})"
 
 
 def _event_json(event) -> dict:
-    return {"id": event.id, "at": event.at, "role": event.role, "verb": event.verb,
+    return {"id": event.id, "at": event.at, "role": event.role, "verb": event.kind,
             "reason": event.reason, "detail": event.detail, "ok": event.ok}
 

@@ -6,9 +6,10 @@ the server for one token (BEHAVIOUR §2) with ``deep_timeout``: an explicit
 operator request, so it is sent to adopted roles too — but never to a port
 outside ``allowed_ports``. Exit 0 pass, 1 fail with the reason.
 
-``capabilities`` prints what this node can run: each launchable runtime's
-serve program and version probe, and whether each Ollama endpoint a role
-names answers ``/api/version``.
+``capabilities`` prints what this node can run: each launched runtime's
+serve program and version probe, and whether each endpoint of a runtime it
+never launches (Ollama, OpenAI-compatible servers) that a role names answers
+its probes (GETs only).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ import sys
 
 from reconciler.exitcodes import Exit
 from reconciler.commands import common
-from reconciler.desired import Desired, RoleSpec, Runtime
+from reconciler.desired import Desired, RoleSpec
 from reconciler.observed import Health, Remembered
-from reconciler.runtimes import llamacpp, mlx_lm, ollama
+from reconciler.runtimes import SPECS, spec_of
 from reconciler.runtimes.common import (
     DeepResult,
     ProbeContext,
@@ -50,21 +51,17 @@ def _remembered(args, name: str) -> Remembered:
     return Remembered(roles=(record,) if record is not None else ())
 
 
-def deep_request(spec: RoleSpec, desired: Desired) -> ProbeRequest | str:
-    """The §2 deep health request for a role, or why there is none."""
-    if spec.runtime is Runtime.LLAMACPP:
-        return llamacpp.deep_request(spec.model or spec.name)
-    if spec.runtime is Runtime.MLX_LM:
-        return mlx_lm.deep_request()
-    model = desired.model(spec.model)
-    tag = model.ollama_tag if model is not None else None
-    if not tag:
-        return f"role {spec.name} names no Ollama model tag"
-    keep_alive = spec.keep_alive if spec.keep_alive is not None else desired.node.keep_alive
-    return ollama.deep_request(tag, keep_alive)
+def deep_request(spec: RoleSpec, desired: Desired, listed: tuple[str, ...] = ()) -> ProbeRequest | str:
+    """The §2 deep health request for a role, or why there is none.
+
+    ``listed``: the model names the server listed when it was observed (an
+    OpenAI-compatible server is asked for the listed id the role's model matches).
+    """
+    build = spec_of(spec.runtime).deep_request
+    return build(spec, desired.model(spec.model), desired.node, listed)
 
 
-def deep_check(spec: RoleSpec, desired: Desired) -> DeepResult:
+def deep_check(spec: RoleSpec, desired: Desired, listed: tuple[str, ...] = ()) -> DeepResult:
     from reconciler import probe
 
     if not desired.node.port_allowed(spec.serve.port):
@@ -73,7 +70,7 @@ def deep_check(spec: RoleSpec, desired: Desired) -> DeepResult:
             detail=f"port {spec.serve.port} is outside allowed_ports "
             f"{desired.node.allowed_ports}: not probed",
         )
-    request = deep_request(spec, desired)
+    request = deep_request(spec, desired, listed)
     if isinstance(request, str):
         return DeepResult(ok=False, detail=request)
     answer = probe.send_sync(
@@ -111,7 +108,7 @@ def health_report(spec: RoleSpec, desired: Desired, remembered: Remembered, deep
         "ok": bool(facts and facts.health is Health.UP),
     }
     if deep:
-        result = deep_check(spec, desired)
+        result = deep_check(spec, desired, facts.listed_models if facts else ())
         report["deep"] = {"ok": result.ok, "detail": result.detail}
         report["ok"] = result.ok
     return report
@@ -161,8 +158,8 @@ def run_health(args) -> int:
 
 
 def capability_rows(desired: Desired) -> list[dict]:
-    """One row per launchable runtime and per Ollama endpoint a role names."""
-    from reconciler import capabilities, probe
+    """One row per launched runtime, and per endpoint of a runtime never launched."""
+    from reconciler import capabilities
 
     rows = []
     used = {r.runtime for r in desired.roles if r.managed}
@@ -175,26 +172,40 @@ def capability_rows(desired: Desired) -> list[dict]:
             "runtime": str(cap.runtime), "program": cap.program, "version": version,
             "ok": cap.ok, "why": why, "needed": cap.runtime in used,
         })
-    endpoints = sorted({
-        (r.serve.host, r.serve.port) for r in desired.roles if r.runtime is Runtime.OLLAMA
-    })
-    for host, port in endpoints:
-        row = {"runtime": "ollama", "program": f"{host}:{port}", "version": None,
-               "ok": False, "why": "", "needed": True}
-        if not desired.node.port_allowed(port):
-            row["why"] = f"port {port} is outside allowed_ports {desired.node.allowed_ports}: not probed"
-        else:
-            answer = probe.send_sync(host, port, ollama.VERSION, timeout=desired.node.probe_timeout)
-            facts = ollama.read({ollama.VERSION.path: answer}, ProbeContext())
-            body = answer.body if isinstance(answer.body, dict) else {}
-            row["ok"] = answer.ok
-            row["version"] = body.get("version") if answer.ok else None
-            row["why"] = "" if answer.ok else facts.detail
-        rows.append(row)
-    if not endpoints:
-        rows.append({"runtime": "ollama", "program": None, "version": None, "ok": True,
-                     "why": "no Ollama role (never launched)", "needed": False})
+    for rt in SPECS.values():
+        if rt.launched:
+            continue
+        endpoints = sorted({(r.serve.host, r.serve.port) for r in desired.roles
+                            if r.runtime is rt.runtime})
+        rows += [_endpoint_row(rt.runtime, host, port, desired) for host, port in endpoints]
+        if not endpoints:
+            rows.append({"runtime": str(rt.runtime), "program": None, "version": None,
+                         "ok": True, "why": f"no {rt.runtime} role (never launched)",
+                         "needed": False})
     return rows
+
+
+def _endpoint_row(runtime, host: str, port: int, desired: Desired) -> dict:
+    """Does a server the reconciler never launches answer its runtime's probes (GETs)?"""
+    import asyncio
+
+    from reconciler import probe
+
+    row = {"runtime": str(runtime), "program": f"{host}:{port}", "version": None,
+           "ok": False, "why": "", "needed": True}
+    if not desired.node.port_allowed(port):
+        row["why"] = f"port {port} is outside allowed_ports {desired.node.allowed_ports}: not probed"
+        return row
+    rt, ctx = spec_of(runtime), ProbeContext(adopted=True)
+
+    async def sender(request: ProbeRequest):  # type: ignore[no-untyped-def]
+        return await probe.send(host, port, request, timeout=desired.node.probe_timeout)
+
+    facts = rt.read(asyncio.run(probe.run_exchange(rt.exchange(ctx), sender)), ctx)
+    row["ok"] = facts.health in (Health.UP, Health.LOADING)
+    row["version"] = facts.version
+    row["why"] = "" if row["ok"] else facts.detail
+    return row
 
 
 def run_capabilities(args) -> int:

@@ -46,8 +46,8 @@ def run_status(args) -> int:
     from reconciler import loop
 
     with common.open_store(args) as store:
-        result = loop.run_pass(paths=common.manifest_paths(args), store=store,
-                               state_dir=common.state_dir(args), dry_run=True)
+        result = loop.plan_pass(loop.PassInputs(
+            paths=common.manifest_paths(args), store=store, state_dir=common.state_dir(args)))
         if result.problems:
             return common.report_problems(result.problems)
         rows = status_rows(result, store)
@@ -84,13 +84,13 @@ def run_events(args) -> int:
     for e in events:
         if args.json:
             print(json.dumps({
-                "id": e.id, "at": e.at, "role": e.role, "verb": e.verb, "reason": e.reason,
+                "id": e.id, "at": e.at, "role": e.role, "verb": e.kind, "reason": e.reason,
                 "detail": e.detail, "ok": e.ok, "git_commit": e.git_commit,
             }))
         else:
             when = dt.datetime.fromtimestamp(e.at).isoformat(sep=" ", timespec="seconds")
             ok = "" if e.ok is None else (" ok" if e.ok else " FAILED")
             commit = f" @{e.git_commit[:10]}" if e.git_commit else ""
-            print(f"{when}  {e.role:<16} {e.verb} ({e.reason}){ok}{commit}"
+            print(f"{when}  {e.role:<16} {e.kind} ({e.reason}){ok}{commit}"
                   + (f": {e.detail}" if e.detail else ""))
     return Exit.OK

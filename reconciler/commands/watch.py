@@ -42,24 +42,25 @@ def _run(args) -> int:
         return Exit.ERROR
 
     with common.locked(args) as store:
-        if store is None:
-            return Exit.ERROR
-        server = None
+        published = server = None
+        metrics_file = getattr(args, "metrics_file", None)
+        if addr or metrics_file:
+            published = metrics.DaemonMetrics(file=metrics_file)
         if addr:
             try:
-                server = metrics.MetricsServer(addr)
+                server = metrics.MetricsServer(addr, published.registry)
             except OSError as exc:
                 print(f"reconcile: error: cannot serve metrics on {addr}: "
                       f"{exc.strerror or exc}", file=sys.stderr)
                 return Exit.ERROR
         try:
-            return _run_daemon(args, store, server)
+            return _run_daemon(args, store, published, server)
         finally:
             if server is not None:
                 server.close()
 
 
-def _run_daemon(args, store, server) -> int:
+def _run_daemon(args, store, published, server) -> int:
     from reconciler import logs
     from reconciler.watch import Daemon
 
@@ -69,7 +70,7 @@ def _run_daemon(args, store, server) -> int:
         paths=paths, store=store, state_dir=state_dir, resync=args.resync,
         allow_empty=bool(getattr(args, "allow_empty", False)),
         stop_on_exit=bool(getattr(args, "stop_on_exit", False)),
-        metrics_server=server, metrics_file=getattr(args, "metrics_file", None),
+        metrics=published,
     )
     where = ""
     if server is not None:

@@ -1,19 +1,44 @@
-"""One pure module per runtime, sharing one vocabulary (PURE).
+"""The runtime registry: one pure module per runtime, one table (PURE).
 
-Each runtime module knows its server's command line, its probe requests and
-how to read the answers. Nothing here opens a socket: the observer sends the
-requests these modules describe and hands the answers back to be parsed.
+Each runtime module (``llamacpp``, ``mlx_lm``, ``ollama``, ``openai``) knows its
+server's command line, its probe requests and how to read the answers, and
+declares all of it in one ``RuntimeSpec`` (``spec.py``). ``SPECS`` maps every
+``Runtime`` to its declaration; ``spec_of(runtime)`` is how the rest of the
+package asks what a runtime can do. Nothing here opens a socket: the observer
+sends the requests these modules describe and hands the answers back.
+
+Adding a runtime: a module ending in ``SPEC = RuntimeSpec(...)``, its line in
+``SPECS``, its ``Runtime`` member and its entry in the InferenceSpec schema's
+``runtime`` enum (``tests/observe/test_runtime_contract.py`` checks them all).
 """
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from reconciler.desired import ModelSpec, RoleSpec, Runtime
-from reconciler.runtimes import llamacpp, mlx_lm
+from reconciler.runtimes import llamacpp, mlx_lm, ollama, openai
+from reconciler.runtimes.spec import RuntimeSpec
+
+#: Every runtime's declaration, in the order people read them.
+SPECS: Mapping[Runtime, RuntimeSpec] = {
+    spec.runtime: spec for spec in (llamacpp.SPEC, mlx_lm.SPEC, ollama.SPEC, openai.SPEC)
+}
+
+
+def spec_of(runtime: Runtime) -> RuntimeSpec:
+    """The declaration of ``runtime`` (``KeyError`` for a runtime with no module)."""
+    return SPECS[runtime]
+
+
+def launched() -> tuple[RuntimeSpec, ...]:
+    """The runtimes whose servers the reconciler starts itself."""
+    return tuple(spec for spec in SPECS.values() if spec.launched)
+
 
 def launch_argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None) -> tuple[str, ...]:
     """The server's arguments (without the program) for a managed role."""
-    if role.runtime is Runtime.LLAMACPP:
-        return llamacpp.argv(role, model, draft)
-    if role.runtime is Runtime.MLX_LM:
-        return mlx_lm.argv(role, model)
-    raise ValueError(f"runtime {role.runtime} is never launched")
+    build = spec_of(role.runtime).argv
+    if build is None:
+        raise ValueError(f"runtime {role.runtime} is never launched")
+    return build(role, model, draft)

@@ -22,7 +22,7 @@ Also here: ``names_match`` (is the wanted model among the listed ones) and
 from __future__ import annotations
 
 import enum
-from typing import Any, Generator, Mapping
+from typing import Any, Generator, Mapping, Sequence
 
 import attrs
 
@@ -91,17 +91,30 @@ class ProbeContext:
 
     ``wanted``: the model name the server should list (llama.cpp alias,
     Ollama tag). ``starting``: a start was made and the server has not
-    answered since. ``readiness``: mlx-lm only — send the one-token
-    completion that proves the model loaded (never for adopted roles).
-    ``argv_model``: the ``--model`` this reconciler launched the process with.
+    answered since. ``readiness``: send the runtime's readiness request
+    (mlx-lm's one-token completion) that proves the model loaded — only to
+    our own live process after a start, never to adopted roles.
+    ``launch_argv``: the argv this reconciler launched the process with.
+    ``settled``: the server is our own live process (pid + create time +
+    marker) listening on the port, and it has answered healthy since it was
+    created: what it serves is what ``launch_argv`` says, so a runtime may
+    take its identity from there instead of asking for it again every pass.
     """
 
     wanted: str | None = None
     adopted: bool = False
     starting: bool = False
     readiness: bool = False
-    argv_model: str | None = None
-    keep_alive: float | None = None  # Ollama deep health
+    launch_argv: tuple[str, ...] = ()
+    settled: bool = False
+
+
+def argv_value(argv: Sequence[str], flag: str) -> str | None:
+    """The value after ``flag`` in a launch argv (separate arguments, as launched)."""
+    for i, arg in enumerate(argv[:-1]):
+        if arg == flag:
+            return argv[i + 1]
+    return None
 
 
 # ---------------------------------------------------------------- names
@@ -187,7 +200,8 @@ def unreachable(
             else f"starting: {detail}"
         )
     return ProbeFacts(
-        health=Health.UNREACHABLE, detail=detail, latency=answer.latency, **extra
+        health=Health.UNREACHABLE, detail=detail, starting=ctx.starting,
+        latency=answer.latency, **extra,
     )
 
 
@@ -208,7 +222,7 @@ def probe_status(facts: ProbeFacts | None) -> tuple[Status, str]:
         return Status.DEGRADED, facts.detail or "answering but unhealthy"
     if health is Health.NOT_PROBED:
         return Status.REFUSED, facts.detail or "port outside allowed_ports: not probed"
-    if facts.detail.startswith("starting:"):
+    if facts.starting:
         return Status.STARTING, facts.detail
     return Status.UNKNOWN, facts.detail or "unreachable"
 

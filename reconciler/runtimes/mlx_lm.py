@@ -1,4 +1,9 @@
-"""mlx-lm's ``mlx_lm.server``: command line, probes and answers (PURE)."""
+"""mlx-lm's ``mlx_lm.server``: command line, flags, probes and answers (PURE).
+
+Launched and managed by the reconciler, or adopted. Its ``/health`` answers
+before the model has loaded, so readiness after a start is one completion
+(SERVERS.md). Its declaration is ``SPEC`` at the end of this module.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ from typing import Mapping, Sequence
 
 import attrs
 
-from reconciler.desired import ModelSpec, RoleSpec
+from reconciler.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
 from reconciler.observed import Health, ProbeFacts
 from reconciler.runtimes.common import (
     ErrorKind,
@@ -14,18 +19,25 @@ from reconciler.runtimes.common import (
     ProbeAnswer,
     ProbeContext,
     ProbeRequest,
+    argv_value,
     error_message,
     failure_detail,
     hi_messages,
     unreachable,
 )
+from reconciler.runtimes.spec import Flag, RuntimeSpec, flag_table
 
 
-def argv(role: RoleSpec, model: ModelSpec | None) -> tuple[str, ...]:
-    """``--model <abs root>``; identity is read back from exactly this argv."""
+def argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None = None) -> tuple[str, ...]:
+    """``--model <abs root>``; identity is read back from exactly this argv (no draft)."""
     root = model.root if model is not None and model.root else "<model not declared>"
     serve = role.serve
     return ("--model", root, "--host", serve.host, "--port", str(serve.port), *serve.extra_args)
+
+
+FLAGS = flag_table(
+    (Flag(1), ("--max-tokens", "--temp", "--top-p", "--top-k", "--log-level")),
+)
 
 
 # ---------------------------------------------------------------- probes
@@ -56,10 +68,11 @@ def exchange(ctx: ProbeContext) -> Exchange:
 def read(answers: Mapping[str, ProbeAnswer], ctx: ProbeContext) -> ProbeFacts:
     """mlx_lm.server's answers → facts. Identity is the launched ``--model``."""
     health = answers[HEALTH.path]
+    identity = argv_model(ctx.launch_argv)
     if not health.answered:
-        return unreachable(HEALTH, health, ctx, identity=ctx.argv_model)
+        return unreachable(HEALTH, health, ctx, identity=identity)
     base = ProbeFacts(
-        health=Health.UP, detail="healthy", identity=ctx.argv_model, latency=health.latency
+        health=Health.UP, detail="healthy", identity=identity, latency=health.latency
     )
     if health.status == 503:
         return attrs.evolve(
@@ -78,7 +91,7 @@ def read(answers: Mapping[str, ProbeAnswer], ctx: ProbeContext) -> ProbeFacts:
             detail=f"loading model (no one-token completion {completion.error_detail})",
         )
     if completion.error is not None:
-        return unreachable(COMPLETION, completion, ctx, identity=ctx.argv_model)
+        return unreachable(COMPLETION, completion, ctx, identity=identity)
     if _THREAD_DIED in error_message(completion).lower():
         return attrs.evolve(base, health=Health.UNHEALTHY, detail=_THREAD_DIED)
     return attrs.evolve(
@@ -88,13 +101,39 @@ def read(answers: Mapping[str, ProbeAnswer], ctx: ProbeContext) -> ProbeFacts:
 
 def argv_model(argv: Sequence[str]) -> str | None:
     """The ``--model`` value of a launch argv (separate arguments, as launched)."""
-    for i, arg in enumerate(argv[:-1]):
-        if arg == "--model":
-            return argv[i + 1]
-    return None
+    return argv_value(argv, "--model")
 
 
 def deep_request() -> ProbeRequest:
     """One token, WITHOUT ``model``: mlx-lm would load whatever a request names."""
     body = {"messages": hi_messages(), "max_tokens": 1, "stream": False}
     return ProbeRequest(method="POST", path="/v1/chat/completions", body=body)
+
+
+def _deep(role: RoleSpec, model: ModelSpec | None, node: NodeConfig,
+          listed: tuple[str, ...]) -> ProbeRequest:
+    return deep_request()
+
+
+def _no_name(role: RoleSpec, model: ModelSpec | None) -> None:
+    return None  # /v1/models lists the HF cache too: it says nothing about what is loaded
+
+
+SPEC = RuntimeSpec(
+    runtime=Runtime.MLX_LM,
+    title="mlx-lm (mlx_lm.server)",
+    launched=True,
+    managed=True,
+    shared_endpoint=False,
+    loads_models=False,
+    default_port=None,
+    formats=frozenset({ModelFormat.MLX, ModelFormat.SAFETENSORS}),
+    flags=FLAGS,
+    argv=argv,
+    exchange=exchange,
+    read=read,
+    readiness=COMPLETION,
+    wanted=_no_name,
+    identity="the launch argv's --model",
+    deep_request=_deep,
+)

@@ -1,7 +1,8 @@
-"""Ollama: probes, load/unload requests and answers (PURE). Never launched.
+"""Ollama: probes, load/unload requests, answers and tag names (PURE). Never launched.
 
 Several roles may share one Ollama: the observer runs one ``exchange`` per
-host:port and reads it once per role with that role's tag. Only these paths
+host:port and reads it once per role with that role's tag. Tags compare
+``:latest``-equivalently (``same_tag``), in the observer and the planner alike. Only these paths
 are ever called: ``/api/version``, ``/api/tags``, ``/api/ps`` (GET), and
 ``/api/generate`` / ``/api/chat`` (POST) for load, unload and deep health —
 never pull, delete or anything else (BEHAVIOUR §2).
@@ -9,11 +10,13 @@ never pull, delete or anything else (BEHAVIOUR §2).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Mapping
 
 import attrs
 
+from reconciler.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
 from reconciler.observed import Health, ProbeFacts
 from reconciler.runtimes.common import (
     ErrorKind,
@@ -25,9 +28,12 @@ from reconciler.runtimes.common import (
     failure_detail,
     hi_messages,
     json_list,
-    listed_match,
     unreachable,
 )
+from reconciler.runtimes.spec import RuntimeSpec
+
+#: Ollama listens here unless the manifest says otherwise.
+DEFAULT_PORT = 11434
 
 VERSION = ProbeRequest(method="GET", path="/api/version")
 TAGS = ProbeRequest(method="GET", path="/api/tags")
@@ -48,6 +54,27 @@ def exchange(ctx: ProbeContext | None = None) -> Exchange:
         out[TAGS.path] = tags
         out[PS.path] = ps
     return out
+
+
+@functools.lru_cache(maxsize=4096)  # pure; the planner compares the same few tags per role
+def normal_tag(tag: str) -> str:
+    """``Library/Llama3`` → ``library/llama3:latest`` → ``llama3:latest``."""
+    name = tag.strip().lower()
+    for prefix in ("registry.ollama.ai/", "library/"):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    if ":" not in name.rsplit("/", 1)[-1]:
+        name += ":latest"
+    return name
+
+
+def same_tag(a: str, b: str) -> bool:
+    """Do two Ollama names mean one model? (``llama3`` is ``library/llama3:latest``.)"""
+    return bool(a.strip()) and bool(b.strip()) and normal_tag(a) == normal_tag(b)
+
+
+def _match(wanted: str, names: tuple[str, ...]) -> str | None:
+    return next((name for name in names if same_tag(wanted, name)), None)
 
 
 def model_names(body: Any) -> tuple[str, ...]:
@@ -86,9 +113,9 @@ def read(answers: Mapping[str, ProbeAnswer], ctx: ProbeContext) -> ProbeFacts:
     # Every fact is kept whatever the verdict: the planner unloads by resident_models.
     facts = attrs.evolve(
         facts, listed_models=listed, resident_models=resident,
-        identity=listed_match(wanted, resident) if wanted else None,
+        identity=_match(wanted, resident) if wanted else None,
     )
-    if wanted and listed_match(wanted, listed) is None:
+    if wanted and _match(wanted, listed) is None:
         # The server itself is fine and its lists are trustworthy (UP); the
         # planner refuses the role from listed_models. UNHEALTHY is kept for
         # answers whose lists cannot be trusted, on which nothing may act.
@@ -153,3 +180,35 @@ def deep_request(tag: str, keep_alive: float | None) -> ProbeRequest:
         "options": {"num_predict": 1},
     }
     return ProbeRequest(method="POST", path="/api/chat", body=body)
+
+
+def _tag(role: RoleSpec, model: ModelSpec | None) -> str | None:
+    return model.ollama_tag if model is not None else None
+
+
+def _deep(role: RoleSpec, model: ModelSpec | None, node: NodeConfig,
+          listed: tuple[str, ...]) -> ProbeRequest | str:
+    tag = _tag(role, model)
+    if not tag:
+        return f"role {role.name} names no Ollama model tag"
+    return deep_request(tag, role.keep_alive if role.keep_alive is not None else node.keep_alive)
+
+
+SPEC = RuntimeSpec(
+    runtime=Runtime.OLLAMA,
+    title="Ollama",
+    launched=False,
+    managed=True,
+    shared_endpoint=True,
+    loads_models=True,
+    default_port=DEFAULT_PORT,
+    formats=frozenset({ModelFormat.OLLAMA}),
+    exchange=exchange,
+    read=read,
+    wanted=_tag,
+    names_match=same_tag,
+    identity="GET /api/ps names (:latest-equivalent)",
+    deep_request=_deep,
+    load_request=load_request,
+    unload_request=unload_request,
+)

@@ -417,7 +417,7 @@ def test_marker_alone_does_not_make_a_process_ours(world):
 
 def test_a_second_reconciler_waits_for_the_lock_then_gives_up(world):
     """Two runs never act at once: the second one exits 1 naming the holder."""
-    from reconciler.store import Lock
+    from reconciler.lock import Lock
 
     world.node()
     world.model()

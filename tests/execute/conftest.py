@@ -18,7 +18,7 @@ from typing import Callable
 
 import pytest
 
-from reconciler import spawn
+from reconciler import programs, spawn
 from reconciler.identity import DEFAULT_PATH, MARKER_ENV
 from reconciler.desired import Launch, RunAs
 
@@ -83,8 +83,8 @@ class World:
                 except (ProcessLookupError, PermissionError):
                     pass
         def reaped() -> bool:
-            spawn.reap()
-            return not any(spawn.is_child(pid) for pid in self.pids)
+            programs.reap()
+            return not any(programs.is_child(pid) for pid in self.pids)
 
         wait_for(reaped, timeout=5.0)
 

@@ -13,6 +13,7 @@ from reconciler import execute
 from reconciler.identity import MARKER_ENV
 from reconciler.decisions import Decision, Plan, Reason, Verb
 from reconciler.desired import NodeConfig
+from reconciler.outcomes import Guard, Refusal
 
 from .conftest import alive, wait_for
 
@@ -24,7 +25,7 @@ NODE = NodeConfig(stop_grace=0.3)
 class Recorder:
     """Hooks that record every call and register spawned pids for cleanup."""
 
-    def __init__(self, world, refuse: str | None = None) -> None:
+    def __init__(self, world, refuse: Refusal | None = None) -> None:
         self.world, self.refuse, self.calls = world, refuse, []
 
     def before_start(self, decision):
@@ -34,9 +35,6 @@ class Recorder:
     def after_spawn(self, decision, result):
         self.calls.append(("after_spawn", decision.role, result.pid))
         self.world.pids.append(result.pid)
-
-    def after_action(self, outcome):
-        self.calls.append(("after_action", outcome.role, outcome.verb))
 
 
 def _free_port() -> int:
@@ -65,10 +63,14 @@ def test_start_spawns_and_records_through_the_hooks(world):
     assert outcome.ok and not outcome.skipped and outcome.verb is Verb.START
     assert outcome.pid and outcome.create_time
     assert alive(outcome.pid)
-    env = Path(f"/proc/{outcome.pid}/environ").read_bytes().split(b"\0")
-    assert f"{MARKER_ENV}={INSTANCE}".encode() in env
-    assert hooks.calls == [("before_start", "coder"), ("after_spawn", "coder", outcome.pid),
-                           ("after_action", "coder", Verb.START)]
+    # Read once the exec has settled: the parent learns the exec succeeded (its
+    # close-on-exec pipe closes) a moment before the kernel has set up the new
+    # image's environment block, and /proc/PID/environ reads empty until then.
+    marker = f"{MARKER_ENV}={INSTANCE}".encode()
+    environ = Path(f"/proc/{outcome.pid}/environ")
+    assert wait_for(lambda: marker in environ.read_bytes().split(b"\0"), 5.0)
+    assert hooks.calls == [("before_start", "coder"), ("after_spawn", "coder", outcome.pid)]
+    assert outcome.text() == f"pid {outcome.pid}"
     assert abs(outcome.at - time.time()) < 5
 
 
@@ -83,33 +85,36 @@ def test_start_over_a_taken_port_spawns_nothing(world):
         (outcome,) = _apply([decision], hooks)
     assert not outcome.ok and outcome.pid is None
     assert outcome.detail == f"port 127.0.0.1:{port} already taken; adopt it instead"
-    assert hooks.calls == [("after_action", "coder", Verb.START)]
+    assert outcome.refusal is None and hooks.calls == []
     assert not Path(decision.launch.cwd).exists()
 
 
 def test_before_start_refusal_spawns_nothing(world):
     """A message from before_start (e.g. the model failed verification) stops the spawn."""
-    hooks = Recorder(world, refuse="refused: model coder-q4 mismatch")
+    refusal = Refusal(guard=Guard.MODEL_UNVERIFIED, detail="model coder-q4 mismatch")
+    hooks = Recorder(world, refuse=refusal)
     decision = _start(world)
     (outcome,) = _apply([decision], hooks)
-    assert not outcome.ok and outcome.detail == "refused: model coder-q4 mismatch"
+    assert not outcome.ok and outcome.refusal == refusal
+    assert outcome.text() == "refused: model coder-q4 mismatch"
     assert not Path(decision.launch.cwd).exists()
     assert ("after_spawn", "coder", None) not in hooks.calls
 
 
-@pytest.mark.parametrize("change,fragment", [
-    ({"instance_id": None}, "without instance_id"),
-    ({"port": 80}, "outside the allowed ports"),
-    ({"host": "192.0.2.1"}, "not a loopback address"),
-    ({"instance_id": "other-00000000"}, f"does not carry {MARKER_ENV}=other-00000000"),
+@pytest.mark.parametrize("change,guard,text", [
+    ({"instance_id": None}, Guard.NO_INSTANCE_ID, "refused: decision without instance_id"),
+    ({"port": 80}, Guard.PORT_NOT_ALLOWED, "refused: port 80 is outside the allowed ports"),
+    ({"host": "192.0.2.1"}, Guard.NOT_LOOPBACK, "refused: 192.0.2.1 is not a loopback address"),
+    ({"instance_id": "other-00000000"}, Guard.NO_MARKER,
+     f"refused: the launch does not carry {MARKER_ENV}=other-00000000"),
 ])
-def test_guards_refuse_a_buggy_start(world, change, fragment):
+def test_guards_refuse_a_buggy_start(world, change, guard, text):
     """No instance id, a disallowed port, a non-loopback host or a launch without the marker: no spawn."""
     hooks = Recorder(world)
     decision = _start(world)
     decision = attrs.evolve(decision, **change)
     (outcome,) = _apply([decision], hooks, allowed=lambda port: port != 80)
-    assert not outcome.ok and fragment in outcome.detail
+    assert not outcome.ok and outcome.refusal.guard is guard and outcome.text() == text
     assert not Path(decision.launch.cwd).exists()
 
 
@@ -125,13 +130,11 @@ def test_failed_stop_skips_only_starts_that_reserve_memory(world):
     stopped, skipped, started = _apply([stop, big, small], hooks)
     assert not stopped.ok and not stopped.exited and stopped.detail.startswith("not owned:")
     assert skipped.skipped and not skipped.ok
-    assert skipped.detail == "skipped: an earlier stop failed and its memory was counted"
+    assert skipped.text() == "skipped: an earlier stop failed and its memory was counted"
     assert started.ok and started.pid
     time.sleep(0.4)  # longer than the grace: a wrongly sent SIGTERM would have acted
     assert alive(foreign.pid)
-    assert [c for c in hooks.calls if c[0] == "after_action"] == [
-        ("after_action", "old", Verb.STOP), ("after_action", "big", Verb.START),
-        ("after_action", "small", Verb.START)]
+    assert [c[:2] for c in hooks.calls] == [("before_start", "small"), ("after_spawn", "small")]
 
 
 def test_stop_without_recorded_create_time_sends_no_signal(world):
@@ -140,7 +143,8 @@ def test_stop_without_recorded_create_time_sends_no_signal(world):
     decision = Decision(role="coder", verb=Verb.STOP, reason=Reason.REMOVED, pid=target.pid,
                         instance_id=INSTANCE)
     (outcome,) = _apply([decision], Recorder(world))
-    assert not outcome.ok and "no signal sent" in outcome.detail
+    assert not outcome.ok and outcome.refusal.guard is Guard.NO_CREATE_TIME
+    assert "no signal sent" in outcome.text()
     time.sleep(0.4)
     assert alive(target.pid)
 
@@ -173,10 +177,12 @@ def test_restart_refused_by_verification_leaves_the_running_server_alone(world):
     old = world.spawn(world.launch(SLEEPER, instance=INSTANCE))
     decision = attrs.evolve(_start(world), verb=Verb.RESTART, reason=Reason.SPEC_CHANGED,
                             pid=old.pid, create_time=old.create_time)
-    hooks = Recorder(world, refuse="refused: model m: shard a.gguf hash mismatch")
+    hooks = Recorder(world, refuse=Refusal(guard=Guard.MODEL_UNVERIFIED,
+                                           detail="model m: shard a.gguf hash mismatch"))
     (outcome,) = _apply([decision], hooks)
     assert not outcome.ok and not outcome.exited and alive(old.pid)
-    assert "hash mismatch" in outcome.detail and "left alone" in outcome.detail
+    assert outcome.text() == ("refused: model m: shard a.gguf hash mismatch; "
+                              "the running server was left alone")
 
 
 def test_refused_restart_of_a_crashed_server_blocks_no_later_start(world):
@@ -187,11 +193,13 @@ def test_refused_restart_of_a_crashed_server_blocks_no_later_start(world):
     class RefuseFlaky(Recorder):
         def before_start(self, decision):
             super().before_start(decision)
-            return "refused: model m: shard a.gguf is missing" if decision.role == "flaky" else None
+            if decision.role != "flaky":
+                return None
+            return Refusal(guard=Guard.MODEL_UNVERIFIED, detail="model m: shard a.gguf is missing")
 
     later = _start(world, reserve=10)
     refused, started = _apply([crashed, later], RefuseFlaky(world))
-    assert not refused.ok and "left alone" not in refused.detail
+    assert not refused.ok and "left alone" not in refused.text()
     assert started.ok and not started.skipped and alive(started.pid)
 
 

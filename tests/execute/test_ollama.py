@@ -8,6 +8,7 @@ import pytest
 
 from reconciler import execute
 from reconciler.decisions import Decision, Plan, Reason, Verb
+from reconciler.outcomes import Guard, Refusal
 from reconciler.desired import NodeConfig
 from tests.doubles.ollama import OllamaDouble
 
@@ -62,14 +63,16 @@ def test_keep_alive_zero_load_is_refused_without_a_request():
     """A load asking for keep_alive 0 would unload what it loads: refused, no packet."""
     with OllamaDouble(pulled=[TAG]) as ollama:
         result = execute.ollama_load("127.0.0.1", ollama.port, TAG, 0.0, timeout=5.0)
-        assert not result.ok and "keep_alive 0" in result.error
+        assert not result.ok and result.refusal.guard is Guard.KEEP_ALIVE_ZERO
+        assert str(result.refusal) == "refused: keep_alive 0 would unload the model it loads"
         assert ollama.requests == []
 
 
 def test_non_loopback_host_is_refused():
     """Ollama calls only ever go to loopback."""
     result = execute.ollama_load("192.0.2.1", 11434, TAG, 60.0, timeout=5.0)
-    assert not result.ok and "not a loopback address" in result.error
+    assert not result.ok and result.refusal == Refusal(
+        guard=Guard.NOT_LOOPBACK, detail="192.0.2.1 is not a loopback address")
 
 
 def _decision(verb: Verb, port: int, **kw) -> Decision:
@@ -95,7 +98,8 @@ def test_apply_sends_nothing_to_a_port_outside_the_allowlist():
     with OllamaDouble(pulled=[TAG]) as ollama:
         plan = Plan(decisions=(_decision(Verb.LOAD, ollama.port, keep_alive=60.0),))
         (outcome,) = execute.apply(plan, node=NodeConfig(), allowed=lambda p: False)
-        assert not outcome.ok and "outside the allowed ports" in outcome.detail
+        assert not outcome.ok and outcome.refusal.guard is Guard.PORT_NOT_ALLOWED
+        assert "outside the allowed ports" in outcome.text()
         assert ollama.requests == []
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from reconciler import spawn
+from reconciler import programs, serverlog, spawn
 from reconciler.identity import MARKER_ENV
 
 from .conftest import NOBODY, alive, wait_for
@@ -164,8 +164,8 @@ def test_running_log_is_capped_by_copy_and_truncate(world):
     assert result.ok, result.error
     cwd = Path(launch.cwd)
     assert wait_for(lambda: (cwd / "wrote-big").exists())
-    assert spawn.rotate_log_if_needed(launch.cwd, max_bytes=10_000) == spawn.RotateResult(rotated=False)
-    assert spawn.rotate_log_if_needed(launch.cwd, max_bytes=1000, backups=2) == spawn.RotateResult(
+    assert serverlog.rotate_if_needed(launch.cwd, max_bytes=10_000) == serverlog.RotateResult(rotated=False)
+    assert serverlog.rotate_if_needed(launch.cwd, max_bytes=1000, backups=2) == serverlog.RotateResult(
         rotated=True)
     assert (cwd / "server.log").stat().st_size == 0
     assert (cwd / "server.log.1").read_text() == "x" * 5000 + "\n"
@@ -185,7 +185,7 @@ def test_symlinked_log_is_refused_and_its_target_untouched(world):
     result = world.spawn(launch)
     assert not result.ok and result.pid is None
     assert target.read_text() == "keep me\n"
-    rotated = spawn.rotate_log_if_needed(launch.cwd, max_bytes=0)
+    rotated = serverlog.rotate_if_needed(launch.cwd, max_bytes=0)
     assert not rotated.rotated and rotated.error
     assert target.read_text() == "keep me\n"
 
@@ -195,8 +195,8 @@ def test_reap_collects_exited_children(world):
     result = world.spawn(world.launch("raise SystemExit(7)"))
     assert result.ok, result.error
     codes: dict[int, int] = {}
-    assert wait_for(lambda: codes.update(spawn.reap()) or result.pid in codes)
+    assert wait_for(lambda: codes.update(programs.reap()) or result.pid in codes)
     assert codes[result.pid] == 7
-    assert not spawn.is_child(result.pid)
+    assert not programs.is_child(result.pid)
     assert not alive(result.pid)
 

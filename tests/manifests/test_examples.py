@@ -23,15 +23,17 @@ def test_examples_are_valid_and_counted() -> None:
     """The examples load without problems or warnings and count every kind."""
     result = _load()
     assert result.warnings == ()
-    assert result.summary == "10 documents: 5 Model, 4 InferenceSpec, 1 NodeConfig"
+    assert result.summary == "11 documents: 5 Model, 5 InferenceSpec, 1 NodeConfig"
 
 
 def test_examples_cover_each_role_kind() -> None:
-    """Managed llama.cpp, mlx-lm and Ollama roles and an adopted llama.cpp role exist."""
+    """Every runtime has an example; the managed ones managed, plus an adopted llama.cpp role."""
     desired = _load().desired
     kinds = {(r.runtime, r.mode) for r in desired.roles}
     assert kinds == {(Runtime.LLAMACPP, Mode.MANAGED), (Runtime.MLX_LM, Mode.MANAGED),
-                     (Runtime.OLLAMA, Mode.MANAGED), (Runtime.LLAMACPP, Mode.ADOPTED)}
+                     (Runtime.OLLAMA, Mode.MANAGED), (Runtime.LLAMACPP, Mode.ADOPTED),
+                     (Runtime.OPENAI, Mode.ADOPTED)}
+    assert {runtime for runtime, _ in kinds} == set(Runtime)
 
 
 def test_every_example_names_its_schema() -> None:

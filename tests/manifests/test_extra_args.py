@@ -1,18 +1,21 @@
-"""The extra_args allowlist (BEHAVIOUR §1.4): the bypass list, arity, and the shim's flags."""
+"""The extra_args allowlist (BEHAVIOUR §1.4): the bypass list, arity, and the real server's --help."""
 
 from __future__ import annotations
 
-import ast
+import os
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from reconciler import extra_args
-from reconciler.extra_args import ALLOWED, OWNED, check
+from reconciler.extra_args import OWNED, check
 from reconciler.desired import Runtime
+from reconciler.runtimes import SPECS, spec_of
 
 LLAMA, MLX, OLLAMA = Runtime.LLAMACPP, Runtime.MLX_LM, Runtime.OLLAMA
-SHIM = Path(__file__).parents[2] / "testbed" / "llama_server_shim.py"
+LLAMA_SERVER = Path(os.environ.get("RECONCILER_TESTBED", "/opt/reconciler-testbed")) / "bin" / "llama-server"
 
 BYPASSES = [
     (LLAMA, ["--hos", "0.0.0.0"]),  # prefix abbreviation of --host
@@ -97,29 +100,63 @@ def test_messages_point_at_the_entry() -> None:
 
 def test_owned_flags_are_on_no_list() -> None:
     """No reconciler-owned flag (host, port, model, draft, ctx, kv, alias) is allowed anywhere."""
-    for table in ALLOWED.values():
-        assert not set(table) & set(OWNED)
-    assert ALLOWED[OLLAMA] == {}
+    for rt in SPECS.values():
+        assert not set(rt.flags) & set(OWNED)
+    assert spec_of(OLLAMA).flags == {}
 
 
-def _shim_flags() -> dict[str, int]:
-    """The llama-server shim's flag table, read without importing it (it needs xllamacpp)."""
+def _help_flags(help_text: str) -> dict[str, int]:
+    """Every flag spelling of ``llama-server --help`` → its arity (0, or 1 when a VALUE follows).
+
+    Help lines look like ``-t,    --threads N          description`` or
+    ``--jinja, --no-jinja          description``: spellings separated by ", ", the
+    last one maybe followed by a value placeholder, then two spaces and the text.
+    """
     flags: dict[str, int] = {}
-    for node in ast.walk(ast.parse(SHIM.read_text())):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "_flag":
-            arity = node.args[1].value  # type: ignore[attr-defined]
-            for spelling in node.args[2:]:
-                flags[spelling.value] = arity  # type: ignore[attr-defined]
+    for line in help_text.splitlines():
+        if not line.startswith("-"):
+            continue
+        spellings, arity = [], 0
+        tokens = line.split()
+        for i, token in enumerate(tokens):
+            if not token.startswith("-"):
+                break
+            spellings.append(token.rstrip(","))
+            if token.endswith(","):
+                continue
+            following = tokens[i + 1] if i + 1 < len(tokens) else ""
+            arity = 1 if re.fullmatch(r"[A-Z][A-Z0-9_]*|[\[<{].*", following) else 0
+            break
+        for spelling in spellings:
+            flags[spelling] = arity
     return flags
 
 
-@pytest.mark.skipif(not SHIM.exists(), reason="no llama-server shim in this checkout")
-def test_llamacpp_table_matches_the_test_server() -> None:
-    """Every allowed llamacpp flag exists with the same arity in the server the tests run."""
-    shim = _shim_flags()
-    assert shim, "could not read the shim's _flag table"
-    for spelling, flag in ALLOWED[LLAMA].items():
-        assert shim.get(spelling) == flag.arity, spelling
+def test_help_parser_reads_spellings_and_arity() -> None:
+    """The --help reader itself: aliases, a value placeholder, a switch pair."""
+    text = ("-t,    --threads N      threads\n"
+            "--jinja, --no-jinja     jinja\n"
+            "-fa,   --flash-attn [on|off|auto]   fa\n"
+            "not a flag line\n")
+    assert _help_flags(text) == {"-t": 1, "--threads": 1, "--jinja": 0, "--no-jinja": 0,
+                                 "-fa": 1, "--flash-attn": 1}
+
+
+def test_llamacpp_table_matches_the_real_llama_server() -> None:
+    """Every allowed llamacpp flag exists with the same arity in the real llama-server's --help."""
+    if not LLAMA_SERVER.exists():
+        message = f"the real llama-server is missing ({LLAMA_SERVER}): run `bash testbed/setup.sh`"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(reason=message)
+    done = subprocess.run([str(LLAMA_SERVER), "--help"], capture_output=True, text=True,
+                          timeout=30)
+    real = _help_flags(done.stdout + done.stderr)
+    assert len(real) > 100, "could not read llama-server --help"
+    for spelling, flag in spec_of(LLAMA).flags.items():
+        assert real.get(spelling) == flag.arity, spelling
+    for owned in OWNED:
+        assert owned in real, f"{owned} is no longer a llama-server flag: update OWNED"
 
 
 def test_limits_match_behaviour() -> None:

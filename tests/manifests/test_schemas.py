@@ -1,4 +1,5 @@
-"""The JSON Schemas: valid 2020-12, consistent with each other, shipped inside the package."""
+"""The JSON Schemas: valid 2020-12, consistent with each other and with the runtime table,
+shipped inside the package."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import jsonschema
 import pytest
 
 from reconciler import schemata
+from reconciler.runtimes import SPECS
 
 ROOT = Path(__file__).parents[2]
 
@@ -53,3 +55,45 @@ def test_unknown_keys_rejected_everywhere(kind: str) -> None:
             for i, value in enumerate(node):
                 walk(value, f"{where}/{i}")
     walk(schemata.schema(kind), kind)
+
+
+# ---------------------------------------------------------------- the schemas agree with the runtime table
+
+RUNTIMES = list(SPECS.values())
+
+
+def _role(runtime: str, **spec: object) -> dict:
+    body = {"runtime": runtime, "mode": "adopted", **spec}
+    return {"apiVersion": "reconciler/v1", "kind": "InferenceSpec",
+            "metadata": {"name": "r"}, "spec": body}
+
+
+def _valid(kind: str, document: dict) -> bool:
+    return jsonschema.Draft202012Validator(schemata.schema(kind)).is_valid(document)
+
+
+def test_runtime_enum_is_the_table() -> None:
+    """The InferenceSpec runtime enum lists exactly the registry's runtimes, in its order."""
+    enum = schemata.schema("InferenceSpec")["properties"]["spec"]["properties"]["runtime"]["enum"]
+    assert enum == [str(rt.runtime) for rt in RUNTIMES]
+
+
+@pytest.mark.parametrize("rt", RUNTIMES, ids=str)
+def test_schema_rules_follow_each_declaration(rt) -> None:  # type: ignore[no-untyped-def]
+    """Port required unless a default, draft_model and keep_alive only where declared."""
+    port = {"serve": {"port": 8080}}
+    assert _valid("InferenceSpec", _role(str(rt.runtime), **port))
+    assert _valid("InferenceSpec", _role(str(rt.runtime))) == (rt.default_port is not None)
+    draft = {"serve": {"port": 8080, "draft_model": "d"}}
+    assert _valid("InferenceSpec", _role(str(rt.runtime), **draft)) == (
+        "draft_model" in rt.serve_options)
+    keep = {**port, "keep_alive": "5m"}
+    assert _valid("InferenceSpec", _role(str(rt.runtime), **keep)) == rt.loads_models
+
+
+@pytest.mark.parametrize("rt", RUNTIMES, ids=str)
+def test_serve_programs_only_for_launched_runtimes(rt) -> None:  # type: ignore[no-untyped-def]
+    """NodeConfig takes a serve program for exactly the runtimes the reconciler launches."""
+    node = {"apiVersion": "reconciler/v1", "kind": "NodeConfig", "metadata": {"name": "n"},
+            "spec": {"serve_programs": {str(rt.runtime): "/opt/server"}}}
+    assert _valid("NodeConfig", node) == rt.launched

@@ -27,7 +27,7 @@ from reconciler.desired import (
 )
 from reconciler.observed import Remembered
 from tests.doubles.ollama import OllamaDouble
-from tests.observe.servers import Scripted, Silent
+from tests.observe.servers import Scripted, Silent, free_port
 
 NODE = """\
 apiVersion: reconciler/v1
@@ -241,3 +241,39 @@ def test_capabilities_table(tmp_path: Path, bindir: Path,
     assert rows["llamacpp"]["ok"] and rows["llamacpp"]["version"] == "version: 42 (abc)"
     assert not rows["mlx-lm"]["ok"] and "writable by group or others" in rows["mlx-lm"]["why"]
     assert rows["ollama"]["ok"] and rows["ollama"]["version"] == "0.12.3"
+
+
+OPENAI_ROLE = """\
+apiVersion: reconciler/v1
+kind: InferenceSpec
+metadata: {{name: ext}}
+spec:
+  runtime: openai
+  mode: adopted
+  serve: {{port: {port}}}
+"""
+
+
+def test_capabilities_lists_every_runtime(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every runtime gets a row: openai endpoints are probed with GETs; none named: never launched."""
+    routes = {"/health": (200, {"status": "ok"}), "/v1/models": (200, {"data": [{"id": "x"}]})}
+    with Scripted(routes) as server:
+        args = write(tmp_path, node(), OPENAI_ROLE.format(port=server.port))
+        assert main([*args, "capabilities", "--json"]) == 0
+        methods = {method for method, *_ in server.requests}
+    rows = {r["runtime"]: r for r in json.loads(capsys.readouterr().out)["runtimes"]}
+    assert set(rows) == {str(r) for r in Runtime}
+    assert rows["openai"]["ok"] and rows["openai"]["program"] == f"127.0.0.1:{server.port}"
+    assert methods == {"GET"}
+    assert rows["ollama"]["why"] == "no ollama role (never launched)"
+    args = write(tmp_path, node(), OPENAI_ROLE.format(port=free_port()))
+    assert main([*args, "capabilities"]) == 1  # a role's endpoint does not answer
+    assert "openai" in capsys.readouterr().out
+
+
+def test_capabilities_help_names_the_runtimes(capsys: pytest.CaptureFixture[str]) -> None:
+    """`reconcile capabilities --help` names every runtime, openai included."""
+    with pytest.raises(SystemExit):
+        main(["capabilities", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert all(str(r) in out for r in Runtime)

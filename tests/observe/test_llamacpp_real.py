@@ -1,4 +1,4 @@
-"""The observer against the REAL llama.cpp server (testbed: xllamacpp behind a llama-server shim)."""
+"""The observer against the REAL llama.cpp server (testbed: llama-server compiled from source)."""
 
 from __future__ import annotations
 
@@ -142,3 +142,15 @@ def test_real_llamacpp_wrong_alias_is_degraded(launcher: Launcher) -> None:
     role = _until_answering(Desired(roles=(other,)), Remembered(), "other", proc, [])
     assert role.probe.health is Health.UNHEALTHY
     assert role.probe.detail == "model coder is not listed by the server"
+
+
+def test_real_llamacpp_settled_identity_is_what_the_server_says(launcher: Launcher) -> None:
+    """Once our server answered healthy, its launch gives the same facts /v1/models + /props gave."""
+    desired = Desired(roles=(launcher.spec,))
+    proc = launcher.launch()
+    asked = _until_answering(desired, Remembered(roles=(launcher.record,)), "tiny", proc, [])
+    settled_record = attrs.evolve(launcher.record, healthy_since=time.time())
+    settled = observe(desired, Remembered(roles=(settled_record,)), probe_timeout=1.0).role("tiny")
+    assert asked.probe.health is Health.UP and settled.probe.health is Health.UP
+    assert (settled.probe.listed_models, settled.probe.identity, settled.probe.detail) == (
+        asked.probe.listed_models, asked.probe.identity, asked.probe.detail)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -26,8 +27,8 @@ from reconciler.desired import (
     Runtime,
     ServeSpec,
 )
-from reconciler.observed import Health, Remembered, RoleRecord
-from reconciler.observe import observe
+from reconciler.observed import Health, ProcessFacts, Remembered, RoleRecord
+from reconciler.observe import observe, probe_all, target, with_process
 from tests.doubles.ollama import OllamaDouble
 from tests.observe.servers import Scripted, Silent, free_port
 
@@ -305,3 +306,55 @@ def client_load(port: int, tag: str) -> None:
     from reconciler.runtimes import ollama
 
     probe.send_sync("127.0.0.1", port, ollama.load_request(tag, 300), timeout=10)
+
+
+# ---------------------------------------------------------------- settled: identity from the launch
+
+
+def _settled(spec: RoleSpec | None, rec: RoleRecord, process: ProcessFacts | None) -> bool:
+    desired = Desired(roles=(spec,) if spec is not None else ())
+    t = target(rec.name, desired, Remembered(roles=(rec,)))
+    return with_process(t, process).ctx.settled
+
+
+def test_only_our_own_server_healthy_since_its_creation_is_settled() -> None:
+    """Settled needs: managed, desired, ours and alive on its port, healthy since created."""
+    spec = managed("coder", 8080)
+    rec = record("coder", 8080, healthy_since=1000.0, launch_argv=("/p", "--alias", "coder"))
+    rec = attrs.evolve(rec, pid=42, create_time=900.0)
+    ours = ProcessFacts(pid=42, create_time=900.0, alive=True, owned=True,
+                        listen=("127.0.0.1:8080",))
+    assert _settled(spec, rec, ours)
+    assert not _settled(attrs.evolve(spec, mode=Mode.ADOPTED),
+                        attrs.evolve(rec, mode=Mode.ADOPTED), ours)  # foreign: always asked
+    assert not _settled(None, rec, ours)  # removed role
+    assert not _settled(spec, rec, attrs.evolve(ours, owned=False))  # not ours
+    assert not _settled(spec, rec, attrs.evolve(ours, alive=False))
+    assert not _settled(spec, rec, None)
+    assert not _settled(spec, rec, attrs.evolve(ours, listen=("127.0.0.1:9090",)))
+    assert not _settled(spec, attrs.evolve(rec, healthy_since=None), ours)  # not answered yet
+    # healthy before this process was created: that was its predecessor
+    assert not _settled(spec, attrs.evolve(rec, healthy_since=899.0), ours)
+    assert not _settled(spec, attrs.evolve(rec, launch_argv=()), ours)
+
+
+def test_settled_llamacpp_gets_only_health() -> None:
+    """observe(): our settled llama.cpp server is asked GET /health only; adopted ones in full."""
+    up = {"/health": (200, {"status": "ok"}), "/v1/models": (200, {"data": [{"id": "coder"}]}),
+          "/props": (200, {"model_path": "/m/c.gguf"})}
+    with Scripted(up) as server:
+        spec = managed("coder", server.port)
+        ours = ProcessFacts(pid=1, create_time=1.0, alive=True, owned=True,
+                            listen=(f"127.0.0.1:{server.port}",))
+        rec = attrs.evolve(record("coder", server.port), pid=1, create_time=1.0,
+                           healthy_since=2.0,
+                           launch_argv=("/p", "--model", "/m/c.gguf", "--alias", "coder"))
+        t = with_process(target("coder", Desired(roles=(spec,)), Remembered(roles=(rec,))), ours)
+        facts = asyncio.run(probe_all([t], 1.0))["coder"]
+        adopted = attrs.evolve(spec, mode=Mode.ADOPTED)
+        observe(Desired(roles=(adopted,)), Remembered(), probe_timeout=1.0)
+        paths = [path for _, path, *_ in server.requests]
+    assert facts.health is Health.UP and facts.identity == "/m/c.gguf"
+    assert facts.detail == "healthy; serving coder"
+    assert paths[:2] == ["/health", "/health"]  # ours: /health only; then the adopted one
+    assert sorted(paths[2:]) == ["/props", "/v1/models"]  # asked together

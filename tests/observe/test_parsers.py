@@ -6,7 +6,7 @@ import pytest
 
 from reconciler.decisions import Status
 from reconciler.observed import Health, ProbeFacts
-from reconciler.runtimes import llamacpp, mlx_lm, ollama
+from reconciler.runtimes import llamacpp, mlx_lm, ollama, openai
 from reconciler.runtimes.common import (
     ErrorKind,
     ProbeAnswer,
@@ -82,9 +82,9 @@ def test_llamacpp_listed_path_matches_wanted_name() -> None:
 def test_llamacpp_newer_models_shape_is_read() -> None:
     """Newer servers also list ``models[].name``; both shapes count."""
     body = {"models": [{"name": "a", "model": "a"}], "data": [{"id": "b"}]}
-    assert llamacpp.listed_ids(body) == ("b", "a")
-    assert llamacpp.listed_ids({"data": "garbage"}) == ()
-    assert llamacpp.listed_ids(None) == ()
+    assert openai.model_ids(body) == ("b", "a")
+    assert openai.model_ids({"data": "garbage"}) == ()
+    assert openai.model_ids(None) == ()
 
 
 @pytest.mark.parametrize(
@@ -113,6 +113,16 @@ def test_refused_while_starting_reads_starting() -> None:
     )
     facts, _ = llama({"/health": TIMEOUT})
     assert probe_status(facts)[0] is Status.UNKNOWN  # unknown is not down
+
+
+def test_starting_is_a_field_not_a_prefix() -> None:
+    """The phase travels in ProbeFacts.starting; a detail's wording decides nothing."""
+    facts, _ = llama({"/health": TIMEOUT}, starting=True)
+    assert facts.starting and facts.detail == "starting: no answer to GET /health within 1s"
+    assert probe_status(facts) == (Status.STARTING, facts.detail)
+    lookalike = ProbeFacts(health=Health.UNREACHABLE, detail="starting: said the server")
+    assert probe_status(lookalike)[0] is Status.UNKNOWN
+    assert not llama({"/health": REFUSED})[0].starting
 
 
 def test_llamacpp_models_unreadable_is_unhealthy_when_a_model_is_wanted() -> None:
@@ -147,7 +157,8 @@ def mlx(script: dict[str, ProbeAnswer], **ctx: object) -> tuple[ProbeFacts, list
 def test_mlx_readiness_is_a_one_token_completion_without_model() -> None:
     """After a start: /health, then POST /v1/completions {prompt, max_tokens:1}, no model."""
     script = {"/health": ok({"status": "ok"}), "/v1/completions": ok({"choices": []})}
-    facts, sent, requests = mlx(script, readiness=True, argv_model="/m/tiny-mlx")
+    facts, sent, requests = mlx(script, readiness=True,
+                                launch_argv=("/bin/mlx_lm.server", "--model", "/m/tiny-mlx"))
     assert sent == ["GET /health", "POST /v1/completions"]
     assert requests[1].body == {"prompt": "hi", "max_tokens": 1}
     assert facts.health is Health.UP and facts.identity == "/m/tiny-mlx"
@@ -299,3 +310,29 @@ def test_ollama_tags_answered_with_an_error_is_unhealthy(status: int) -> None:
     script = {"/api/version": ok({"version": "1"}), "/api/tags": ProbeAnswer(status=status),
               "/api/ps": PS}
     assert oll(script, "llama3.2")[0].health is Health.UNHEALTHY
+
+
+# ---------------------------------------------------------------- llama.cpp, settled
+
+LAUNCH = ("/opt/llama-server", "--model", MODEL_PATH, "--host", "127.0.0.1", "--port", "8080",
+          "--alias", "tiny")
+
+
+def test_llamacpp_settled_asks_health_only_and_reads_its_launch() -> None:
+    """Our settled server: GET /health only; listed alias and model path come from the launch."""
+    facts, sent = llama(LLAMA_UP, wanted="tiny", settled=True, launch_argv=LAUNCH)
+    full, _ = llama(LLAMA_UP, wanted="tiny", launch_argv=LAUNCH)
+    assert sent == ["GET /health"]
+    assert facts == full  # what the launch says is what the server answers
+
+
+def test_llamacpp_settled_still_judges_health_and_the_alias() -> None:
+    """Settled: 503 is loading, a launch with another alias is 'not listed', 404 asks in full."""
+    loading = {"/health": ok({"error": "Loading model"}, status=503)}
+    assert llama(loading, settled=True, launch_argv=LAUNCH)[0].health is Health.LOADING
+    facts, _ = llama(LLAMA_UP, wanted="coder", settled=True, launch_argv=LAUNCH)
+    assert (facts.health, facts.detail) == (Health.UNHEALTHY,
+                                             "model coder is not listed by the server")
+    old = dict(LLAMA_UP, **{"/health": ok("nope", status=404)})
+    _, sent = llama(old, wanted="tiny", settled=True, launch_argv=LAUNCH)
+    assert sent == ["GET /health", "GET /v1/models", "GET /props"]

@@ -26,8 +26,8 @@ from reconciler.observed import (
     Remembered,
     RoleObservation,
 )
-from reconciler.policy import has_tag, same_tag
 from reconciler.records import ActionFacts, after_decision
+from reconciler.runtimes.ollama import SPEC as OLLAMA
 
 
 def _next_pid(observed: Observed, remembered: Remembered) -> int:
@@ -40,9 +40,9 @@ def _tags(observed: dict[str, RoleObservation], tag: str, *, add: bool) -> None:
     """Ollama is one server: a load or unload shows on every Ollama role's probe."""
     for name, o in list(observed.items()):
         p = o.probe
-        if p is None or not has_tag(p.listed_models, tag):
+        if p is None or not OLLAMA.lists(p.listed_models, tag):
             continue
-        resident = tuple(t for t in p.resident_models if not same_tag(t, tag))
+        resident = tuple(t for t in p.resident_models if not OLLAMA.same(t, tag))
         if add:
             resident += (tag,)
         observed[name] = attrs.evolve(o, probe=attrs.evolve(p, resident_models=resident))

@@ -41,6 +41,7 @@ from reconciler.observed import (
     Terminal,
 )
 from reconciler.plan import plan
+from reconciler.runtimes import spec_of
 from tests.plan.simulate import simulate
 from tests.plan.test_properties import check_safety
 from tests.plan.worlds import CTX, GB, MODELS, OLLAMA_PORT, SERVE_PROGRAMS, World
@@ -153,7 +154,7 @@ class Reconciling(RuleBasedStateMachine):
             if port is None:
                 return
         self.roles[name] = RoleSpec(
-            name=name, runtime=runtime, mode=Mode.ADOPTED if adopted else Mode.MANAGED,
+            name=name, runtime=runtime, mode=Mode.ADOPTED if adopted or not spec_of(runtime).managed else Mode.MANAGED,
             model=model, serve=ServeSpec(port=port), memory=MemorySpec(weights=weights * GB),
             excludes=frozenset(excludes - {name}), restart=POLICY,
             keep_alive=300.0 if runtime is Runtime.OLLAMA else None)

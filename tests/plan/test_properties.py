@@ -23,6 +23,7 @@ from reconciler.observed import (
     RoleRecord,
 )
 from reconciler.plan import plan
+from reconciler.runtimes.ollama import SPEC as OLLAMA
 from tests.plan.simulate import simulate
 from tests.plan.worlds import (
     MODELS,
@@ -74,9 +75,9 @@ def check_safety(w: World, p: Plan) -> None:
             assert not d.acts, "no action targets an adopted role"
         if d.verb is Verb.UNLOAD:  # §2: only a load of ours no pass has seen leave /api/ps
             assert rec is not None and rec.we_loaded and rec.exited_at is None
-            assert policy.same_tag(rec.model_tag, d.model_tag)
+            assert OLLAMA.same(rec.model_tag, d.model_tag)
             probe = w.observed.role(d.role).probe
-            assert probe is not None and policy.has_tag(probe.resident_models, d.model_tag)
+            assert probe is not None and OLLAMA.lists(probe.resident_models, d.model_tag)
 
 
 def held_after(w: World) -> int:
@@ -195,7 +196,7 @@ def residents(w: World) -> set[str]:
         up = o.probe is not None and o.probe.health is Health.UP
         if spec.runtime is Runtime.OLLAMA:
             tag = MODELS_BY_NAME[spec.model].ollama_tag if spec.model else None
-            if spec.wanted and up and policy.has_tag(o.probe.resident_models, tag):
+            if spec.wanted and up and OLLAMA.lists(o.probe.resident_models, tag):
                 out.add(spec.name)  # (a stopped role serves nothing, whatever stays loaded)
         elif spec.mode is Mode.ADOPTED:  # known only through its probe; forgotten when stopped
             if spec.wanted and up:

@@ -12,6 +12,7 @@ import attrs
 from hypothesis import strategies as st
 
 from reconciler import identity
+from reconciler.runtimes import spec_of
 from reconciler.decisions import PlanContext
 from reconciler.desired import (
     Desired,
@@ -98,7 +99,7 @@ def nodes(draw) -> NodeConfig:
 @st.composite
 def role_spec(draw, name: str, port: int, names: tuple[str, ...]) -> RoleSpec:
     runtime = draw(st.sampled_from(list(Runtime)))
-    mode = draw(st.sampled_from([Mode.MANAGED, Mode.MANAGED, Mode.ADOPTED]))
+    mode = draw(st.sampled_from([Mode.MANAGED, Mode.MANAGED, Mode.ADOPTED] if spec_of(runtime).managed else [Mode.ADOPTED]))
     if runtime is Runtime.OLLAMA:
         model, port = draw(st.sampled_from(["llama3", "phi"])), OLLAMA_PORT
     else:

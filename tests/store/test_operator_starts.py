@@ -5,8 +5,14 @@ from __future__ import annotations
 import sqlite3
 
 from reconciler.desired import Mode, Runtime
+from reconciler.events import Event, EventKind
 from reconciler.observed import RoleRecord, Terminal
-from reconciler.store import _MIGRATIONS, SCHEMA_VERSION, Lock, Store
+from reconciler.lock import Lock
+from reconciler.store import _MIGRATIONS, SCHEMA_VERSION, Store
+
+
+def event(role: str, kind: EventKind, reason: str, *, at: float) -> Event:
+    return Event(role=role, kind=kind, reason=reason, at=at)
 
 
 def gave_up(**overrides) -> RoleRecord:
@@ -101,7 +107,7 @@ def test_operator_start_clears_the_terminal_state_and_the_count(tmp_path):
         assert store.role("chat") == gave_up(terminal=None, terminal_detail="", restarts=0,
                                              exited_at=None)
         [event] = store.events("chat")
-        assert (event.verb, event.reason, event.detail, event.at) == (
+        assert (event.kind, event.reason, event.detail, event.at) == (
             "operator-start", "operator", detail, 50.0)
 
 
@@ -110,18 +116,19 @@ def test_operator_start_of_an_unrecorded_role_only_records_the_event(tmp_path):
     with Store(tmp_path) as store:
         assert store.operator_start("new") == "nothing to clear (no record yet)"
         assert store.role("new") is None
-        assert [e.verb for e in store.events("new")] == ["operator-start"]
+        assert [e.kind for e in store.events("new")] == ["operator-start"]
 
 
 def test_events_after_an_id(tmp_path):
     """last_event_id marks the log; events(after_id=…) reads only what came later."""
     with Store(tmp_path) as store:
         assert store.last_event_id() == 0
-        store.record_event("chat", "start", "missing", at=1.0)
+        store.add_event(event("chat", EventKind.START, "missing", at=1.0))
         mark = store.last_event_id()
-        store.record_event("chat", "keep", "in_sync", at=0.5)  # an earlier clock still counts
-        store.record_event("other", "keep", "in_sync", at=2.0)
-        assert [e.verb for e in store.events("chat", after_id=mark)] == ["keep"]
+        # An earlier clock still counts: the log is ordered by id.
+        store.add_event(event("chat", EventKind.KEEP, "in_sync", at=0.5))
+        store.add_event(event("other", EventKind.KEEP, "in_sync", at=2.0))
+        assert [e.kind for e in store.events("chat", after_id=mark)] == ["keep"]
         assert len(store.events(after_id=mark)) == 2
 
 

@@ -11,7 +11,10 @@ import pytest
 from reconciler.desired import Mode, Runtime
 from reconciler.observed import RoleRecord, Terminal
 from reconciler.modelstore import Stamp
-from reconciler.store import SCHEMA_VERSION, Lock, LockHeld, Store, StoreError
+from reconciler.errors import LockHeld, StateError
+from reconciler.events import Event, EventKind
+from reconciler.lock import Lock
+from reconciler.store import SCHEMA_VERSION, Store
 
 
 def record(**overrides) -> RoleRecord:
@@ -59,17 +62,19 @@ def test_a_newer_schema_is_refused(tmp_path):
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     db.commit()
     db.close()
-    with pytest.raises(StoreError, match="newer reconciler"):
+    with pytest.raises(StateError, match="newer reconciler"):
         Store(tmp_path)
 
 
 def test_events_are_appended_and_filtered(tmp_path):
     """The event log keeps order and filters by role and time."""
     with Store(tmp_path) as store:
-        store.record_event("a", "start", "missing", "pid 1", ok=True, git_commit="abc", at=10.0)
-        store.record_event("b", "stop", "removed", ok=False, at=20.0)
-        store.record_event("a", "keep", "in_sync", at=30.0)
-        assert [e.verb for e in store.events()] == ["start", "stop", "keep"]
+        store.add_event(Event(role="a", kind=EventKind.START, reason="missing", detail="pid 1",
+                              ok=True, git_commit="abc", at=10.0))
+        store.add_event(Event(role="b", kind=EventKind.STOP, reason="removed", ok=False, at=20.0))
+        store.add_event(Event(role="a", kind=EventKind.KEEP, reason="in_sync", at=30.0))
+        assert [e.kind for e in store.events()] == [EventKind.START, EventKind.STOP,
+                                                    EventKind.KEEP]
         assert [e.at for e in store.events(role="a")] == [10.0, 30.0]
         assert [e.role for e in store.events(since=15.0)] == ["b", "a"]
         first = store.events()[0]
@@ -103,7 +108,7 @@ def test_lock_is_exclusive_across_processes_and_names_the_holder(tmp_path):
     lock.acquire()
     try:
         code = (
-            "import sys\nfrom reconciler.store import Lock, LockHeld\n"
+            "import sys\nfrom reconciler.lock import Lock\nfrom reconciler.errors import LockHeld\n"
             f"try:\n    Lock({str(tmp_path)!r}).acquire(timeout=0.2)\n"
             "except LockHeld as e:\n    print(e); sys.exit(7)\n"
         )
@@ -134,7 +139,7 @@ def test_lock_waits_up_to_its_timeout(tmp_path):
 
 
 def test_a_corrupt_database_is_a_store_error(tmp_path):
-    """Garbage in state.db is reported as a StoreError naming the file, not a sqlite trace."""
+    """Garbage in state.db is reported as a StateError naming the file, not a sqlite trace."""
     (tmp_path / "state.db").write_bytes(b"this is not a database" * 100)
-    with pytest.raises(StoreError, match="state.db"):
+    with pytest.raises(StateError, match="state.db"):
         Store(tmp_path)

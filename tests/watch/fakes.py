@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from reconciler.errors import Problem
-from reconciler.loop import PassResult
+from reconciler.loop import PassInputs, PassResult
 from reconciler.decisions import Decision, Plan, Reason, Status, Verb
 from reconciler.desired import Desired, MemorySpec, Mode, NodeConfig, RoleSpec, Runtime, ServeSpec
 from reconciler.observed import Health, Observed, ProbeFacts, RoleObservation
@@ -18,7 +18,7 @@ def role_spec(name: str, port: int = 20001, mode: Mode = Mode.MANAGED) -> RoleSp
 
 def desired(*names: str, budget: int | None = None) -> Desired:
     return Desired(roles=tuple(role_spec(n, 20000 + i) for i, n in enumerate(names)),
-                   node=NodeConfig(memory_budget=budget))
+                   node=NodeConfig(name="test-node", memory_budget=budget))
 
 
 def keep(name: str, **kw) -> Decision:
@@ -44,16 +44,16 @@ def bad(*messages: str) -> PassResult:
 
 
 class FakePasses:
-    """A stand-in for ``loop.run_pass``: returns scripted results, records every call."""
+    """A stand-in for ``loop.apply_pass``: returns scripted results, records every call."""
 
     def __init__(self, *results: PassResult) -> None:
         self.script = list(results)
-        self.calls: list[dict] = []
+        self.calls: list[PassInputs] = []
         self.last: PassResult | None = None
 
-    def __call__(self, **kwargs) -> PassResult:
-        self.calls.append(kwargs)
-        override = kwargs.get("desired_override")
+    def __call__(self, inputs: PassInputs) -> PassResult:
+        self.calls.append(inputs)
+        override = inputs.desired
         if override is not None:
             return good(override)
         if self.script:

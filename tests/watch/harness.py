@@ -22,7 +22,7 @@ def main() -> int:
     state_dir, seconds = sys.argv[1], float(sys.argv[2])
     logs.setup("text", level=logging.DEBUG)
 
-    def fake_pass(**kwargs):
+    def fake_pass(inputs):
         print("pass start", flush=True)
         time.sleep(seconds)
         print("pass end", flush=True)
@@ -30,7 +30,7 @@ def main() -> int:
 
     with Store(state_dir) as store:
         daemon = Daemon(paths=[state_dir + "/no-manifests"], store=store, state_dir=state_dir,
-                        resync=3600, run_pass=fake_pass, watch_files=False)
+                        resync=3600, apply_pass=fake_pass, watch_files=False)
         code = daemon.run()
     print(f"exit {code}", flush=True)
     return code

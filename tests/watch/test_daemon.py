@@ -14,7 +14,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from reconciler import logs, procs, watch
+from reconciler import logs, metrics, procs, watch
 from reconciler.filewatch import FileWatch
 from reconciler.desired import Mode, Runtime, WantedState
 from reconciler.observed import RoleRecord
@@ -36,7 +36,7 @@ def make(tmp_path, store):
         kw.setdefault("resync", 3600)
         kw.setdefault("watch_files", False)
         d = watch.Daemon(paths=[str(tmp_path / "manifests")], store=store,
-                         state_dir=str(tmp_path / "state"), run_pass=passes, **kw)
+                         state_dir=str(tmp_path / "state"), apply_pass=passes, **kw)
         made.append(d)
         return d
 
@@ -56,7 +56,7 @@ def log():
 
 
 def events(store, verb=None):
-    return [e for e in store.events("manifests") if verb is None or e.verb == verb]
+    return [e for e in store.events("manifests") if verb is None or e.kind == verb]
 
 
 def test_next_deadline_prefers_the_earlier_of_resync_and_requeue():
@@ -77,17 +77,17 @@ def test_invalid_edit_keeps_the_last_good_state_and_records_one_event(make, stor
     assert d.last_good == first and len(passes.calls) == 1
 
     d.reconcile("manifests changed")
-    assert passes.calls[-1]["desired_override"] == first
+    assert passes.calls[-1].desired == first
     assert [e.reason for e in events(store, "invalid")] == ["problems"]
     assert "m/chat.yaml:3: $.spec.serve.port: port out of range" in events(store)[0].detail
 
     d.reconcile("resync")
-    assert passes.calls[-1]["desired_override"] == first
+    assert passes.calls[-1].desired == first
     assert len(events(store, "invalid")) == 1
 
     d.reconcile("manifests changed")
-    assert d.last_good == fixed and "desired_override" not in passes.calls[-1]
-    assert [e.verb for e in events(store)] == ["invalid", "valid"]
+    assert d.last_good == fixed and passes.calls[-1].desired is None
+    assert [e.kind for e in events(store)] == ["invalid", "valid"]
 
 
 def test_invalid_manifests_without_a_good_state_do_nothing(make, store):
@@ -96,14 +96,15 @@ def test_invalid_manifests_without_a_good_state_do_nothing(make, store):
     d = make(passes)
     d.reconcile("start")
     d.reconcile("resync")
-    assert all("desired_override" not in c for c in passes.calls) and len(passes.calls) == 2
+    assert all(c.desired is None for c in passes.calls) and len(passes.calls) == 2
     assert len(events(store, "invalid")) == 1 and "nothing changed" in events(store)[0].detail
 
 
 def test_metrics_file_counts_problems_while_the_last_good_state_runs(make, tmp_path):
     """The metrics of an invalid edit show the problems and the last good state's roles."""
     target = tmp_path / "m.prom"
-    d = make(FakePasses(good(desired("chat")), bad("a", "b")), metrics_file=str(target))
+    d = make(FakePasses(good(desired("chat")), bad("a", "b")),
+             metrics=metrics.DaemonMetrics(file=str(target)))
     d.reconcile("start")
     d.reconcile("manifests changed")
     fams = {f.name: f for f in text_string_to_metric_families(target.read_text())}
@@ -111,18 +112,15 @@ def test_metrics_file_counts_problems_while_the_last_good_state_runs(make, tmp_p
     assert {s.labels["role"] for s in fams["reconciler_role_status"].samples} == {"chat"}
 
 
-class Scrapes:
-    """A stand-in for ``metrics.MetricsServer``: keeps what /metrics would serve."""
-
-    text = ""
-
-    def update(self, text: str) -> None:
-        self.text = text
-
-
 def families(text: str) -> dict:
-    return {f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples}
-            for f in text_string_to_metric_families(text)}
+    """Families by name → {labels without ``node``: value}; every sample names its node."""
+    out = {}
+    for f in text_string_to_metric_families(text):
+        out[f.name] = {}
+        for s in f.samples:
+            assert s.labels.pop("node"), f"{f.name} without a node label"
+            out[f.name][tuple(sorted(s.labels.items()))] = s.value
+    return out
 
 
 def test_a_failing_pass_publishes_failure_with_the_last_known_roles(make, store, tmp_path):
@@ -131,23 +129,24 @@ def test_a_failing_pass_publishes_failure_with_the_last_known_roles(make, store,
                               mode=Mode.MANAGED, restarts=3, reserved=1024))
     now, calls = [100.0], []
 
-    def passes(**kwargs):
-        calls.append(kwargs)
+    def passes(inputs):
+        calls.append(inputs)
         if len(calls) == 1:
             now[0] += 0.25
             return good(desired("chat"))
         now[0] += 1.5
         raise RuntimeError("a bug")
 
-    target, server = tmp_path / "m.prom", Scrapes()
-    d = make(passes, metrics_server=server, metrics_file=str(target),
+    target = tmp_path / "m.prom"
+    server = metrics.DaemonMetrics(file=str(target))
+    d = make(passes, metrics=server,
              monotonic=lambda: now[0], wall=lambda: 1_700_000_000.0 + now[0])
     d.reconcile("start")
-    assert families(server.text)["reconciler_last_pass_success"] == {(): 1}
+    assert families(server.text())["reconciler_last_pass_success"] == {(): 1}
 
     d.reconcile("resync")
-    assert target.read_text() == server.text
-    fams = families(server.text)
+    assert target.read_text() == server.text()
+    fams = families(server.text())
     assert fams["reconciler_last_pass_success"] == {(): 0}
     assert fams["reconciler_last_pass_timestamp_seconds"] == {(): 1_700_000_100.25}
     assert fams["reconciler_last_pass_duration_seconds"] == {(): 1.5}
@@ -161,16 +160,16 @@ def test_a_failure_on_the_last_good_state_publishes_its_problems_and_the_last_ro
     """Invalid set, then the last-good pass raises: problems counted, last roles kept, success 0."""
     script = FakePasses(good(desired("chat")), bad("port out of range"))
 
-    def passes(**kwargs):
-        if "desired_override" in kwargs:
+    def passes(inputs):
+        if inputs.desired is not None:
             raise RuntimeError("a bug")
-        return script(**kwargs)
+        return script(inputs)
 
-    server = Scrapes()
-    d = make(passes, metrics_server=server)
+    server = metrics.DaemonMetrics()
+    d = make(passes, metrics=server)
     d.reconcile("start")
     d.reconcile("manifests changed")
-    fams = families(server.text)
+    fams = families(server.text())
     assert fams["reconciler_last_pass_success"] == {(): 0}
     assert fams["reconciler_manifest_problems"] == {(): 1}
     assert fams["reconciler_role_status"][(("role", "chat"), ("status", "running"))] == 1
@@ -181,13 +180,13 @@ def test_a_first_pass_that_fails_publishes_failure_from_the_store(make, store, t
     store.put_role(RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
                               mode=Mode.MANAGED))
 
-    def broken(**kwargs):
+    def broken(inputs):
         raise RuntimeError("a bug")
 
-    server = Scrapes()
-    d = make(broken, metrics_server=server)
+    server = metrics.DaemonMetrics()
+    d = make(broken, metrics=server)
     d.reconcile("start")
-    fams = families(server.text)
+    fams = families(server.text())
     assert fams["reconciler_last_pass_success"] == {(): 0}
     assert fams["reconciler_role_status"][(("role", "chat"), ("status", "unknown"))] == 1
 
@@ -207,11 +206,11 @@ class BreakableStore:
 def test_a_store_failure_still_publishes_the_failed_pass(make, store, tmp_path, log):
     """The store itself fails (pass and metrics reads raise): success 0 is published anyway."""
     breakable = BreakableStore(store)
-    target, server = tmp_path / "m.prom", Scrapes()
+    target = tmp_path / "m.prom"
+    server = metrics.DaemonMetrics(file=str(target))
     d = watch.Daemon(paths=[str(tmp_path / "manifests")], store=breakable,
-                     state_dir=str(tmp_path / "state"), run_pass=FakePasses(good(desired("chat"))),
-                     resync=3600, watch_files=False, metrics_server=server,
-                     metrics_file=str(target))
+                     state_dir=str(tmp_path / "state"), apply_pass=FakePasses(good(desired("chat"))),
+                     resync=3600, watch_files=False, metrics=server)
     try:
         d.reconcile("start")
         assert families(target.read_text())["reconciler_last_pass_success"] == {(): 1}
@@ -219,7 +218,7 @@ def test_a_store_failure_still_publishes_the_failed_pass(make, store, tmp_path, 
         d.reconcile("resync")
     finally:
         d.close()
-    for text in (server.text, target.read_text()):
+    for text in (server.text(), target.read_text()):
         fams = families(text)
         assert fams["reconciler_last_pass_success"] == {(): 0}
         assert fams["reconciler_role_status"][(("role", "chat"), ("status", "running"))] == 1
@@ -285,8 +284,8 @@ def test_a_failing_pass_is_logged_and_retried(make, log, monkeypatch):
     monkeypatch.setattr(watch, "ERROR_RETRY", 0.05)
     calls = []
 
-    def broken_once(**kwargs):
-        calls.append(kwargs)
+    def broken_once(inputs):
+        calls.append(inputs)
         if len(calls) == 1:
             raise RuntimeError("a bug")
         d.request_stop()
@@ -303,7 +302,7 @@ def test_a_failing_pass_is_logged_and_retried(make, log, monkeypatch):
 
 def test_a_failing_pass_requeues_after_error_retry(make):
     """The retry hint after a pass that raised is ERROR_RETRY; no result is kept."""
-    def broken(**kwargs):
+    def broken(inputs):
         raise RuntimeError("a bug")
 
     d = make(broken)
@@ -316,8 +315,8 @@ def test_run_stops_on_request_and_leaves_servers_alone(make):
     ran = [threading.Event(), threading.Event()]
     script = FakePasses(good(desired("chat")))
 
-    def passes(**kwargs):
-        result = script(**kwargs)
+    def passes(inputs):
+        result = script(inputs)
         ran[len(script.calls) - 1].set()
         return result
 
@@ -335,7 +334,7 @@ def test_run_stops_on_request_and_leaves_servers_alone(make):
     assert d.run() == 0
     helper.join(10)
     assert len(script.calls) == 2
-    assert all("desired_override" not in c for c in script.calls)
+    assert all(c.desired is None for c in script.calls)
 
 
 def test_stop_on_exit_stops_managed_roles_only(make):
@@ -347,9 +346,9 @@ def test_stop_on_exit_stops_managed_roles_only(make):
     threading.Timer(0.2, d.request_stop).start()
     assert d.run() == 0
     last = passes.calls[-1]
-    states = {r.name: r.state for r in last["desired_override"].roles}
+    states = {r.name: r.state for r in last.desired.roles}
     assert states == {"chat": WantedState.STOPPED, "ollama": WantedState.RUNNING}
-    assert last["allow_empty"] is True
+    assert last.allow_empty is True
 
 
 def test_signals_are_restored_after_run(make):
@@ -370,7 +369,7 @@ def test_held_signals_are_let_in_only_while_the_daemon_runs(make):
     before = blocked()
     during: list[set[int]] = []
 
-    def passes(**kwargs):
+    def passes(inputs):
         during.append(blocked())
         d.request_stop()
         return good(desired("chat"))

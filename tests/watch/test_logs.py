@@ -10,7 +10,7 @@ import re
 import pytest
 
 from reconciler import logs
-from reconciler.execute import Outcome
+from reconciler.outcomes import Outcome, Refusal, Guard
 from reconciler.loop import PassResult
 from reconciler.decisions import Decision, Plan, Reason, Status, Verb
 from tests.watch.fakes import bad, keep
@@ -35,8 +35,7 @@ def started(role: str = "chat") -> PassResult:
     backoff = Decision(role="coder", verb=Verb.WAIT, reason=Reason.BACKOFF,
                        status=Status.BACKOFF, detail="exited 2s ago", retry_in=4.0)
     return PassResult(plan=Plan(decisions=(start, backoff)),
-                      outcomes=(Outcome(role=role, verb=Verb.START, ok=True, pid=123,
-                                        detail="pid 123"),))
+                      outcomes=(Outcome(role=role, verb=Verb.START, ok=True, pid=123),))
 
 
 def test_text_lines_name_role_verb_reason_and_outcome(capture):
@@ -66,10 +65,12 @@ def test_failed_action_is_a_warning(capture):
     out = capture("text")
     result = PassResult(plan=Plan(decisions=(
         Decision(role="chat", verb=Verb.RESTART, reason=Reason.SPEC_CHANGED, why="ctx 1 → 2"),)),
-        outcomes=(Outcome(role="chat", verb=Verb.RESTART, ok=False, detail="refused: not ours"),))
+        outcomes=(Outcome(role="chat", verb=Verb.RESTART, ok=False,
+                          refusal=Refusal(guard=Guard.NO_MARKER, detail="not ours"),
+                          detail="the running server was left alone"),))
     logs.log_pass(result)
-    assert "warning: chat restart (spec_changed: ctx 1 → 2) FAILED: refused: not ours" \
-        in out.getvalue()
+    assert ("warning: chat restart (spec_changed: ctx 1 → 2) FAILED: refused: not ours; "
+            "the running server was left alone") in out.getvalue()
 
 
 def test_unchanged_decisions_are_quiet_in_a_daemon(capture):
@@ -103,16 +104,16 @@ def test_setup_is_idempotent(capture):
 
 
 def test_a_line_says_the_pid_and_the_retry_once(capture):
-    """The pid the executor repeats in its detail and a retry the reason names appear once."""
+    """The pid (also in the outcome's text) and a retry the reason names appear once."""
     out = capture("text")
     result = PassResult(
         plan=Plan(decisions=(
             Decision(role="chat", verb=Verb.RESTART, reason=Reason.CRASHED, why="restart 1 of 3"),
             Decision(role="coder", verb=Verb.WAIT, reason=Reason.BACKOFF, why="retry in 2s",
                      status=Status.BACKOFF, retry_in=2.0))),
-        outcomes=(Outcome(role="chat", verb=Verb.RESTART, ok=True, pid=9,
-                          detail="pid 9"),))
+        outcomes=(Outcome(role="chat", verb=Verb.RESTART, ok=True, pid=9),))
     logs.log_pass(result)
     first, second = out.getvalue().splitlines()
     assert first.endswith(" chat restart (crashed: restart 1 of 3) ok pid 9")
+    assert result.outcomes[0].text() == "pid 9"  # as the outcome line and the event say it
     assert second.count("retry in") == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import urllib.error
 import urllib.request
 
@@ -23,6 +24,8 @@ DOCUMENTED = {
     "reconciler_last_pass_success", "reconciler_manifest_problems",
 }
 
+HOST = socket.gethostname()  # the node label when no NodeConfig names the node
+
 
 @pytest.fixture
 def store(tmp_path):
@@ -39,8 +42,20 @@ def parse(text: str) -> dict:
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
-def samples(families: dict, name: str) -> dict:
-    return {tuple(sorted(s.labels.items())): s.value for s in families[name].samples}
+def samples(families: dict, name: str, node: str = "test-node") -> dict:
+    """{labels without ``node``: value}; every sample carries ``node``."""
+    out = {}
+    for s in families[name].samples:
+        labels = dict(s.labels)
+        assert labels.pop("node") == node, f"{name}: node label {s.labels.get('node')!r}"
+        out[tuple(sorted(labels.items()))] = s.value
+    return out
+
+
+def test_the_node_label_falls_back_to_the_host_name(store):
+    """Without a named NodeConfig (invalid manifests), every series names this host."""
+    fams = parse(metrics.render_result(bad("oops"), store))
+    assert samples(fams, "reconciler_manifest_problems", node=HOST) == {(): 1}
 
 
 def test_render_parses_and_has_every_documented_series(store):
@@ -89,10 +104,10 @@ def test_invalid_manifests_count_problems_and_report_roles_unknown(store):
     store.put_role(record("chat", restarts=1))
     result = bad("port 99999 is out of range", "unknown key")
     fams = parse(metrics.render_result(result, store))
-    assert samples(fams, "reconciler_manifest_problems") == {(): 2}
-    assert samples(fams, "reconciler_last_pass_success") == {(): 0}
-    assert samples(fams, "reconciler_role_status")[(("role", "chat"), ("status", "unknown"))] == 1
-    assert samples(fams, "reconciler_memory_budget_bytes") == {}
+    assert samples(fams, "reconciler_manifest_problems", HOST) == {(): 2}
+    assert samples(fams, "reconciler_last_pass_success", HOST) == {(): 0}
+    assert samples(fams, "reconciler_role_status", HOST)[(("role", "chat"), ("status", "unknown"))] == 1
+    assert samples(fams, "reconciler_memory_budget_bytes", HOST) == {}
 
 
 def test_write_file_replaces_atomically(tmp_path, store):
@@ -157,16 +172,28 @@ def test_parse_addr_refuses_everything_else(addr):
         metrics.parse_addr(addr)
 
 
-def test_server_serves_metrics_on_loopback():
-    """GET /metrics returns the latest text with the exposition content type; others 404."""
-    server = metrics.MetricsServer("127.0.0.1:0")
+def test_server_serves_the_registry_at_scrape_time_on_loopback(store):
+    """GET /metrics collects the registry when scraped (a later pass shows), with the
+    exposition content type; other paths 404."""
+    published = metrics.DaemonMetrics()
+    server = metrics.MetricsServer("127.0.0.1:0", published.registry)
     try:
         host, port = server.address
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        server.update("# HELP x y\n# TYPE x gauge\nx 1\n")
-        with opener.open(f"http://{host}:{port}/metrics", timeout=5) as answer:
-            assert answer.headers["Content-Type"] == metrics.CONTENT_TYPE
-            assert answer.read() == b"# HELP x y\n# TYPE x gauge\nx 1\n"
+
+        def scrape() -> dict:
+            with opener.open(f"http://{host}:{port}/metrics", timeout=5) as answer:
+                assert answer.headers["Content-Type"] == metrics.CONTENT_TYPE
+                return parse(answer.read().decode())
+
+        published.passes.update(good(desired("chat")), store, problems_count=0,
+                                last_pass_ts=1.0, duration=0.1)
+        assert samples(scrape(), "reconciler_last_pass_timestamp_seconds") == {(): 1.0}
+        published.passes.update(bad("oops"), store, problems_count=1, last_pass_ts=2.0,
+                                duration=0.1)
+        later = scrape()
+        assert samples(later, "reconciler_last_pass_timestamp_seconds", HOST) == {(): 2.0}
+        assert samples(later, "reconciler_manifest_problems", HOST) == {(): 1}
         with pytest.raises(urllib.error.HTTPError) as err:
             opener.open(f"http://{host}:{port}/", timeout=5)
         assert err.value.code == 404
@@ -178,4 +205,4 @@ def test_server_serves_metrics_on_loopback():
 def test_server_refuses_non_loopback():
     """The server never binds a non-loopback address."""
     with pytest.raises(ValueError):
-        metrics.MetricsServer("0.0.0.0:0")
+        metrics.MetricsServer("0.0.0.0:0", metrics.DaemonMetrics().registry)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.store import Lock
+from reconciler.lock import Lock
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,6 +41,14 @@ class Harness:
         finally:
             timer.cancel()
         raise AssertionError(f"never saw {wanted!r}: {self.lines} {self.stderr}")
+
+    def wait_stderr(self, wanted: str, timeout: float = 5.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while wanted not in self.stderr:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
 
     @property
     def stderr(self) -> str:
@@ -74,7 +82,8 @@ def test_sighup_reconciles_now(harness):
     h.expect("pass end")
     h.proc.send_signal(signal.SIGHUP)
     h.expect("pass end", timeout=5)
-    assert "pass (SIGHUP)" in h.stderr
+    # stderr is drained by another thread: the log line may trail stdout's "pass end".
+    assert h.wait_stderr("pass (SIGHUP)"), h.stderr
     h.proc.send_signal(signal.SIGTERM)
     h.expect("exit 0")
     assert h.proc.wait(5) == 0
@@ -90,7 +99,7 @@ def test_stop_signal_finishes_the_pass_in_progress(harness, signum):
     h.expect("exit 0")
     assert h.proc.wait(5) == 0
     assert h.lines.count("pass start") == 1
-    assert f"received {signal.Signals(signum).name}" in h.stderr
+    assert h.wait_stderr(f"received {signal.Signals(signum).name}"), h.stderr
     assert "Traceback" not in h.stderr
 
 

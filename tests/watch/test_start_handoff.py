@@ -56,7 +56,10 @@ spec:
 #: A real Daemon whose fake pass logs a decision for each operator start it is given.
 FAKE_WATCH = textwrap.dedent("""\
     import sys
-    from reconciler.store import Lock, Store
+    import time
+    from reconciler.events import Event, EventKind
+    from reconciler.lock import Lock
+    from reconciler.store import Store
     from reconciler.watch import Daemon
     from tests.watch.fakes import desired, good
 
@@ -64,20 +67,21 @@ FAKE_WATCH = textwrap.dedent("""\
     lock = Lock(state)
     lock.acquire()
     with Store(state) as store:
-        def fake_pass(**kw):
-            for name in sorted(kw.get("operator_starts", ())):
-                store.record_event(name, "start", "missing", "operator start", ok=True)
-            print("pass", sorted(kw.get("operator_starts", ())), flush=True)
+        def fake_pass(inputs):
+            for name in sorted(inputs.operator_starts):
+                store.add_event(Event(role=name, kind=EventKind.START, reason="missing",
+                                      detail="operator start", ok=True, at=time.time()))
+            print("pass", sorted(inputs.operator_starts), flush=True)
             return good(desired("chat"))
 
         Daemon(paths=[state + "/none"], store=store, state_dir=state, resync=3600,
-               run_pass=fake_pass, watch_files=False).run()
+               apply_pass=fake_pass, watch_files=False).run()
     """)
 
 #: Holds the lock and nothing else (a `--once` run, as far as `start` can tell).
 PLAIN_HOLDER = textwrap.dedent("""\
     import sys, time
-    from reconciler.store import Lock
+    from reconciler.lock import Lock
     Lock(sys.argv[1]).acquire()
     print("held", flush=True)
     time.sleep(120)
@@ -160,7 +164,7 @@ def test_a_holder_that_is_not_a_watch_is_not_signalled_and_the_start_stays_queue
     reconcile(site, "--once")
     with store_of(site) as store:
         assert store.queued_starts() == frozenset()
-        assert [e.verb for e in store.events("chat")][:1] == ["operator-start"]
+        assert [e.kind for e in store.events("chat")][:1] == ["operator-start"]
         # Cleared by the operator start; the pass then refuses (the model is unverifiable).
         assert store.role("chat") == attrs.evolve(gave_up(), terminal=None, terminal_detail="",
                                                   restarts=0, exited_at=None)
@@ -184,22 +188,22 @@ def test_each_daemon_pass_takes_the_queued_starts_first(tmp_path):
         store.put_role(gave_up())
         passes = FakePasses(good(desired("chat")), bad("port out of range"))
         d = watch.Daemon(paths=[str(tmp_path / "m")], store=store,
-                         state_dir=str(tmp_path / "state"), resync=3600, run_pass=passes,
+                         state_dir=str(tmp_path / "state"), resync=3600, apply_pass=passes,
                          watch_files=False)
         try:
             d.reconcile("start")
-            assert passes.calls[-1]["operator_starts"] == frozenset()
+            assert passes.calls[-1].operator_starts == frozenset()
             store.request_start("chat")
             d.reconcile("SIGHUP")
         finally:
             d.close()
         # The invalid set ran again on the last good state: both calls carry the start.
-        assert [c["operator_starts"] for c in passes.calls[1:]] == [frozenset({"chat"})] * 2
-        assert "desired_override" in passes.calls[-1]
+        assert [c.operator_starts for c in passes.calls[1:]] == [frozenset({"chat"})] * 2
+        assert passes.calls[-1].desired is not None
         record = store.role("chat")
         assert record.terminal is None and record.restarts == 0
         assert store.queued_starts() == frozenset()
-        assert [e.verb for e in store.events("chat")] == ["operator-start"]
+        assert [e.kind for e in store.events("chat")] == ["operator-start"]
 
 
 def test_a_quiet_pass_writes_nothing_to_the_store(tmp_path):
@@ -213,7 +217,7 @@ def test_a_quiet_pass_writes_nothing_to_the_store(tmp_path):
 
             d = watch.Daemon(paths=[str(tmp_path / "m")], store=store,
                              state_dir=str(tmp_path / "state"), resync=3600,
-                             run_pass=FakePasses(good(desired("chat"))), watch_files=False)
+                             apply_pass=FakePasses(good(desired("chat"))), watch_files=False)
             try:
                 before = version()
                 d.reconcile("start")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from reconciler.store import Lock
+from reconciler.lock import Lock
 from tests.e2e.conftest import free_port, wait_for
 from tests.watch.test_watch_e2e import alive, daemons, events, new_pid, ready  # noqa: F401
 
@@ -47,7 +47,7 @@ def test_start_under_watch_revives_a_gave_up_role_while_the_daemon_keeps_running
     assert record.terminal is None and record.restarts == 0, record
     assert record.pid not in (first, second) and alive(record.pid)
     assert ready(port)
-    assert [e.verb for e in events(world, "chat", after=asked)][:2] == ["operator-start", "start"]
+    assert [e.kind for e in events(world, "chat", after=asked)][:2] == ["operator-start", "start"]
     with world.store() as store:
         assert store.queued_starts() == frozenset()
     assert daemon.stop() == 0

@@ -102,7 +102,9 @@ def events(world, role: str, after: float = 0.0):
 
 
 def value(fams: dict, name: str, **labels) -> float:
-    return next(s.value for s in fams[name].samples if s.labels == labels)
+    """The sample with exactly these labels besides ``node`` (the world's NodeConfig name)."""
+    return next(s.value for s in fams[name].samples
+                if s.labels == {"node": "test-node", **labels})
 
 
 def test_edit_converges_now_kill_is_noticed_and_restarted_after_backoff(world, daemons):
@@ -134,7 +136,7 @@ def test_edit_converges_now_kill_is_noticed_and_restarted_after_backoff(world, d
     assert backoff and backoff[0].reason == "backoff", (backoff, daemon.log)
     third = new_pid(world, "chat", second)
     assert third, daemon.log
-    restart = next(e for e in events(world, "chat", after=killed) if e.verb == "restart")
+    restart = next(e for e in events(world, "chat", after=killed) if e.kind == "restart")
     assert 1.0 <= restart.at - woke["at"] < 2.5, (restart, woke)
     assert ready(port)
 
@@ -170,7 +172,7 @@ def test_bad_edit_changes_nothing_and_the_fix_converges(world, daemons):
                 "metadata: {name: chat}\nspec:\n  runtime: llamacpp\n  mode: managed\n"
                 "  model: tiny\n  serve: {port: 99999, ctx: 512}\n")
     invalid = wait_for(lambda: [e for e in events(world, "manifests", after=broke)
-                                if e.verb == "invalid"], 5)
+                                if e.kind == "invalid"], 5)
     assert invalid, daemon.log
     assert re.search(r"role-chat\.yaml:\d+: \$\.spec\.serve\.port", daemon.log), daemon.log
     assert wait_for(lambda: value(daemon.metrics(), "reconciler_manifest_problems") >= 1, 5)
@@ -179,7 +181,9 @@ def test_bad_edit_changes_nothing_and_the_fix_converges(world, daemons):
     world.role("chat", port, ctx=512)
     fixed = new_pid(world, "chat", pid)
     assert fixed, daemon.log
-    assert [e.verb for e in events(world, "manifests", after=broke)] == ["invalid", "valid"]
+    # The pid is recorded mid-pass (right after the spawn), "valid" once the pass is done.
+    assert wait_for(lambda: [e.kind for e in events(world, "manifests", after=broke)]
+                    == ["invalid", "valid"], 5), daemon.log
     assert ready(port)
     assert json.loads(http_get(port, "/props")[1])["default_generation_settings"]["n_ctx"] == 512
     assert wait_for(lambda: value(daemon.metrics(), "reconciler_manifest_problems") == 0, 5)

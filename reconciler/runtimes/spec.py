@@ -1,0 +1,102 @@
+"""What a runtime is and can do: the one declaration each runtime module makes (PURE).
+
+Every runtime module under ``reconciler/runtimes/`` ends with
+``SPEC = RuntimeSpec(...)``, and ``runtimes/__init__.py`` maps each ``Runtime``
+to its SPEC. Everything that varies between runtimes is a field here: whether
+the reconciler launches the server, whether several roles share one server,
+which model formats it loads, its command line, its probe exchange and answer
+reader, readiness after a start, its deep-health request, how it names models
+and which ``extra_args`` it accepts. Callers ask what a runtime *can do*
+(``spec.launched``, ``spec.shared_endpoint``, ``spec.loads_models``), never
+which runtime it is (STYLE.md, "One seam per varying thing"); a contract test
+(``tests/observe/test_runtime_contract.py``) runs every rule over every entry.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Mapping
+
+import attrs
+
+from reconciler.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
+from reconciler.observed import ProbeFacts
+from reconciler.runtimes.common import (
+    Exchange,
+    ProbeAnswer,
+    ProbeContext,
+    ProbeRequest,
+    names_match,
+)
+
+
+@attrs.frozen
+class Flag:
+    """One allowed ``extra_args`` flag: how many values follow it, and their choices."""
+
+    arity: int
+    choices: tuple[str, ...] = ()  # empty: any well-formed value
+
+
+def flag_table(*groups: tuple[Flag, Iterable[str]]) -> Mapping[str, Flag]:
+    """``spelling → Flag`` from ``(Flag, spellings)`` groups."""
+    return {spelling: flag for flag, spellings in groups for spelling in spellings}
+
+
+#: (role, its model, its draft model) → the server's arguments, without the program.
+ArgvBuilder = Callable[[RoleSpec, ModelSpec | None, ModelSpec | None], tuple[str, ...]]
+#: (role, its model, the node, the names the server listed) → the one-token request, or why none.
+DeepBuilder = Callable[[RoleSpec, ModelSpec | None, NodeConfig, tuple[str, ...]],
+                       ProbeRequest | str]
+Reader = Callable[[Mapping[str, ProbeAnswer], ProbeContext], ProbeFacts]
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class RuntimeSpec:
+    """Everything the reconciler knows about one runtime (compared by identity)."""
+
+    runtime: Runtime
+    title: str  # for people: "Ollama", "OpenAI-compatible servers"
+    #: The reconciler starts, stops and restarts this server's process.
+    launched: bool
+    #: ``mode: managed`` means something: a process to run, or models to load.
+    managed: bool
+    #: Several roles may name one host:port (each role is one model on it);
+    #: the observer asks such an endpoint once per pass for all of them.
+    shared_endpoint: bool
+    #: Loads and unloads models on a server it does not launch (never pulls).
+    loads_models: bool
+    default_port: int | None  # None: spec.serve.port is required
+    formats: frozenset[ModelFormat]  # the Model formats a role of it may name
+    serve_options: frozenset[str] = frozenset()  # optional spec.serve fields it takes
+    flags: Mapping[str, Flag] = attrs.field(factory=dict)  # the extra_args allowlist
+    argv: ArgvBuilder | None = None  # launched runtimes only
+    #: What to ask (a pure generator, see ``common.py``) and how to read the answers.
+    exchange: Callable[[ProbeContext], Exchange]
+    read: Reader
+    #: After a start, the request that proves the model is loaded (its ``/health``
+    #: answers before that). Sent only to our own live process, never to adopted ones.
+    readiness: ProbeRequest | None = None
+    #: The model name the server should list for a role (None: it lists nothing useful).
+    wanted: Callable[[RoleSpec, ModelSpec | None], str | None]
+    #: Does a listed model name mean the wanted one?
+    names_match: Callable[[str, str], bool] = names_match
+    identity: str  # where the server's identity (its model) is read from, for people
+    deep_request: DeepBuilder
+    #: Loading and unloading a model (``loads_models`` runtimes): tag, keep-alive seconds.
+    load_request: Callable[[str, float | None], ProbeRequest] | None = None
+    unload_request: Callable[[str], ProbeRequest] | None = None
+
+    def __str__(self) -> str:
+        return str(self.runtime)
+
+    def same(self, a: str | None, b: str | None) -> bool:
+        """Do two model names mean the same model on this runtime? (None never does.)"""
+        return a is not None and b is not None and self.names_match(a, b)
+
+    def match(self, wanted: str | None, listed: Iterable[str]) -> str | None:
+        """The first listed name that means ``wanted``, or None."""
+        return next((name for name in listed if self.same(wanted, name)), None)
+
+    def lists(self, listed: Iterable[str], wanted: str | None) -> bool:
+        """Is ``wanted`` among the ``listed`` names?"""
+        return self.match(wanted, listed) is not None
