@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export RECONCILER_TESTBED ?= /opt/reconciler-testbed
 
-.PHONY: test test-quick demo demo-stop bench testbed tools clean venv
+.PHONY: test test-quick demo demo-stop bench testbed tools clean venv mutants
 
 venv: $(STAMP)
 
@@ -49,3 +49,7 @@ bench: $(STAMP) testbed
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
+
+# Mutation testing of the pure core (tests/mutation/catalogue.py): slow, not part of `make test`.
+mutants: $(STAMP)
+	$(BIN)/python tools/mutants.py

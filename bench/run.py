@@ -1,8 +1,8 @@
 """``make bench``: every benchmark, one after another, each printing its own figures.
 
 Each benchmark measures its ratio within one run (against ``sha256sum``, a
-bare import, one probe or supervisord), so the figures mean the same on any
-machine. Run one alone for its options: ``.venv/bin/python bench/bench_watch.py --help``.
+bare import, one probe, supervisord, or the same planner at a tenth of the
+size), so the figures mean the same on any machine. Run one alone for its options: ``.venv/bin/python bench/bench_watch.py --help``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ BENCHES = [
     ("--once with 20 servers in sync (issue: reconcile --once)", ["bench_once.py"]),
     ("watch vs supervisord (issue: reconcile watch)", ["bench_watch.py"]),
     ("reconcile fleet, 1,000 nodes × 10 roles (issue 12: fleet)", ["bench_fleet.py"]),
+    ("plan() of 1k and 10k roles (issue: planner at scale)", ["bench_plan.py"]),
 ]
 
 

@@ -47,6 +47,7 @@ def assemble(
     for draft in drafts:
         problems += _references(draft, models, declared)
         warnings += _role_warnings(draft)
+    problems += _shared_model_excludes(drafts, models)
     for _, doc in nodes:
         problems += _model_roots(doc, models, declared)
     checked: list[nodecheck.Node] = list(nodes) or [(implicit_node(implicit), None)]
@@ -95,6 +96,38 @@ def _raw_list(doc: Document, *path: str) -> list[object]:
     for step in path:
         value = value.get(step) if isinstance(value, dict) else None
     return value if isinstance(value, list) else []
+
+
+def _shared_model_excludes(drafts: Sequence[RoleDraft],
+                           models: Mapping[str, ModelSpec]) -> list[Problem]:
+    """Roles serving one model on one shared server cannot exclude each other (BEHAVIOUR §7).
+
+    One model in memory is the residency of every role that names it, so such
+    an exclusion could never hold while both run.
+    """
+    served = {}  # role → (its runtime, the model it names, host, port)
+    for draft in drafts:
+        spec = draft.spec
+        runtime = spec_of(spec.runtime)
+        name = (runtime.wanted(spec, models.get(spec.model or ""))
+                if runtime.shared_endpoint and spec.model in models else None)
+        if name:
+            served[spec.name] = (runtime, name, spec.serve.host, spec.serve.port)
+    out: list[Problem] = []
+    for draft in drafts:
+        mine = served.get(draft.spec.name)
+        for i, raw in enumerate(_raw_list(draft.doc, "spec", "excludes") if mine else ()):
+            other = str(raw).removeprefix("role:")
+            theirs = served.get(other)
+            if (other != draft.spec.name and mine is not None and theirs is not None
+                    and mine[0] is theirs[0] and mine[2:] == theirs[2:]
+                    and mine[0].same(mine[1], theirs[1])):
+                runtime, name, host, port = theirs
+                out.append(draft.doc.problem(
+                    ("spec", "excludes", i),
+                    f"{other!r} serves the same {runtime.title} model ({name} on {host}:{port}): "
+                    "one model in memory is resident for both, so neither can exclude the other"))
+    return out
 
 
 def _role_warnings(draft: RoleDraft) -> list[Problem]:

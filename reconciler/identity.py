@@ -9,8 +9,8 @@ digest is reproducible in tests.
 from __future__ import annotations
 
 import hashlib
-import json
-from typing import Mapping
+from json.encoder import encode_basestring_ascii as _json_string
+from typing import Mapping, Sequence
 
 from reconciler.desired import Launch, ModelSpec, NodeConfig, RoleSpec
 from reconciler.runtimes import launch_argv, spec_of
@@ -53,32 +53,90 @@ def launch(
     data_root: str,
 ) -> Launch | None:
     """The canonical launch of a managed role, or None (a runtime it never launches)."""
-    if not spec_of(role.runtime).launched or not role.managed:
-        return None
-    program = node.serve_program(role.runtime) or f"<no serve_programs.{role.runtime}>"
-    model = models.get(role.model or "")
-    draft = models.get(role.serve.draft_model or "")
-    argv = (program, *launch_argv(role, model, draft))
-    instance = instance_id(role)
-    env = child_env(node, environ, instance)
-    cwd = f"{data_root.rstrip('/')}/{instance}"
-    # Passed-through values (HOME, PATH, …) come from whoever runs the
-    # reconciler: cron, systemd and an operator's shell differ. The digest
-    # names them but ignores their values, so running `reconcile --once` from
-    # another shell restarts nothing; a server takes them when it (re)starts.
-    passed = {name for name in node.env_passthrough if name in environ}
-    digest_env = [(k, "<passed through>" if k in passed else v) for k, v in env]
-    canonical = json.dumps(
-        {
-            "argv": argv,
-            "env": digest_env,
-            "cwd": cwd,
-            "run_as": [node.run_as.uid, node.run_as.gid] if node.run_as else None,
-        },
-        sort_keys=True,
-    )
-    digest = hashlib.sha256(canonical.encode()).hexdigest()
-    return Launch(argv=argv, env=env, cwd=cwd, run_as=node.run_as, digest=digest)
+    launcher = Launcher(node, environ, data_root)
+    argv = launcher.argv(role, models)
+    return launcher.launch(argv, instance_id(role)) if argv is not None else None
+
+
+class Launcher:
+    """Launches of one node's roles: what they share is worked out once.
+
+    The planner digests every managed role's launch on every pass; the program
+    table, the environment around the marker and their digest text are the
+    same for all of them. In three steps, so that a role whose launch is only
+    compared (a server in sync) never builds the rest: ``argv`` →
+    ``digest`` → ``launch``.
+    """
+
+    def __init__(self, node: NodeConfig, environ: Mapping[str, str], data_root: str) -> None:
+        self.run_as = node.run_as
+        self._programs = dict(node.serve_programs)
+        self._root = f"{data_root.rstrip('/')}/"
+        # JSON encodes character by character: the text of root + instance is the
+        # root's text without its closing quote, then the instance's without its opening one.
+        self._cwd_text = _json_string(self._root)[:-1]
+        env = dict(child_env(node, environ, ""))
+        del env[MARKER_ENV]  # the marker is the instance's own, and overrides any other
+        # Passed-through values (HOME, PATH, …) come from whoever runs the
+        # reconciler: cron, systemd and an operator's shell differ. The digest
+        # names them but ignores their values, so running `reconcile --once` from
+        # another shell restarts nothing; a server takes them when it (re)starts.
+        passed = {name for name in node.env_passthrough if name in environ}
+        self._marker_passed = MARKER_ENV in passed
+        before = [(k, v) for k, v in sorted(env.items()) if k < MARKER_ENV]
+        after = [(k, v) for k, v in sorted(env.items()) if k > MARKER_ENV]
+        self._env_before, self._env_after = tuple(before), tuple(after)
+        self._text_before = "".join(
+            f"{_pair(k, '<passed through>' if k in passed else v)}, " for k, v in before)
+        self._text_after = "".join(
+            f", {_pair(k, '<passed through>' if k in passed else v)}" for k, v in after)
+        self._text_run_as = (f"[{int(self.run_as.uid)}, {int(self.run_as.gid)}]"
+                             if self.run_as is not None else "null")
+
+    def argv(self, role: RoleSpec, models: Mapping[str, ModelSpec]) -> tuple[str, ...] | None:
+        """The command line of a managed role, or None (a runtime it never launches)."""
+        if not spec_of(role.runtime).launched or not role.managed:
+            return None
+        program = self._programs.get(role.runtime) or f"<no serve_programs.{role.runtime}>"
+        model = models.get(role.model or "")
+        draft = models.get(role.serve.draft_model or "")
+        return (program, *launch_argv(role, model, draft))
+
+    def digest(self, argv: tuple[str, ...], instance: str) -> str:
+        """sha256 of ``canonical(argv, digest env, cwd, run_as)``, from the parts worked out once."""
+        instance_text = _json_string(instance)
+        marker = _pair(MARKER_ENV, "<passed through>") if self._marker_passed else (
+            f"[{_json_string(MARKER_ENV)}, {instance_text}]")
+        text = (f'{{"argv": [{", ".join(map(_json_string, argv))}], '
+                f'"cwd": {self._cwd_text}{instance_text[1:]}, '
+                f'"env": [{self._text_before}{marker}{self._text_after}], '
+                f'"run_as": {self._text_run_as}}}')
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def launch(self, argv: tuple[str, ...], instance: str, digest: str | None = None) -> Launch:
+        """The whole launch (``digest``: this argv's and instance's, when known already)."""
+        env = (*self._env_before, (MARKER_ENV, instance), *self._env_after)
+        return Launch(argv=argv, env=env, cwd=self._root + instance, run_as=self.run_as,
+                      digest=digest or self.digest(argv, instance))
+
+
+def _pair(key: str, value: str) -> str:
+    return f"[{_json_string(key)}, {_json_string(value)}]"
+
+
+def canonical(argv: Sequence[str], env: Sequence[tuple[str, str]], cwd: str,
+              run_as: tuple[int, int] | None) -> str:
+    """The text the launch digest hashes.
+
+    Exactly ``json.dumps({"argv": argv, "env": env, "cwd": cwd, "run_as": run_as},
+    sort_keys=True)`` (a changed digest would restart every server after an
+    upgrade), written out by hand: the planner digests every managed role on
+    every pass, and the general encoder was most of that cost.
+    """
+    env_text = ", ".join(_pair(k, v) for k, v in env)
+    uid_gid = f"[{int(run_as[0])}, {int(run_as[1])}]" if run_as is not None else "null"
+    return (f'{{"argv": [{", ".join(map(_json_string, argv))}], "cwd": {_json_string(cwd)}, '
+            f'"env": [{env_text}], "run_as": {uid_gid}}}')
 
 
 def argv_changes(old: tuple[str, ...], new: tuple[str, ...]) -> str:

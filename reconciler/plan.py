@@ -4,7 +4,7 @@
 the manifests or in the state store exactly one ``Decision`` with a reason.
 Per role the ladder is walked top to bottom and the first matching rule wins;
 each rule is one commented branch citing BEHAVIOUR.md.  Memory is placed
-afterwards by ``policy.Ledger`` (§7): what planned stops, unloads and
+afterwards by ``ledger.place`` (§7): what planned stops, unloads and
 give-ups release is counted before any new reservation, and claims are
 considered restarts first, then starts/loads, each in (port, name) order.
 
@@ -30,6 +30,14 @@ Choices where the contract is silent:
   reservation, hold their declared footprint in the ledger: they use memory.
 * A changed Ollama tag first unloads the old tag (if we loaded it and it is
   resident); the new one loads on the next pass.
+* Roles that serve one Ollama model on one server are resident together:
+  the ledger keeps their exclusions as one (a load that would put any of
+  them beside a role one of them excludes is refused; ``validate`` refuses
+  such roles excluding each other). Each still counts its own footprint:
+  the ledger errs on the side of memory. A removed or stopped role does not
+  unload a model another wanted role serves; its record keeps the load ours
+  until the last of them lets go (a changed tag just moves on: the old
+  model is left to its keep_alive).
 * Our Ollama load is gone once a pass has seen the tag leave ``/api/ps``
   (``exited_at`` set, cleared only by our next load): a copy resident after
   that was loaded by someone else, and is never unloaded (§2).
@@ -41,7 +49,7 @@ from typing import Mapping
 
 import attrs
 
-from reconciler import identity, policy
+from reconciler import identity, ledger, policy
 from reconciler.runtimes import spec_of
 from reconciler.decisions import Decision, Plan, PlanContext, Reason, Status, Verb
 from reconciler.desired import (
@@ -63,7 +71,7 @@ from reconciler.observed import (
     RoleRecord,
     Terminal,
 )
-from reconciler.policy import Draft
+from reconciler.ledger import Draft
 from reconciler.units import format_duration
 
 _HEALTH_STATUS = {
@@ -73,20 +81,41 @@ _HEALTH_STATUS = {
 }
 
 
-@attrs.frozen(kw_only=True)
+@attrs.define(kw_only=True)
 class _Role:
-    """Everything the ladder knows about one role this pass."""
+    """Everything the ladder knows about one role this pass.
+
+    Never changed after it is built, but not frozen: it never leaves this
+    module, and a frozen class costs twice as much to build, once per role
+    per pass (``bench/bench_plan.py``).
+    """
 
     name: str
     spec: RoleSpec | None
     record: RoleRecord | None
     obs: RoleObservation
-    launch: Launch | None
+    argv: tuple[str, ...] | None  # the launch of a managed server (None: never launched)
+    digest: str | None  # … and its digest
+    launcher: identity.Launcher
     policy: RestartPolicy
     running: bool  # our own process: owned and alive
     restarts: int  # count carried into this pass (after resets)
     operator: bool  # named by `reconcile start`
-    base: Decision  # role, runtime, port, pid, instance_id, restarts filled in
+    sharing: frozenset[str]  # other wanted roles serving the Ollama model we loaded for this one
+    # What every decision about the role says, whatever its verb:
+    runtime: Runtime
+    port: int
+    host: str
+    instance_id: str
+    pid: int | None  # our own live process, the one a stop/restart targets
+    create_time: float | None
+    owner_id: str | None  # the instance id that process was started with
+    why: str = ""  # the plan-line detail every decision carries unless it says its own
+
+    def launch(self) -> Launch:
+        """The whole launch, built only for the decisions that carry it (start/restart)."""
+        assert self.argv is not None
+        return self.launcher.launch(self.argv, self.instance_id, self.digest)
 
     @property
     def reserved(self) -> int:
@@ -114,27 +143,32 @@ def plan(
     # roles placed on other nodes make a set that is not empty.
     elsewhere = dict(desired.placed_elsewhere)
     guard = not specs and not elsewhere and not ctx.allow_empty
+    launcher = identity.Launcher(desired.node, dict(ctx.environ), ctx.data_root)
+    served = _served(desired.roles, models)
     drafts = []
     for name in sorted(specs.keys() | records.keys()):
-        obs = observations.get(name, RoleObservation(name=name))
-        r = _role(name, specs.get(name), records.get(name), obs, desired.node, models, ctx, now)
+        obs = observations.get(name) or RoleObservation(name=name)
+        r = _role(name, specs.get(name), records.get(name), obs, desired.node, models, ctx,
+                  launcher, served, now)
         drafts.append(_decide(r, desired.node, models, checks, guard, now,
                               elsewhere.get(name)))
     excludes = {name: spec.excludes for name, spec in specs.items()}
-    decisions = policy.place(drafts, desired.node.memory_budget, excludes)
-    ordered = tuple(sorted(decisions, key=policy.order_key))
+    together = {name: frozenset(group - {name}) for here in served.values()
+                for _, group in here if len(group) > 1 for name in group}
+    decisions = ledger.place(drafts, desired.node.memory_budget, excludes, together)
+    ordered = tuple(sorted(decisions, key=ledger.order_key))
     hints = [d.retry_in for d in ordered if d.retry_in is not None]
     return Plan(decisions=ordered, requeue_after=min(hints) if hints else None)
 
 
-def _role(name, spec, record, obs, node, models, ctx, now) -> _Role:
+def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> _Role:
     proc = obs.process
     running = proc is not None and proc.owned and proc.alive
     rpolicy = spec.restart if spec is not None else node.restart
     operator = name in ctx.operator_starts
-    launch = None
-    if spec is not None and spec.managed and spec_of(spec.runtime).launched:
-        launch = identity.launch(spec, models, node, dict(ctx.environ), ctx.data_root)
+    instance = identity.instance_id(spec) if spec is not None else record.instance_id
+    argv = launcher.argv(spec, models) if spec is not None else None
+    digest = launcher.digest(argv, instance) if argv is not None else None
     probe = obs.probe
     answering = probe is not None and policy.answering(probe.health)
     if spec is not None and spec_of(spec.runtime).shared_endpoint:
@@ -143,21 +177,24 @@ def _role(name, spec, record, obs, node, models, ctx, now) -> _Role:
         answering = answering and running
     restarts = policy.restart_count(record, rpolicy, now, answering=answering,
                                     operator_start=operator)
-    base = Decision(
-        role=name, verb=Verb.KEEP, reason=Reason.IN_SYNC,
+    sharing: frozenset[str] = frozenset()
+    if record is not None and record.model_tag and spec_of(record.runtime).shared_endpoint:
+        sharing = _serving(served, record.host, record.port, record.model_tag,
+                           spec_of(record.runtime)) - {name}
+    return _Role(
+        name=name, spec=spec, record=record, obs=obs, argv=argv, digest=digest,
+        launcher=launcher, policy=rpolicy,
+        running=running, restarts=restarts, operator=operator, sharing=sharing,
         runtime=spec.runtime if spec is not None else record.runtime,
         port=spec.serve.port if spec is not None else record.port,
+        host=spec.serve.host if spec is not None else record.host,
+        instance_id=instance,
         pid=proc.pid if running and proc is not None else None,
         create_time=proc.create_time if running and proc is not None else None,
-        host=spec.serve.host if spec is not None else record.host,
-        instance_id=identity.instance_id(spec) if spec is not None else record.instance_id,
         # An edit of model, port or host changes the instance id; the running
         # process still carries the id it was started with: stops use that.
         owner_id=record.instance_id if running and record is not None else None,
-        restarts=restarts,
     )
-    return _Role(name=name, spec=spec, record=record, obs=obs, launch=launch, policy=rpolicy,
-                 running=running, restarts=restarts, operator=operator, base=base)
 
 
 def _tag_of(spec: RoleSpec, models: Mapping[str, ModelSpec]) -> str | None:
@@ -165,9 +202,41 @@ def _tag_of(spec: RoleSpec, models: Mapping[str, ModelSpec]) -> str | None:
     return model.ollama_tag if model is not None else None
 
 
+def _served(roles, models) -> dict[tuple[str, int], list[tuple[str, set[str]]]]:
+    """Per shared server (host, port): each model named there, with the wanted roles naming it.
+
+    One resident model is the residency of every role that names it: such
+    roles are in memory together or not at all, so the ledger keeps their
+    exclusions as one, and none of them unloads it while another wants it.
+    """
+    served: dict[tuple[str, int], list[tuple[str, set[str]]]] = {}
+    for spec in roles:
+        runtime = spec_of(spec.runtime)
+        name = _tag_of(spec, models) if runtime.shared_endpoint and spec.wanted else None
+        if name:
+            here = served.setdefault((spec.serve.host, spec.serve.port), [])
+            group = next((g for named, g in here if runtime.same(named, name)), None)
+            if group is None:
+                here.append((name, {spec.name}))
+            else:
+                group.add(spec.name)
+    return served
+
+
+def _serving(served, host: str, port: int, name: str, runtime) -> frozenset[str]:
+    """The wanted roles naming model ``name`` on the shared server at host:port."""
+    return next((frozenset(g) for named, g in served.get((host, port), ())
+                 if runtime.same(named, name)), frozenset())
+
+
 def _d(r: _Role, verb: Verb, reason: Reason, status: Status, detail: str, *,
        holds: int | None = None, keeps: bool = False, **kw) -> Draft:
-    decision = attrs.evolve(r.base, verb=verb, reason=reason, status=status, detail=detail, **kw)
+    kw.setdefault("restarts", r.restarts)
+    if r.why:
+        kw.setdefault("why", r.why)
+    decision = Decision(role=r.name, verb=verb, reason=reason, status=status, detail=detail,
+                        runtime=r.runtime, port=r.port, host=r.host, instance_id=r.instance_id,
+                        pid=r.pid, create_time=r.create_time, owner_id=r.owner_id, **kw)
     return Draft(decision=decision, holds=holds, keeps_on_refusal=keeps)
 
 
@@ -263,7 +332,7 @@ def _removed(r: _Role, guard: bool, placed: tuple[str, ...] | None) -> Draft:
     if placed is not None:  # still in the set, on other nodes (or on none)
         where = f"placed on {_listed(placed)}" if placed else "placed on no node"
         gone = f"{where}, not on this node"
-        r = attrs.evolve(r, base=attrs.evolve(r.base, why=where))
+        r = attrs.evolve(r, why=where)
     # §4 an empty manifest set stops nothing (and forgets nothing) unless --allow-empty.
     if guard:
         resident = r.running or (spec_of(rec.runtime).loads_models and rec.we_loaded)
@@ -289,13 +358,13 @@ def _listed(nodes: tuple[str, ...], limit: int = 3) -> str:
 
 
 def _running(r: _Role, checks: Mapping[str, ModelCheck]) -> Draft:
-    rec, launch, holds = r.record, r.launch, r.reserved
+    rec, holds = r.record, r.reserved
     # §3 spec_changed: the launch digest differs → restart (not counted).
-    if (launch is not None and rec is not None and rec.launch_digest is not None
-            and launch.digest != rec.launch_digest):
+    if (r.argv is not None and rec is not None and rec.launch_digest is not None
+            and r.digest != rec.launch_digest):
         return _start(r, checks, Verb.RESTART, Reason.SPEC_CHANGED, Status.RUNNING,
                       "running a previous launch",
-                      why=identity.argv_changes(rec.launch_argv, launch.argv), keeps=True)
+                      why=identity.argv_changes(rec.launch_argv, r.argv), keeps=True)
     # §4 in sync: alive and answering.
     if r.health is Health.UP:
         return _d(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, r.probe_detail("up"), holds=holds)
@@ -319,7 +388,7 @@ def _start(r: _Role, checks, verb: Verb, reason: Reason, status: Status, detail:
            why: str = "", restarts: int | None = None, keeps: bool = False) -> Draft:
     """Gates shared by start and restart: foreign port, model checks; memory comes later."""
     spec = r.spec
-    assert spec is not None and r.launch is not None
+    assert spec is not None and r.argv is not None
     kept = r.reserved if keeps else None
     release = 0 if keeps else r.reserved
     # §4 never start over a port something else accepts connections on.
@@ -339,7 +408,7 @@ def _start(r: _Role, checks, verb: Verb, reason: Reason, status: Status, detail:
                   Status.DEGRADED if detached else Status.REFUSED, msg, why=msg,
                   release=release, holds=kept)
     held = r.reserved if keeps or r.reserved else None  # a crashed server keeps its reservation
-    return _d(r, verb, reason, status, detail, why=why, launch=r.launch,
+    return _d(r, verb, reason, status, detail, why=why, launch=r.launch(),
               reserve=spec.memory.footprint, release=r.reserved, retry_in=policy.POLL,
               restarts=r.restarts if restarts is None else restarts, holds=held, keeps=keeps)
 
@@ -385,6 +454,13 @@ def _ollama_release(r: _Role, reason: Reason) -> Draft:
             return _d(r, Verb.KEEP, Reason.UNKNOWN, Status.UNKNOWN,
                       f"Ollama not answering; {rec.model_tag} is not unloaded blind",
                       holds=rec.reserved)
+        if r.sharing and spec_of(rec.runtime).lists(probe.resident_models, rec.model_tag):
+            # Another role wants the same model: unloading it would evict that
+            # role; it stays loaded, and stays ours, until the last one lets go.
+            serve = "serves" if len(r.sharing) == 1 else "serve"
+            return _d(r, Verb.KEEP, reason, Status.STOPPED,
+                      f"{rec.model_tag} stays loaded: {', '.join(sorted(r.sharing))} {serve} it",
+                      release=rec.reserved)
         if spec_of(rec.runtime).lists(probe.resident_models, rec.model_tag):
             return _d(r, Verb.UNLOAD, reason, Status.RUNNING,
                       f"{rec.model_tag} resident; we loaded it", model_tag=rec.model_tag,
@@ -428,7 +504,7 @@ def _ollama(r: _Role, models, now: float) -> Draft:
     ours = rec is not None and rec.we_loaded and rec.model_tag is not None
     # A changed tag: unload the old tag we loaded first; the new one loads next pass.
     if (_our_load_live(rec) and not spec_of(spec.runtime).same(rec.model_tag, tag)
-            and spec_of(spec.runtime).lists(probe.resident_models, rec.model_tag)):
+            and not r.sharing and spec_of(spec.runtime).lists(probe.resident_models, rec.model_tag)):
         return _d(r, Verb.UNLOAD, Reason.SPEC_CHANGED, Status.RUNNING, f"tag changed to {tag}",
                   why=f"tag {rec.model_tag} → {tag}", model_tag=rec.model_tag,
                   release=rec.reserved)

@@ -86,6 +86,9 @@ def after_decision(
             )
         return attrs.evolve(
             record,
+            # Ours now, whatever the role was when first remembered (adopted, say):
+            # a later removal must stop it, not forget it.
+            mode=Mode.MANAGED, runtime=decision.runtime or record.runtime,
             pid=facts.pid, create_time=facts.create_time,
             launch_digest=launch.digest if launch else record.launch_digest,
             launch_argv=launch.argv if launch else record.launch_argv,
@@ -115,7 +118,8 @@ def after_decision(
             # A failed Ollama load releases its reservation (BEHAVIOUR §7).
             return attrs.evolve(record, exited_at=now, reserved=0, restarts=decision.restarts)
         return attrs.evolve(
-            record, we_loaded=True, model_tag=decision.model_tag, started_at=now,
+            record, mode=Mode.MANAGED, runtime=decision.runtime or record.runtime,
+            we_loaded=True, model_tag=decision.model_tag, started_at=now,
             exited_at=None, healthy_since=None, terminal=None, terminal_detail="",
             restarts=decision.restarts, reserved=decision.reserve,
         )

@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).parents[1] / "reconciler"
 PURE = {
     "reconciler/desired.py", "reconciler/observed.py", "reconciler/decisions.py",
     "reconciler/manifests.py", "reconciler/plan.py", "reconciler/records.py",
-    "reconciler/policy.py", "reconciler/render.py", "reconciler/units.py",
+    "reconciler/policy.py", "reconciler/ledger.py", "reconciler/render.py", "reconciler/units.py",
     "reconciler/identity.py", "reconciler/extra_args.py", "reconciler/errors.py",
     "reconciler/exitcodes.py",
     "reconciler/events.py", "reconciler/outcomes.py",  # the vocabulary of a pass's results

@@ -10,6 +10,7 @@ never pull, delete or anything else (BEHAVIOUR §2).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Mapping
 
@@ -55,6 +56,7 @@ def exchange(ctx: ProbeContext | None = None) -> Exchange:
     return out
 
 
+@functools.lru_cache(maxsize=4096)  # pure; the planner compares the same few tags per role
 def normal_tag(tag: str) -> str:
     """``Library/Llama3`` → ``library/llama3:latest`` → ``llama3:latest``."""
     name = tag.strip().lower()

@@ -162,3 +162,8 @@ def test_llamacpp_table_matches_the_real_llama_server() -> None:
 def test_limits_match_behaviour() -> None:
     """At most 32 entries and 256 characters per value (BEHAVIOUR §1.4)."""
     assert (extra_args.MAX_ENTRIES, extra_args.MAX_VALUE_CHARS) == (32, 256)
+
+
+def test_an_empty_value_is_named_as_empty() -> None:
+    """An empty value is refused with a message that says so (not as bad characters)."""
+    assert check(LLAMA, ["--threads", ""]) == [(1, "the value of --threads must not be empty")]

@@ -304,6 +304,14 @@ def test_ollama_failed_lists_are_unhealthy_not_empty() -> None:
     assert oll(no_tags, "llama3.2")[0].health is Health.UNHEALTHY
 
 
+@pytest.mark.parametrize("status", [404, 503])
+def test_ollama_tags_answered_with_an_error_is_unhealthy(status: int) -> None:
+    """Any /api/tags answer that is not 2xx reads UNHEALTHY: its body lists nothing we may trust."""
+    script = {"/api/version": ok({"version": "1"}), "/api/tags": ProbeAnswer(status=status),
+              "/api/ps": PS}
+    assert oll(script, "llama3.2")[0].health is Health.UNHEALTHY
+
+
 # ---------------------------------------------------------------- llama.cpp, settled
 
 LAUNCH = ("/opt/llama-server", "--model", MODEL_PATH, "--host", "127.0.0.1", "--port", "8080",

@@ -9,6 +9,7 @@ reconcile (plan → simulate). Invariants are checked after every step.
 from __future__ import annotations
 
 import attrs
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -71,6 +72,8 @@ class Reconciling(RuleBasedStateMachine):
         self.resident: tuple[str, ...] = ()  # the one Ollama server's /api/ps
         self.foreign: set[int] = set()
         self.operator: set[str] = set()
+        self.failing: set[str] = set()  # roles whose next action fails
+        self.listening: dict[str, int] = {}  # our live servers' real ports
         self.allow_empty = True
         self.now = 1000.0
         self.last: Plan | None = None
@@ -90,8 +93,7 @@ class Reconciling(RuleBasedStateMachine):
 
     def live_port(self, name: str) -> int | None:
         """Where our live server really listens: the port it was started on."""
-        rec = self.remembered.role(name)
-        return rec.port if rec is not None else None
+        return self.listening.get(name)
 
     def is_ollama(self, name: str) -> bool:
         spec, rec = self.roles.get(name), self.remembered.role(name)
@@ -122,7 +124,7 @@ class Reconciling(RuleBasedStateMachine):
 
     def free_port(self, data: st.DataObject, name: str) -> int | None:
         taken = {r.serve.port for n, r in self.roles.items() if n != name}
-        taken |= {r.port for r in self.remembered.roles if r.name != name and self.live(r.name)}
+        taken |= {port for n, port in self.listening.items() if n != name and self.live(n)}
         free = [p for p in PORTS if p not in taken]
         return data.draw(st.sampled_from(free)) if free else None
 
@@ -200,9 +202,17 @@ class Reconciling(RuleBasedStateMachine):
         if kind == "expose":
             self.observed[name] = attrs.evolve(o, exposed=(f"0.0.0.0:{self.live_port(name)}",))
             return
+        self.listening.pop(name, None)
         proc = attrs.evolve(o.process, alive=False, exit_observed_at=self.now if seen_at_exit else None)
         self.observed[name] = attrs.evolve(o, process=proc, probe=ProbeFacts(health=Health.UNREACHABLE),
                                            exposed=())
+
+    @rule(data=st.data())
+    def next_action_fails(self, data) -> None:
+        """A spawn dies at once, a stop does not take, Ollama refuses a load or unload."""
+        name = self.pick(data, set(self.roles) | {r.name for r in self.remembered.roles})
+        if name is not None:
+            self.failing.add(name)
 
     @rule(port=st.sampled_from(PORTS))
     def foreign_takes_port(self, port) -> None:
@@ -233,6 +243,7 @@ class Reconciling(RuleBasedStateMachine):
     def settle(self) -> None:
         """Without new faults, and with time to wait out backoff, two passes converge."""
         self.foreign.clear()
+        self.failing.clear()
         for _ in range(2):
             self.now += 100.0
             self.pass_once()
@@ -245,13 +256,26 @@ class Reconciling(RuleBasedStateMachine):
         p = plan(w.desired, w.observed, w.remembered, w.ctx, w.now)
         check_safety(w, p)
         self.check_plan(w, p)
-        observed, self.remembered = simulate(p, w.observed, w.remembered, w.now)
+        failing = frozenset(self.failing & {d.role for d in p.decisions if d.acts})
+        observed, self.remembered = simulate(p, w.desired, w.observed, w.remembered, w.now,
+                                             failing)
         self.observed = {o.name: o for o in observed.roles if o.process is not None or o.exposed}
         for d in p.decisions:
+            event(f"{d.verb} ({d.reason})" + (" failed" if d.role in failing else ""))
+            if d.role in failing:
+                if d.verb is Verb.RESTART:
+                    self.listening.pop(d.role, None)  # the old one stopped, the new one died
+                continue
             if d.model_tag and d.verb is Verb.LOAD:
                 self.resident = tuple(t for t in self.resident if t != d.model_tag) + (d.model_tag,)
             elif d.model_tag and d.verb is Verb.UNLOAD:
                 self.resident = tuple(t for t in self.resident if t != d.model_tag)
+            elif d.verb in (Verb.START, Verb.RESTART):
+                assert d.port is not None
+                self.listening[d.role] = d.port
+            elif d.verb is Verb.STOP:
+                self.listening.pop(d.role, None)
+        self.failing -= failing
         self.operator.clear()
         self.last = p
         return p
@@ -289,14 +313,6 @@ class Reconciling(RuleBasedStateMachine):
                 assert not self.live(rec.name)
             if rec.terminal is Terminal.STOPPED_EXPOSED or rec.terminal is Terminal.GAVE_UP:
                 assert rec.reserved == 0
-
-    @invariant()
-    def we_only_unload_what_we_loaded(self) -> None:
-        if self.last is None:
-            return
-        for d in self.last.decisions:
-            if d.verb is Verb.UNLOAD:
-                assert d.model_tag in LISTED
 
 
 def _no_blind_ollama(w: World, d: Decision) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+
 import attrs
-from hypothesis import given
+from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from reconciler import identity, policy, render
@@ -11,7 +13,10 @@ from reconciler.decisions import Plan, Reason, Status, Verb
 from reconciler.desired import Desired, Mode, NodeConfig, RestartPolicy, RoleSpec, Runtime, ServeSpec
 from reconciler.observed import (
     Health,
+    ModelCheck,
+    ModelState,
     Observed,
+    ProbeFacts,
     ProcessFacts,
     Remembered,
     RoleObservation,
@@ -24,6 +29,7 @@ from tests.plan.worlds import (
     MODELS,
     MODELS_BY_NAME,
     NOW,
+    OLLAMA_PORT,
     SERVE_PROGRAMS,
     World,
     converged,
@@ -39,7 +45,7 @@ def run(w: World) -> Plan:
 
 
 def step(w: World, p: Plan) -> World:
-    observed, remembered = simulate(p, w.observed, w.remembered, w.now)
+    observed, remembered = simulate(p, w.desired, w.observed, w.remembered, w.now)
     return attrs.evolve(w, observed=observed, remembered=remembered,
                         ctx=attrs.evolve(w.ctx, operator_starts=frozenset()))
 
@@ -67,9 +73,11 @@ def check_safety(w: World, p: Plan) -> None:
         adopted = spec.mode is Mode.ADOPTED if spec is not None else rec is not None and rec.mode is Mode.ADOPTED
         if adopted:
             assert not d.acts, "no action targets an adopted role"
-        if d.verb is Verb.UNLOAD:
-            assert rec is not None and rec.we_loaded and OLLAMA.same(rec.model_tag, d.model_tag)
-        assert d.reason is not None and d.status is not None
+        if d.verb is Verb.UNLOAD:  # §2: only a load of ours no pass has seen leave /api/ps
+            assert rec is not None and rec.we_loaded and rec.exited_at is None
+            assert OLLAMA.same(rec.model_tag, d.model_tag)
+            probe = w.observed.role(d.role).probe
+            assert probe is not None and OLLAMA.lists(probe.resident_models, d.model_tag)
 
 
 def held_after(w: World) -> int:
@@ -108,10 +116,20 @@ def test_plan_simulate_converges_within_two_passes(w: World) -> None:
     assert p.changes == (), render.text(p)
 
 
+#: The risky branches generated worlds must reach (see --hypothesis-show-statistics).
+RISKY = {(Verb.UNLOAD, None), (Verb.LOAD, Reason.EVICTED), (Verb.RESTART, Reason.SPEC_CHANGED),
+         (Verb.RESTART, Reason.CRASHED), (Verb.REFUSE, None), (Verb.GIVE_UP, None),
+         (Verb.STOP, None)}
+
+
 @given(worlds(min_roles=0))
 def test_safety_guards_hold(w: World) -> None:
     """Ports, ownership and adoption guards hold in every plan."""
-    check_safety(w, run(w))
+    p = run(w)
+    for d in p.decisions:
+        if (d.verb, d.reason) in RISKY or (d.verb, None) in RISKY:
+            event(f"plans {d.verb} ({d.reason})")
+    check_safety(w, p)
 
 
 @given(worlds(), st.data())
@@ -169,26 +187,41 @@ def test_reservations_never_exceed_the_budget(w: World) -> None:
 
 
 def residents(w: World) -> set[str]:
-    """Roles using memory in a world: our live servers, our resident Ollama tags, answering adopted roles."""
+    """Roles using memory in a world: our live servers, answering adopted roles, and
+    every wanted Ollama role whose model the server holds (one model is the
+    residency of every role that names it, whoever loaded it)."""
     out = set()
     for spec in w.desired.roles:
-        o, rec = w.observed.role(spec.name), w.remembered.role(spec.name)
-        if spec.mode is Mode.ADOPTED:  # known only through its probe; forgotten when stopped
-            if not spec.wanted:
-                continue
+        o = w.observed.role(spec.name)
+        up = o.probe is not None and o.probe.health is Health.UP
+        if spec.runtime is Runtime.OLLAMA:
             tag = MODELS_BY_NAME[spec.model].ollama_tag if spec.model else None
-            if o.probe is not None and o.probe.health is Health.UP and (
-                    spec.runtime is not Runtime.OLLAMA or OLLAMA.lists(o.probe.resident_models, tag)):
+            if spec.wanted and up and OLLAMA.lists(o.probe.resident_models, tag):
+                out.add(spec.name)  # (a stopped role serves nothing, whatever stays loaded)
+        elif spec.mode is Mode.ADOPTED:  # known only through its probe; forgotten when stopped
+            if spec.wanted and up:
                 out.add(spec.name)
         elif o.process is not None and o.process.owned and o.process.alive:
             out.add(spec.name)
-        elif spec.runtime is Runtime.OLLAMA and o.probe is not None and rec is not None and rec.we_loaded:
-            if OLLAMA.lists(o.probe.resident_models, rec.model_tag):
-                out.add(spec.name)
     return out
 
 
+def shared_tag_world() -> World:
+    """Round 1's failure, shrunk: managed e loads llama3:8b, which adopted d serves too; e excludes d."""
+    probe = ProbeFacts(health=Health.UP, listed_models=("llama3:8b",))
+    role = functools.partial(RoleSpec, runtime=Runtime.OLLAMA, model="llama3",
+                             serve=ServeSpec(port=OLLAMA_PORT), keep_alive=300.0)
+    desired = Desired(models=MODELS, node=NodeConfig(serve_programs=SERVE_PROGRAMS), roles=(
+        role(name="d", mode=Mode.ADOPTED), role(name="e", mode=Mode.MANAGED,
+                                                excludes=frozenset({"d"}))))
+    checks = tuple(ModelCheck(name=m.name, state=ModelState.VERIFIED) for m in MODELS)
+    observed = Observed(roles=(RoleObservation(name="d", probe=probe),
+                               RoleObservation(name="e", probe=probe)), models=checks)
+    return World(desired=desired, observed=observed, remembered=Remembered())
+
+
 @given(worlds())
+@example(shared_tag_world())
 def test_a_placed_claim_never_sits_beside_an_exclusion(w: World) -> None:
     """After a pass, a role we just started/loaded shares residency with nobody it excludes or who excludes it."""
     p = run(w)
@@ -247,10 +280,11 @@ def test_a_crash_restart_counts_exactly_one(
     )
     d = run(w).decisions[0]
     assert d.pid is None
+    wait = min(policy_.base * 2 ** restarts, policy_.cap)  # BEHAVIOUR §4, written out
     if restarts >= policy_.max_restarts:
         assert (d.verb, d.restarts) == (Verb.GIVE_UP, restarts)
-    elif exited + policy.delay(restarts, policy_) - NOW > 0:  # since_exit < delay, in floats
+    elif exited + wait - NOW > 0:  # since_exit < delay, in floats
         assert (d.verb, d.restarts) == (Verb.WAIT, restarts)
-        assert d.retry_in == exited + policy.delay(restarts, policy_) - NOW
+        assert d.retry_in == exited + wait - NOW
     else:
         assert (d.verb, d.reason, d.restarts) == (Verb.RESTART, Reason.CRASHED, restarts + 1)

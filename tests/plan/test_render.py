@@ -69,3 +69,34 @@ def test_json_never_carries_environment_values() -> None:
     d = Decision(role="a", verb=Verb.START, reason=Reason.MISSING, launch=launch)
     out = json.dumps(render.as_json(Plan(decisions=(d,))))
     assert "s3cret" not in out and "TOKEN" in out
+
+
+def test_json_carries_the_values_an_operator_acts_on() -> None:
+    """changes, requeue_after, and each decision's pid and retry_in are the plan's own values."""
+    plan = Plan(decisions=(
+        Decision(role="a", verb=Verb.STOP, reason=Reason.REMOVED, port=8090, pid=4242),
+        Decision(role="b", verb=Verb.WAIT, reason=Reason.BACKOFF, port=8091, retry_in=8.0),
+        Decision(role="c", verb=Verb.KEEP, reason=Reason.IN_SYNC, port=8092),
+    ), requeue_after=8.0)
+    data = render.as_json(plan)
+    assert (data["changes"], data["requeue_after"]) == (1, 8.0)
+    by_role = {d["role"]: d for d in data["decisions"]}
+    assert (by_role["a"]["pid"], by_role["b"]["retry_in"], by_role["c"]["retry_in"]) == (
+        4242, 8.0, None)
+
+
+def test_every_status_that_needs_an_operator_is_counted() -> None:
+    """gave-up, stopped-exposed, unplaceable and refused need an operator (exit 3); the rest do not."""
+    needs = {Status.GAVE_UP, Status.STOPPED_EXPOSED, Status.UNPLACEABLE, Status.REFUSED}
+    for status in Status:
+        d = Decision(role="a", verb=Verb.KEEP, reason=Reason.IN_SYNC, status=status)
+        assert render.counts(Plan(decisions=(d,)))["needs_operator"] == (status in needs), status
+
+
+def test_a_decision_is_found_by_its_exact_role() -> None:
+    """Plan.decision names one role exactly, never one whose name merely starts the same."""
+    plan = Plan(decisions=(Decision(role="coder-2", verb=Verb.KEEP, reason=Reason.IN_SYNC),
+                           Decision(role="coder", verb=Verb.STOP, reason=Reason.REMOVED)))
+    found = plan.decision("coder")
+    assert found is not None and found.verb is Verb.STOP
+    assert plan.decision("code") is None

@@ -80,7 +80,7 @@ def launch_of(spec: RoleSpec, node: NodeConfig, ctx: PlanContext = CTX):
 def restart_policies() -> st.SearchStrategy[RestartPolicy]:
     return st.builds(
         RestartPolicy,
-        max_restarts=st.integers(0, 3),
+        max_restarts=st.sampled_from([2, 3, 1, 0]),  # not mostly 0: restarts, not give-ups
         base=st.sampled_from([1.0, 2.0, 4.0]),
         cap=st.sampled_from([4.0, 10.0, 30.0]),
         stable_after=st.sampled_from([10.0, 60.0]),
@@ -113,7 +113,9 @@ def role_spec(draw, name: str, port: int, names: tuple[str, ...]) -> RoleSpec:
         state=draw(st.sampled_from([WantedState.RUNNING, WantedState.RUNNING, WantedState.STOPPED])),
         serve=ServeSpec(port=port, ctx=draw(st.sampled_from([None, 4096, 8192]))),
         memory=MemorySpec(weights=draw(st.integers(0, 40)) * GB, kv=draw(st.integers(0, 4)) * GB),
-        excludes=frozenset(draw(st.lists(st.sampled_from(others), max_size=2)) if others else ()),
+        # a third of the roles exclude someone: enough refusals, not every claim refused
+        excludes=frozenset(draw(st.lists(st.sampled_from(others), max_size=2))
+                           if others and not draw(st.integers(0, 2)) else ()),
         restart=draw(restart_policies()),
         keep_alive=300.0 if runtime is Runtime.OLLAMA else None,
     )
@@ -199,6 +201,17 @@ def _tag(draw, spec: RoleSpec | None) -> str:
     return draw(st.sampled_from(TAGS))
 
 
+#: How a managed role's record and observation are drawn: "chaos" draws each
+#: field on its own (odd combinations the planner must survive); the others
+#: tell one coherent story, so that the risky branches (spec_changed restarts,
+#: crash restarts, evictions, unloads, tag changes) come up in most worlds.
+STORIES = {
+    "server": ("chaos", "in-sync", "old-launch", "old-launch", "crashed", "crashed"),
+    "ollama": ("chaos", "ours-resident", "ours-evicted", "ours-evicted", "ours-old-tag",
+               "client-loaded"),
+}
+
+
 @st.composite
 def worlds(draw, min_roles: int = 1) -> World:
     desired = draw(desireds(min_size=min_roles))
@@ -206,19 +219,31 @@ def worlds(draw, min_roles: int = 1) -> World:
     remembered_names |= set(draw(st.lists(st.sampled_from(NAMES), max_size=2)))
     names = sorted({r.name for r in desired.roles} | set(remembered_names))
     ollama_probe = draw(ollama_probes())
+    resident: dict[str, bool] = {}  # tag → resident or not, as the stories need it
     observations, records = [], []
     for i, name in enumerate(names):
         spec = desired.role(name)
         pid = 100 + i
         port = spec.serve.port if spec is not None else PORTS[i % len(PORTS)]
-        if name in remembered_names:
-            records.append(draw(record(name, pid, spec, desired.node)))
-        obs = draw(observation(name, pid, port))
-        rec_runtime = next((r.runtime for r in records if r.name == name), None)
-        runtime = spec.runtime if spec is not None else rec_runtime
-        if runtime is Runtime.OLLAMA:
-            obs = attrs.evolve(obs, probe=ollama_probe, process=None, exposed=())
+        told = _story(draw, name, pid, spec, desired.node, resident)
+        if told is not None:
+            obs, rec = told
+            records.append(rec)
+        else:
+            if name in remembered_names:
+                records.append(draw(record(name, pid, spec, desired.node)))
+            obs = draw(observation(name, pid, port))
+        if obs.probe is not None and not desired.node.port_allowed(port):
+            # the observer sends no packet outside allowed_ports (BEHAVIOUR §2)
+            obs = attrs.evolve(obs, probe=ProbeFacts(health=Health.NOT_PROBED))
         observations.append(obs)
+    if resident:
+        ollama_probe = _with_tags(ollama_probe, resident)
+    ollama_roles = {r.name for r in desired.roles if r.runtime is Runtime.OLLAMA}
+    ollama_roles |= {r.name for r in records if r.runtime is Runtime.OLLAMA
+                     and desired.role(r.name) is None}
+    observations = [attrs.evolve(o, probe=ollama_probe, process=None, exposed=())
+                    if o.name in ollama_roles else o for o in observations]
     checks = tuple(
         ModelCheck(name=m.name, state=draw(st.sampled_from(
             [ModelState.VERIFIED] * 8 + list(ModelState))))
@@ -228,6 +253,65 @@ def worlds(draw, min_roles: int = 1) -> World:
                        operator_starts=frozenset(draw(st.lists(st.sampled_from(names)))) if names else frozenset())
     return World(desired=desired, observed=Observed(roles=tuple(observations), models=checks),
                  remembered=Remembered(roles=tuple(records)), ctx=ctx)
+
+
+def _story(draw, name: str, pid: int, spec: RoleSpec | None, node: NodeConfig,
+           resident: dict[str, bool]) -> tuple[RoleObservation, RoleRecord] | None:
+    """A coherent record and observation for a managed role, or None: chaos."""
+    if spec is None or spec.mode is not Mode.MANAGED:
+        return None
+    story = draw(st.sampled_from(STORIES["ollama" if spec.runtime is Runtime.OLLAMA else "server"]))
+    if story == "chaos":
+        return None
+    base = RoleRecord(name=name, instance_id=identity.instance_id(spec), runtime=spec.runtime,
+                      mode=spec.mode, port=spec.serve.port, create_time=1.0,
+                      restarts=draw(st.sampled_from([0, 0, 1])),
+                      reserved=spec.memory.footprint)
+    nothing = RoleObservation(name=name)
+    if spec.runtime is Runtime.OLLAMA:
+        tag = MODELS_BY_NAME[spec.model].ollama_tag if spec.model else None
+        other = next(t for t in TAGS if t != tag)
+        if story in ("ours-resident", "ours-evicted"):
+            # an eviction wins: every role naming the tag then sees it gone
+            resident[tag] = resident.get(tag, True) and story == "ours-resident"
+            exited = None if story == "ours-resident" else draw(
+                st.sampled_from([None, 950.0, 950.0]))
+            return nothing, attrs.evolve(base, we_loaded=True, model_tag=tag, exited_at=exited)
+        if story == "ours-old-tag":
+            resident.setdefault(other, True)
+            return nothing, attrs.evolve(base, we_loaded=True, model_tag=other)
+        if story == "client-loaded":
+            resident.setdefault(tag, True)
+            return nothing, attrs.evolve(base, we_loaded=True, model_tag=tag, exited_at=950.0)
+        return None
+    launch = launch_of(spec, node)
+    old = launch_of(attrs.evolve(spec, serve=attrs.evolve(spec.serve, ctx=2048)), node)
+    alive = ProcessFacts(pid=pid, create_time=1.0, alive=True, owned=True)
+    up = ProbeFacts(health=Health.UP)
+    rec = attrs.evolve(base, pid=pid, launch_digest=launch.digest, launch_argv=launch.argv,
+                       healthy_since=draw(st.sampled_from([None, 900.0])))
+    if story == "in-sync":
+        return RoleObservation(name=name, process=alive, probe=up), rec
+    if story == "old-launch":
+        return (RoleObservation(name=name, process=alive, probe=up),
+                attrs.evolve(rec, launch_digest=old.digest, launch_argv=old.argv))
+    if story == "crashed":
+        dead = attrs.evolve(alive, alive=False,
+                            exit_observed_at=draw(st.sampled_from([None, 990.0])))
+        return (RoleObservation(name=name, process=dead),
+                attrs.evolve(rec, healthy_since=None,
+                             exited_at=draw(st.sampled_from([None, 950.0, 950.0, 999.0]))))
+    return None
+
+
+def _with_tags(probe: ProbeFacts | None, resident: dict[str, bool]) -> ProbeFacts:
+    """The one Ollama's probe, answering, with the stories' tags pulled and (not) resident."""
+    if probe is None or probe.health is not Health.UP:
+        probe = ProbeFacts(health=Health.UP)
+    listed = tuple(dict.fromkeys((*probe.listed_models, *resident)))
+    now = tuple(t for t in probe.resident_models if resident.get(t, True))
+    now += tuple(t for t, yes in resident.items() if yes and t not in now)
+    return attrs.evolve(probe, listed_models=listed, resident_models=now)
 
 
 def converged(desired: Desired) -> World:

@@ -152,3 +152,111 @@ def test_a_stall_restarts_the_stable_after_clock():
                          probe=ProbeFacts(health=Health.UNREACHABLE))
     d = decide(Verb.KEEP, Reason.UNKNOWN, status=Status.DEGRADED, restarts=1)
     assert after_decision(stable, SPEC, d, up, None, 30.0).healthy_since is None
+
+
+def test_a_start_makes_a_once_adopted_role_ours():
+    """A role remembered as adopted and now started by us is recorded as managed (a removal stops it)."""
+    adopted = RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.MLX_LM,
+                         mode=Mode.ADOPTED, port=8090)
+    d = decide(Verb.START, Reason.MISSING, launch=LAUNCH, reserve=100, restarts=0,
+               runtime=Runtime.LLAMACPP)
+    after = after_decision(adopted, SPEC, d, NOTHING, ActionFacts(ok=True, pid=42, create_time=9.5), 50.0)
+    assert (after.mode, after.runtime, after.pid) == (Mode.MANAGED, Runtime.LLAMACPP, 42)
+
+
+def test_a_load_makes_a_once_adopted_role_ours():
+    """An Ollama role remembered as adopted and now loaded by us is recorded as managed."""
+    adopted = RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.OLLAMA,
+                         mode=Mode.ADOPTED, port=11434)
+    spec = RoleSpec(name="chat", runtime=Runtime.OLLAMA, mode=Mode.MANAGED, model="l",
+                    serve=ServeSpec(port=11434))
+    d = decide(Verb.LOAD, Reason.MISSING, model_tag="llama3:8b", reserve=5,
+               runtime=Runtime.OLLAMA)
+    after = after_decision(adopted, spec, d, NOTHING, ActionFacts(ok=True), 50.0)
+    assert (after.mode, after.we_loaded, after.model_tag, after.reserved) == (
+        Mode.MANAGED, True, "llama3:8b", 5)
+
+
+def test_a_first_load_is_remembered_as_ours():
+    """A load of a role never remembered creates its record: we loaded the tag, and hold its memory."""
+    spec = RoleSpec(name="chat", runtime=Runtime.OLLAMA, mode=Mode.MANAGED, model="l",
+                    serve=ServeSpec(port=11434))
+    d = decide(Verb.LOAD, Reason.MISSING, model_tag="llama3:8b", reserve=5,
+               runtime=Runtime.OLLAMA)
+    after = after_decision(None, spec, d, NOTHING, ActionFacts(ok=True), 7.0)
+    assert (after.we_loaded, after.model_tag, after.reserved, after.started_at) == (
+        True, "llama3:8b", 5, 7.0)
+
+
+def test_the_record_follows_the_address_the_manifest_gives():
+    """After any decision the record holds the spec's host and port (the address the observer checks)."""
+    d = decide(Verb.KEEP, Reason.IN_SYNC, status=Status.RUNNING, restarts=1)
+    moved = attrs.evolve(SPEC, serve=ServeSpec(host="127.0.0.2", port=8091))
+    after = after_decision(RUNNING, moved, d, NOTHING, None, 20.0)
+    assert (after.host, after.port) == ("127.0.0.2", 8091)
+
+
+def test_an_operator_start_clears_the_terminal_state():
+    """A start that succeeds after gave-up leaves the role neither terminal nor counted."""
+    gave_up = attrs.evolve(RUNNING, pid=None, exited_at=7.0, terminal=Terminal.GAVE_UP,
+                           terminal_detail="exited after 2 restarts", restarts=2, reserved=0)
+    d = decide(Verb.START, Reason.MISSING, launch=LAUNCH, reserve=100, restarts=0)
+    after = after_decision(gave_up, SPEC, d, NOTHING, ActionFacts(ok=True, pid=42, create_time=9.5), 50.0)
+    assert (after.terminal, after.terminal_detail, after.restarts, after.exited_at) == (
+        None, "", 0, None)
+
+
+OLLAMA_SPEC = RoleSpec(name="chat", runtime=Runtime.OLLAMA, mode=Mode.MANAGED, model="l",
+                       serve=ServeSpec(port=11434))
+LOADED = RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.OLLAMA, mode=Mode.MANAGED,
+                    port=11434, model_tag="llama3:8b", we_loaded=True, reserved=5, restarts=1)
+
+
+def test_a_stop_that_leaves_the_process_keeps_everything():
+    """A stop reported done but whose process is still there changes nothing: pid and memory stay."""
+    d = decide(Verb.STOP, Reason.STATE_STOPPED, pid=10, release=100)
+    after = after_decision(RUNNING, SPEC, d, NOTHING, ActionFacts(ok=True, exited=False), 1.0)
+    assert after == RUNNING
+
+
+def test_a_failed_load_releases_its_memory_and_starts_the_clock():
+    """BEHAVIOUR §7: a failed Ollama load gives its reservation back; §4: it backs off from now."""
+    d = decide(Verb.LOAD, Reason.EVICTED, model_tag="llama3:8b", reserve=5, restarts=2)
+    evicted = attrs.evolve(LOADED, exited_at=3.0)
+    after = after_decision(evicted, OLLAMA_SPEC, d, NOTHING, ActionFacts(ok=False), 9.0)
+    assert (after.reserved, after.exited_at, after.restarts) == (0, 9.0, 2)
+
+
+def test_a_load_over_a_record_makes_the_load_ours():
+    """A load that succeeds is ours, even where the record said a client had loaded the tag."""
+    clients = attrs.evolve(LOADED, we_loaded=False, reserved=0, exited_at=3.0)
+    d = decide(Verb.LOAD, Reason.MISSING, model_tag="llama3:8b", reserve=5, restarts=0)
+    after = after_decision(clients, OLLAMA_SPEC, d, NOTHING, ActionFacts(ok=True), 9.0)
+    assert (after.we_loaded, after.exited_at, after.reserved) == (True, None, 5)
+
+
+def test_a_tag_resident_again_without_our_load_is_not_ours():
+    """After our load left /api/ps, the tag back in memory was loaded by a client: never ours to unload."""
+    gone = attrs.evolve(LOADED, exited_at=3.0)
+    d = decide(Verb.KEEP, Reason.IN_SYNC, status=Status.RUNNING, restarts=1)
+    after = after_decision(gone, OLLAMA_SPEC, d, NOTHING, None, 9.0)
+    assert (after.we_loaded, after.exited_at) == (False, None)
+
+
+def test_loading_or_unhealthy_restarts_the_stable_after_clock():
+    """stable_after counts continuous answering: loading or unhealthy starts it over too."""
+    stable = attrs.evolve(RUNNING, healthy_since=20.0)
+    alive = RoleObservation(name="chat",
+                            process=ProcessFacts(pid=10, create_time=1.0, alive=True, owned=True),
+                            probe=ProbeFacts(health=Health.LOADING))
+    for reason, status in ((Reason.LOADING, Status.LOADING), (Reason.UNHEALTHY, Status.DEGRADED)):
+        d = decide(Verb.KEEP, reason, status=status, restarts=1)
+        assert after_decision(stable, SPEC, d, alive, None, 30.0).healthy_since is None
+
+
+def test_an_evicted_model_waiting_out_its_backoff_keeps_its_clock():
+    """§4: the clock of an eviction starts when first seen and does not move while it waits."""
+    d = decide(Verb.WAIT, Reason.BACKOFF, restarts=1, retry_in=4.0)
+    first = after_decision(LOADED, OLLAMA_SPEC, d, NOTHING, None, 100.0)
+    assert first.exited_at == 100.0
+    assert after_decision(first, OLLAMA_SPEC, d, NOTHING, None, 103.0).exited_at == 100.0
