@@ -1,4 +1,4 @@
-"""The JSON Schemas of the three manifest kinds, loaded from package data.
+"""The JSON Schemas of the three manifest kinds, loaded from package data (PURE).
 
 ``schemas/*.schema.json`` (top level, for editors: ``# yaml-language-server:
 $schema=…``) is reachable inside the package as ``reconciler/schemas`` (a

@@ -30,6 +30,7 @@ PURE = {
     "reconciler/crosscheck.py", "reconciler/schemata.py", "reconciler/modeldoc.py",
     # the fleet: labels, placement, every node's checks
     "reconciler/labels.py", "reconciler/fleet.py", "reconciler/nodecheck.py",
+    "reconciler/offline.py", "reconciler/fleetview.py", "reconciler/fleetdiff.py",
 }
 
 #: What a pure module may not import (top-level names).

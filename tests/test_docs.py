@@ -1,0 +1,82 @@
+"""The design shipped with the code stays in step with it.
+
+* ``docs/architecture.md`` names every module of the package in its module
+  table, with the kind (PURE or SHELL) its docstring declares.
+* A module whose docstring says PURE is in the import-direction test's PURE
+  set, so the claim is enforced and not only written down.
+* Every ``BEHAVIOUR §N`` the code cites is a section of ``docs/behaviour.md``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.test_import_direction import PURE
+
+ROOT = Path(__file__).parents[1]
+PACKAGE = ROOT / "reconciler"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+BEHAVIOUR = ROOT / "docs" / "behaviour.md"
+
+_ROW = re.compile(r"^\| `([\w/]+\.py)` \| (PURE|SHELL) \|", re.MULTILINE)
+_SKIPPED = {"__init__.py", "__main__.py"}  # the package's own entry points
+
+
+def _modules() -> dict[str, str]:
+    """Module path relative to the package → the kind its docstring declares."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if "schemas" in path.parts or (rel in _SKIPPED) or rel.startswith("commands/__init__"):
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        head = doc.split("\n\n")[0]
+        kinds = {k for k in ("PURE", "SHELL") if k in head}
+        out[rel] = kinds.pop() if len(kinds) == 1 else "?"
+    return out
+
+
+def _table() -> dict[str, str]:
+    return dict(_ROW.findall(ARCHITECTURE.read_text()))
+
+
+def test_every_module_declares_its_kind():
+    """Each module's docstring says, in its first paragraph, whether it is PURE or SHELL."""
+    undeclared = sorted(m for m, kind in _modules().items() if kind == "?")
+    assert not undeclared, f"docstrings without exactly one of PURE/SHELL: {undeclared}"
+
+
+def test_architecture_names_every_module_with_its_kind():
+    """docs/architecture.md's module table lists each module once, with its declared kind."""
+    modules, table = _modules(), _table()
+    missing = sorted(set(modules) - set(table))
+    stale = sorted(set(table) - set(modules) - {"runtimes/__init__.py"})
+    wrong = sorted(m for m in modules if m in table and modules[m] not in ("?", table[m]))
+    assert not missing, f"modules missing from docs/architecture.md: {missing}"
+    assert not stale, f"docs/architecture.md names modules that do not exist: {stale}"
+    assert not wrong, f"kind in docs/architecture.md disagrees with the docstring: {wrong}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m, k in _modules().items() if k == "PURE"))
+def test_a_module_that_says_pure_is_checked_as_pure(module):
+    """A PURE docstring is a claim the import-direction test enforces."""
+    rel = f"reconciler/{module}"
+    package_glob = f"{rel.rsplit('/', 1)[0]}/*"
+    assert rel in PURE or package_glob in PURE, f"{rel} says PURE but is not in PURE"
+
+
+def test_every_cited_behaviour_section_exists():
+    """Each `BEHAVIOUR §N[.M]` cited in the code is a heading of docs/behaviour.md."""
+    headings = set(re.findall(r"^#+ §(\d+(?:\.\d+)*)", BEHAVIOUR.read_text(), re.MULTILINE))
+    cited = set()
+    for path in PACKAGE.rglob("*.py"):
+        for group in re.findall(r"BEHAVIOUR((?:[ ,;]+(?:and )?§\d+(?:\.\d+)*)+)", path.read_text()):
+            cited.update(re.findall(r"§(\d+(?:\.\d+)*)", group))
+    # §1.4 cited, §1 a heading: a subsection is found under its section's heading too.
+    unknown = sorted(c for c in cited if c not in headings and c.split(".")[0] not in headings)
+    assert cited, "no BEHAVIOUR citation found: the pattern is wrong"
+    assert not unknown, f"cited but not in docs/behaviour.md: {unknown}"
