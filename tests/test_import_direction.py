@@ -30,6 +30,8 @@ PURE = {
     "reconciler/crosscheck.py", "reconciler/schemata.py", "reconciler/modeldoc.py",
     # the fleet: labels, placement, every node's checks
     "reconciler/labels.py", "reconciler/fleet.py", "reconciler/nodecheck.py",
+    # §9 on-demand roles: demand as a planner input, eviction
+    "reconciler/demand.py", "reconciler/eviction.py",
 }
 
 #: What a pure module may not import (top-level names).
