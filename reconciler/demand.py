@@ -15,8 +15,9 @@ on their own:
 * ``busy``: requests are waiting or in flight, so it is neither stopped for
   idleness nor evicted for another role;
 * ``idle_left``: seconds until it has had no request for ``idle_after``,
-  counted from the later of its last request and its start (a daemon that
-  restarts has forgotten the requests, not the start), 0 when idle now;
+  counted from the latest of its last request, its start and the moment the
+  router began counting (a daemon that restarts has forgotten the requests
+  before it: it gives every role a fresh ``idle_after``), 0 when idle now;
 * ``last_used``: its place in the eviction order, least recently used first.
 """
 
@@ -50,6 +51,7 @@ class Demand:
     """Every role's demand; a role the router has not seen has none."""
 
     roles: tuple[RoleDemand, ...] = ()  # by role name
+    since: float | None = None  # wall-clock time the router began counting
 
     def of(self, role: str) -> RoleDemand:
         found = next((d for d in self.roles if d.role == role), None)
@@ -59,17 +61,17 @@ class Demand:
         return {d.role: d for d in self.roles}
 
 
-def last_used(demand: RoleDemand, started_at: float | None) -> float:
-    """When the role was last used: its last request, else its start (else the epoch)."""
-    return max(t for t in (demand.last_request, started_at, 0.0) if t is not None)
+def last_used(demand: RoleDemand, started_at: float | None, since: float | None = None) -> float:
+    """When the role was last used: its last request, its start or ``since``, the latest."""
+    return max(t for t in (demand.last_request, started_at, since, 0.0) if t is not None)
 
 
 def idle_left(demand: RoleDemand, started_at: float | None, idle_after: float,
-              now: float) -> float | None:
+              now: float, since: float | None = None) -> float | None:
     """Seconds until the role is idle (0: idle now), or None while it is busy."""
     if demand.busy:
         return None
-    return max(last_used(demand, started_at) + idle_after - now, 0.0)
+    return max(last_used(demand, started_at, since) + idle_after - now, 0.0)
 
 
 def waiting_text(demand: RoleDemand) -> str:

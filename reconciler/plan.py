@@ -159,7 +159,8 @@ def plan(
         if r.spec is not None and r.spec.on_demand and observed.demand is not None:
             draft = _demand_hint(r, draft, observed.demand, now)
             if _evictable(r, draft, observed.demand):
-                idle[name] = demands.last_used(observed.demand.of(name), _started(r))
+                idle[name] = demands.last_used(observed.demand.of(name), _started(r),
+                                               observed.demand.since)
         drafts.append(draft)
     excludes = {name: spec.excludes for name, spec in specs.items()}
     together = {name: frozenset(group - {name}) for here in served.values()
@@ -328,8 +329,8 @@ def _on_demand(r: _Role, demand: Demand | None, now: float) -> Draft | None:
     assert spec is not None
     seen = demand.of(r.name) if demand is not None else None
     if r.running:
-        left = (demands.idle_left(seen, _started(r), spec.idle_after, now)
-                if seen is not None else None)
+        left = (demands.idle_left(seen, _started(r), spec.idle_after, now, demand.since)
+                if seen is not None and demand is not None else None)
         if left is not None and left <= 0:
             return _d(r, Verb.STOP, Reason.IDLE, Status.RUNNING,
                       f"on-demand; no request for {format_duration(spec.idle_after)}",
@@ -365,7 +366,7 @@ def _demand_hint(r: _Role, draft: Draft, demand: Demand, now: float) -> Draft:
                          or d.status in (Status.STARTING, Status.LOADING)):
         changes["retry_in"] = WAITER_POLL
     elif d.verb is Verb.KEEP and r.running and r.spec is not None:
-        left = demands.idle_left(seen, _started(r), r.spec.idle_after, now)
+        left = demands.idle_left(seen, _started(r), r.spec.idle_after, now, demand.since)
         if left is not None and (d.retry_in is None or left < d.retry_in):
             changes["retry_in"] = left
     if not changes:

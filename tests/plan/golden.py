@@ -23,6 +23,7 @@ except ``expect`` or ``steps``)::
                 port_taken: false, exposed: []}
       demand:                           # §9 the router's counts; absent: no daemon
         coder: {waiting: 3, in_flight: 0, last_request: 900}
+      demand_since: 500                 # when the router began counting
     remembered:
       coder: {pid: 100, restarts: 0, exited_at: null, healthy_since: null,
               terminal: gave-up, terminal_detail: "", we_loaded: false,
@@ -196,7 +197,8 @@ def observed(case: dict[str, Any], want: Desired) -> Observed:
     demand = None
     if "demand" in data:
         demand = Demand(roles=tuple(RoleDemand(role=n, **(d or {}))
-                                    for n, d in sorted((data["demand"] or {}).items())))
+                                    for n, d in sorted((data["demand"] or {}).items())),
+                        since=data.get("demand_since"))
     return Observed(roles=roles, models=tuple(checks), demand=demand)
 
 
