@@ -176,8 +176,7 @@ class Proxy:
         assert self._session is not None
         role = route.role
         url = f"http://{route.authority}{request.path}"
-        headers = rules.forward_headers(request.headers.items())
-        headers.append(("Content-Type", _JSON))
+        headers = rules.request_headers(request.headers.items())
         self.book.forwarding(role)
         try:
             try:

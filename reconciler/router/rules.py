@@ -18,7 +18,8 @@ without a socket:
   whatever a request names; Ollama's ``keep_alive`` set to the role's);
 * ``forward_headers``: hop-by-hop headers (RFC 9110 §7.6.1, and any header
   ``Connection`` names), ``Host``, ``Content-Length`` and the router's own
-  ``Authorization`` are never passed on;
+  ``Authorization`` are never passed on; ``request_headers`` also sets the
+  one ``Content-Type`` of the re-encoded body;
 * ``error_body``: the OpenAI-style error ``{"error": {"message", "type", "code"}}``;
 * ``admits``/``RETRY_AFTER``: the queue's bound (429 beyond ``max_queue``);
 * ``bearer``: the key of an ``Authorization: Bearer`` header.
@@ -200,6 +201,15 @@ def forward_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]
              for token in value.split(",")}
     return [(k, v) for k, v in pairs
             if k.lower() not in _NEVER_FORWARDED and k.lower() not in named]
+
+
+def request_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Headers the server gets: ``forward_headers``, and one ``Content-Type: application/json``
+    (the body is re-encoded as JSON; a client's own type would make a duplicate, which
+    strict servers reject with 400). ``Content-Encoding`` goes too: the body is re-encoded."""
+    kept = [(k, v) for k, v in forward_headers(headers)
+            if k.lower() not in ("content-type", "content-encoding")]
+    return [*kept, ("Content-Type", "application/json")]
 
 
 def error_body(message: str, kind: str, code: int | str) -> bytes:
