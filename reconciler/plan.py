@@ -367,7 +367,9 @@ def _demand_hint(r: _Role, draft: Draft, demand: Demand, now: float) -> Draft:
         changes["retry_in"] = WAITER_POLL
     elif d.verb is Verb.KEEP and r.running and r.spec is not None:
         left = demands.idle_left(seen, _started(r), r.spec.idle_after, now, demand.since)
-        if left is not None and (d.retry_in is None or left < d.retry_in):
+        if left is None:  # busy now: its requests end unannounced, so look again idle_after on
+            left = r.spec.idle_after
+        if d.retry_in is None or left < d.retry_in:
             changes["retry_in"] = left
     if not changes:
         return draft

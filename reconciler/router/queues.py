@@ -118,8 +118,11 @@ class Book:
             self._roles.setdefault(role, _Counts()).in_flight += 1
 
     def finished(self, role: str) -> None:
+        """A forwarded request ended: the role was in use until now (idle_after counts from here)."""
         with self._lock:
-            self._roles[role].in_flight -= 1
+            counts = self._roles[role]
+            counts.in_flight -= 1
+            counts.last_request = self._clock()
 
     def publish(self, table: Table, seq: int) -> None:
         """A pass's routes (its demand counted requests up to ``seq``): release or fail waiters."""
