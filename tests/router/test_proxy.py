@@ -179,7 +179,7 @@ def test_full_queue_is_429_with_retry_after() -> None:
         assert _error(raw)["type"] == "rate_limit_error"
         rig.publish(_route(RouteState.READY, rig.upstream.port))
         assert (await first)[0] == 200
-    run(test, max_queue=1)
+    run(test, max_queue=1, queue_timeout=3.0)  # a mutant without the bound fails in 3 s
 
 
 def test_queue_timeout_is_504() -> None:
