@@ -69,7 +69,9 @@ class Proxy:
             app.router.add_post(path, self._forward)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None),
+            # Pooled connections go idle before the servers' own keep-alive timeout
+            # (llama-server's is 5 s), so a pooled one is never closed under us.
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, keepalive_timeout=4.0),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout),
             auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
@@ -139,11 +141,12 @@ class Proxy:
         role = route.role
         seq = self.book.arrived(role)
         payload = rules.upstream_body(body, route, api)
+        streams = rules.streams(body, api)
         for attempt in (1, 2):
             ready = await self._ready(route, seq, arrived)
             if isinstance(ready, web.Response):
                 return ready
-            answer = await self._send(request, ready, payload, arrived)
+            answer = await self._send(request, ready, payload, arrived, streams)
             if answer is not None:
                 return answer
             # Refused before it took the request (stopped a moment ago): wait again, once.
@@ -171,12 +174,16 @@ class Proxy:
         return result
 
     async def _send(self, request: web.Request, route: Route, payload: bytes,
-                    arrived: float) -> web.StreamResponse | None:
+                    arrived: float, streams: bool) -> web.StreamResponse | None:
         """Forward and stream the answer back; None when the server refused the connection."""
         assert self._session is not None
         role = route.role
         url = f"http://{route.authority}{request.path}"
         headers = rules.request_headers(request.headers.items())
+        if streams:
+            # llama-server closes its end right after an SSE answer; said up front, the
+            # connection is not pooled, so no later request races that close.
+            headers.append(("Connection", "close"))
         self.book.forwarding(role)
         try:
             try:

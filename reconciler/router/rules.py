@@ -20,6 +20,7 @@ without a socket:
   ``Connection`` names), ``Host``, ``Content-Length`` and the router's own
   ``Authorization`` are never passed on; ``request_headers`` also sets the
   one ``Content-Type`` of the re-encoded body;
+* ``streams``: whether a request asks for a streamed answer;
 * ``error_body``: the OpenAI-style error ``{"error": {"message", "type", "code"}}``;
 * ``admits``/``RETRY_AFTER``: the queue's bound (429 beyond ``max_queue``);
 * ``bearer``: the key of an ``Authorization: Bearer`` header.
@@ -210,6 +211,13 @@ def request_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]
     kept = [(k, v) for k, v in forward_headers(headers)
             if k.lower() not in ("content-type", "content-encoding")]
     return [*kept, ("Content-Type", "application/json")]
+
+
+def streams(body: Mapping, api: Api) -> bool:
+    """Whether the answer is a stream: OpenAI's only with ``stream: true``, Ollama's unless
+    ``stream: false`` (its default is to stream)."""
+    flag = body.get("stream")
+    return flag is True if api is Api.OPENAI else flag is not False
 
 
 def error_body(message: str, kind: str, code: int | str) -> bytes:

@@ -139,3 +139,10 @@ def test_request_headers_carry_exactly_one_json_content_type() -> None:
     sent = rules.request_headers([("Content-Type", "application/octet-stream"),
                                   ("content-encoding", "gzip"), ("X-A", "1")])
     assert sent == [("X-A", "1"), ("Content-Type", "application/json")]
+
+
+def test_streams_follows_each_apis_default() -> None:
+    """OpenAI streams only with stream: true; Ollama streams unless stream: false."""
+    assert rules.streams({"stream": True}, Api.OPENAI)
+    assert not rules.streams({}, Api.OPENAI) and not rules.streams({"stream": 1}, Api.OPENAI)
+    assert rules.streams({}, Api.OLLAMA) and not rules.streams({"stream": False}, Api.OLLAMA)
