@@ -30,6 +30,7 @@ class Upstream:
     def __init__(self) -> None:
         self.seen: list[tuple[dict, dict]] = []
         self.port = 0
+        self.go_on = asyncio.Event()  # for "hold": the second event waits for this
         self._runner: web.AppRunner | None = None
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
@@ -43,6 +44,12 @@ class Upstream:
                                      headers={"X-Upstream": "1"})
         answer = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await answer.prepare(request)
+        if body.get("hold"):
+            await answer.write(b"data: first\n\n")
+            await self.go_on.wait()
+            await answer.write(b"data: second\n\n")
+            await answer.write_eof()
+            return answer
         for i in range(3):
             await answer.write(f"data: {i}\n\n".encode())
         await answer.write(b"data: [DONE]\n\n")
@@ -131,6 +138,19 @@ def test_streaming_is_passed_through_event_by_event() -> None:
         status, headers, raw = await rig.post(s, {"model": "chat", "stream": True})
         assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
         assert raw == b"data: 0\n\ndata: 1\n\ndata: 2\n\ndata: [DONE]\n\n"
+    run(test)
+
+
+def test_streaming_is_unbuffered() -> None:
+    """The first SSE event reaches the client while the server still holds back the second."""
+    async def test(rig, s):
+        rig.publish(_route(RouteState.READY, rig.upstream.port))
+        async with s.post(rig.url + "/v1/chat/completions",
+                          data=json.dumps({"model": "chat", "stream": True, "hold": True})) as r:
+            first = await asyncio.wait_for(r.content.readline(), 3)
+            assert first == b"data: first\n"
+            rig.upstream.go_on.set()
+            assert (await r.read()).endswith(b"data: second\n\n")
     run(test)
 
 
