@@ -1,8 +1,8 @@
 """``make bench``: every benchmark, one after another, each printing its own figures.
 
 Each benchmark measures its ratio within one run (against ``sha256sum``, a
-bare import, one probe, supervisord, or the same planner at a tenth of the
-size), so the figures mean the same on any machine. Run one alone for its options: ``.venv/bin/python bench/bench_watch.py --help``.
+bare import, one probe, supervisord, the same planner at a tenth of the
+size, or the same server without the router), so the figures mean the same on any machine. Run one alone for its options: ``.venv/bin/python bench/bench_watch.py --help``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ BENCHES = [
     ("watch vs supervisord (issue: reconcile watch)", ["bench_watch.py"]),
     ("reconcile fleet, 1,000 nodes × 10 roles (issue 12: fleet)", ["bench_fleet.py"]),
     ("plan() of 1k and 10k roles (issue: planner at scale)", ["bench_plan.py"]),
+    ("router vs direct llama-server (issue 13: the router)", ["bench_router.py"]),
 ]
 
 

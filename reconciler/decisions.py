@@ -80,7 +80,7 @@ class Reason(enum.StrEnum):
     MISSING = "missing"
     SPEC_CHANGED = "spec_changed"
     CRASHED = "crashed"
-    EVICTED = "evicted"  # Ollama model left /api/ps behind our back
+    EVICTED = "evicted"  # Ollama model left /api/ps behind our back; §9 stopped for another
     STATE_STOPPED = "state_stopped"
     REMOVED = "removed"
     EXPOSED = "exposed"
@@ -101,6 +101,9 @@ class Reason(enum.StrEnum):
     EMPTY_MANIFESTS = "empty_manifests"
     ADOPTED = "adopted"  # observe only
     ABSENT = "absent"  # stopped and not running: nothing to do
+    DEMAND = "demand"  # §9 an on-demand role with requests waiting is started
+    IDLE = "idle"  # §9 an on-demand role with no request for idle_after is stopped
+    ON_DEMAND = "on_demand"  # §9 an on-demand role nobody asks for stays stopped
 
 
 @frozen

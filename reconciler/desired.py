@@ -37,8 +37,9 @@ class Mode(enum.StrEnum):
 
 
 class WantedState(enum.StrEnum):
-    RUNNING = "running"
+    RUNNING = "running"  # always on
     STOPPED = "stopped"
+    ON_DEMAND = "on-demand"  # started by a request through the router, stopped when idle (§9)
 
 
 class ModelFormat(enum.StrEnum):
@@ -142,6 +143,10 @@ class MemorySpec:
         return self.weights + self.kv
 
 
+#: §9: an on-demand role with no request for this long (seconds) is stopped.
+DEFAULT_IDLE_AFTER = 600.0
+
+
 @frozen
 class RoleSpec:
     """A ``kind: InferenceSpec`` document: one server role.
@@ -160,6 +165,7 @@ class RoleSpec:
     excludes: frozenset[str] = frozenset()  # role names, `role:` prefix removed
     restart: RestartPolicy = RestartPolicy()
     keep_alive: float | None = None  # seconds, Ollama only; negative = forever
+    idle_after: float = DEFAULT_IDLE_AFTER  # seconds: an on-demand role with no request this long stops (§9)
     ref: SourceRef | None = attrs.field(default=None, eq=False)
 
     @property
@@ -168,7 +174,12 @@ class RoleSpec:
 
     @property
     def wanted(self) -> bool:
+        """Always on (``state: running``); an on-demand role is wanted only while demanded."""
         return self.state is WantedState.RUNNING
+
+    @property
+    def on_demand(self) -> bool:
+        return self.state is WantedState.ON_DEMAND
 
 
 @frozen
@@ -187,6 +198,25 @@ class PortRange:
 class RunAs:
     uid: int
     gid: int
+
+
+@frozen
+class RouterConfig:
+    """``NodeConfig.router`` (BEHAVIOUR §9): one OpenAI-compatible endpoint for the node's roles.
+
+    ``listen`` is a loopback host and a port; sizes in bytes, durations in seconds.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    max_queue: int = 64  # waiting requests per role; more get 429
+    queue_timeout: float = 300.0  # longer in the queue gets 504
+    max_body: int = 32 * 2**20  # a larger request body gets 413
+    api_key_file: str | None = None  # absolute; when set, `Authorization: Bearer <key>`
+
+    @property
+    def listen(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
 
 @frozen
@@ -209,6 +239,7 @@ class NodeConfig:
     deep_timeout: float = 300.0
     stop_grace: float = 5.0
     data_root: str | None = None  # None = <state dir>/instances
+    router: RouterConfig | None = None  # None: no router on this node (§9)
     ref: SourceRef | None = attrs.field(default=None, eq=False)
 
     def serve_program(self, runtime: Runtime) -> str | None:

@@ -23,6 +23,7 @@ from reconciler.runtimes import spec_of
 from reconciler.errors import Problem
 from reconciler.fleet import FleetRole, Placement
 from reconciler.desired import (
+    DEFAULT_IDLE_AFTER,
     MemorySpec,
     Mode,
     ModelFile,
@@ -33,6 +34,7 @@ from reconciler.desired import (
     PortRange,
     RestartPolicy,
     RoleSpec,
+    RouterConfig,
     RunAs,
     Runtime,
     ServeSpec,
@@ -183,10 +185,44 @@ def node_config(doc: Document) -> tuple[NodeConfig | None, list[Problem]]:
         restart=attrs.evolve(defaults.restart, **dict(_restart(r, "spec", "restart"))),
         keep_alive=defaults.keep_alive if keep_alive is None else keep_alive,
         data_root=r.get("spec", "data_root"),
+        router=_router(r),
         ref=r.ref,
         **timeouts,
     )
     return (None if r.problems else node), r.problems
+
+
+def _router(r: _Reader) -> RouterConfig | None:
+    """§9 ``spec.router``: a loopback listen address (the schema checked its shape)."""
+    raw = r.get("spec", "router")
+    if raw is None:
+        return None
+    defaults = RouterConfig()
+    host, _, port_text = str(raw["listen"]).rpartition(":")
+    host = "127.0.0.1" if host == "localhost" else host.strip("[]")
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        r.add(("spec", "router", "listen"),
+              f"{host!r} is not a loopback address; the router never listens beyond loopback")
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+        r.add(("spec", "router", "listen"), f"port {port} is not in 1-65535")
+    timeout = r.duration("spec", "router", "queue_timeout")
+    if timeout == 0:
+        r.add(("spec", "router", "queue_timeout"), "must be more than 0 seconds")
+    body = r.size("spec", "router", "max_body")
+    if body == 0:
+        r.add(("spec", "router", "max_body"), "must be more than 0 bytes")
+    return RouterConfig(
+        host=host, port=port,
+        max_queue=int(raw.get("max_queue", defaults.max_queue)),
+        queue_timeout=timeout or defaults.queue_timeout,
+        max_body=body or defaults.max_body,
+        api_key_file=raw.get("api_key_file"),
+    )
 
 
 def _host(r: _Reader) -> str:
@@ -220,17 +256,25 @@ def role_draft(doc: Document) -> tuple[RoleDraft | None, list[Problem]]:
         extra_args=tuple(r.get("spec", "serve", "extra_args") or ()),
     )
     excludes = frozenset(e.removeprefix("role:") for e in r.get("spec", "excludes") or ())
+    state = WantedState(r.get("spec", "state") or WantedState.RUNNING)
+    mode = Mode(r.get("spec", "mode"))
+    idle_after = r.duration("spec", "idle_after")
+    if idle_after == 0:
+        r.add(("spec", "idle_after"), "must be more than 0 seconds")
+    if state is WantedState.ON_DEMAND:
+        _on_demand_rules(r, runtime, mode)
     spec = RoleSpec(
         name=name,
         runtime=runtime,
-        mode=Mode(r.get("spec", "mode")),
+        mode=mode,
         model=r.get("spec", "model"),
-        state=WantedState(r.get("spec", "state") or WantedState.RUNNING),
+        state=state,
         serve=serve,
         memory=MemorySpec(weights=0, kv=r.size("spec", "memory", "kv") or 0),
         excludes=excludes,
         restart=RestartPolicy(),
         keep_alive=None,
+        idle_after=idle_after or DEFAULT_IDLE_AFTER,
         ref=r.ref,
     )
     draft = RoleDraft(
@@ -242,6 +286,16 @@ def role_draft(doc: Document) -> tuple[RoleDraft | None, list[Problem]]:
         doc=doc,
     )
     return (None if r.problems else draft), r.problems
+
+
+def _on_demand_rules(r: _Reader, runtime: Runtime, mode: Mode) -> None:
+    """§9 ``state: on-demand`` is for servers the reconciler launches and stops."""
+    if mode is not Mode.MANAGED:
+        r.add(("spec", "state"), "state: on-demand needs mode: managed "
+              "(an adopted server is never started or stopped)")
+    elif not spec_of(runtime).launched:
+        r.add(("spec", "state"), f"state: on-demand is for servers the reconciler launches, "
+              f"not {runtime} (Ollama loads a model on request by itself)")
 
 
 def _labels(r: _Reader, path: tuple[str, ...]) -> dict[str, str]:

@@ -35,6 +35,7 @@ import attrs
 
 from reconciler import instances, readopt
 from reconciler.decisions import Plan, PlanContext
+from reconciler.demand import Demand
 from reconciler.desired import Desired
 from reconciler.errors import Problem
 from reconciler.fleet import NodeChoice
@@ -57,6 +58,7 @@ class PassInputs:
     allow_empty: bool = False  # an empty manifest set may stop running servers
     operator_starts: frozenset[str] = frozenset()  # roles named by `reconcile start`
     verifier: object | None = None  # modelstore.Verifier-like; default: by the store's stamps
+    demand: Demand | None = None  # §9 the router's counts (watch only); None: no demand known
     clock: Callable[[], float] = time.time
 
 
@@ -137,6 +139,8 @@ def _observe_and_plan(inputs: PassInputs, desired: Desired, remembered: Remember
 
     observed = observe.observe(desired, remembered, probe_timeout=desired.node.probe_timeout,
                                sticky=inputs.store.sticky_mismatches())
+    if inputs.demand is not None:  # §9 observed like the servers: at the start of the pass
+        observed = attrs.evolve(observed, demand=inputs.demand)
     ctx = PlanContext(
         allow_empty=inputs.allow_empty, operator_starts=frozenset(inputs.operator_starts),
         environ=tuple(sorted(os.environ.items())), data_root=root,

@@ -22,6 +22,18 @@ series                                                type   from
 The restart count is a gauge, not a ``_total`` counter: BEHAVIOUR §4 resets
 it after ``stable_after`` and on ``reconcile start``.
 
+The router (§9) adds, per role, through ``RouterMetrics``:
+
+==============================================================  =========  ======================
+``reconciler_router_requests_total{node,role,code}``            counter    every answered request
+``reconciler_router_in_flight{node,role}``                      gauge      being forwarded now
+``reconciler_router_queued{node,role}``                         gauge      waiting for the role
+``reconciler_router_queue_wait_seconds{node,role}``             histogram  time spent waiting
+``reconciler_router_time_to_first_byte_seconds{node,role}``     histogram  arrival → first byte back
+``reconciler_router_cold_starts_total{node,role}``              counter    starts on demand
+``reconciler_router_evictions_total{node,role}``                counter    stopped for another role
+==============================================================  =========  ======================
+
 ``PassMetrics`` is a ``prometheus_client`` collector holding the families of
 the last pass; ``new_registry()`` puts one in a registry of its own, to which
 the daemon's other parts (the router) add their collectors. ``render()`` is the
@@ -45,7 +57,9 @@ import tempfile
 import threading
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
+from prometheus_client import (
+    CollectorRegistry, Counter, Histogram, generate_latest, make_wsgi_app,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -302,3 +316,68 @@ class DaemonMetrics:
     def write(self) -> None:
         if self.file:
             write_text(self.file, self.text())
+
+
+# ---------------------------------------------------------------- the router (§9)
+
+#: Latency buckets (seconds) from a loopback hop (~1 ms) to a cold start of a big model.
+_LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            30.0, 60.0, 120.0, 300.0)
+
+
+class _RouterGauges(Collector):
+    """In flight and queued per role, read from the router's book at scrape time."""
+
+    def __init__(self, metrics: "RouterMetrics") -> None:
+        self._metrics = metrics
+
+    def collect(self):  # type: ignore[override]
+        node = self._metrics.node
+        flying = GaugeMetricFamily("reconciler_router_in_flight",
+                                   "Requests the router is forwarding to each role now.",
+                                   labels=("node", "role"))
+        queued = GaugeMetricFamily("reconciler_router_queued",
+                                   "Requests waiting for each role to be ready.",
+                                   labels=("node", "role"))
+        snapshot = self._metrics.snapshot
+        for role in (snapshot().roles if snapshot is not None else ()):
+            flying.add_metric((node, role.role), role.in_flight)
+            queued.add_metric((node, role.role), role.waiting)
+        return iter((flying, queued))
+
+
+class RouterMetrics:
+    """The router's per-role series in the daemon's registry (the router calls it on its loop)."""
+
+    def __init__(self, registry: CollectorRegistry, node: str = "") -> None:
+        self.node = node or socket.gethostname()
+        self.snapshot = None  # () -> demand.Demand: the router's book, set when it starts
+        labels = ("node", "role")
+        self._requests = Counter("reconciler_router_requests", "Requests the router answered, "
+                                 "by role and HTTP status.", (*labels, "code"), registry=registry)
+        self._wait = Histogram("reconciler_router_queue_wait_seconds", "Time requests waited "
+                               "for their role to be ready.", labels, buckets=_LATENCY,
+                               registry=registry)
+        self._ttfb = Histogram("reconciler_router_time_to_first_byte_seconds", "From a "
+                               "request's arrival to the first byte of its answer (waiting "
+                               "included).", labels, buckets=_LATENCY, registry=registry)
+        self._cold = Counter("reconciler_router_cold_starts", "Roles started because requests "
+                             "waited for them.", labels, registry=registry)
+        self._evicted = Counter("reconciler_router_evictions", "On-demand roles stopped to make "
+                                "room for another role.", labels, registry=registry)
+        registry.register(_RouterGauges(self))
+
+    def request(self, role: str, code: int) -> None:
+        self._requests.labels(self.node, role, str(code)).inc()
+
+    def queue_wait(self, role: str, seconds: float) -> None:
+        self._wait.labels(self.node, role).observe(seconds)
+
+    def first_byte(self, role: str, seconds: float) -> None:
+        self._ttfb.labels(self.node, role).observe(seconds)
+
+    def cold_start(self, role: str) -> None:
+        self._cold.labels(self.node, role).inc()
+
+    def eviction(self, role: str) -> None:
+        self._evicted.labels(self.node, role).inc()

@@ -59,6 +59,9 @@ def check(drafts: Sequence[RoleDraft], nodes: Sequence[Node],
         for later, first in _collisions(share):
             collisions[(id(later), id(first))].append(config.name)
         warnings += _node_warnings(config, doc, share, models, drafts)
+        routed = _router_checks(config, doc, share, models, many)
+        problems += routed[0]
+        warnings += routed[1]
     where = {n.name: d for n, d in nodes}
     for (key, allowed), on in ports.items():
         draft = by_id[key]
@@ -129,6 +132,41 @@ def _node_warnings(config: NodeConfig, doc: Document | None, share: Sequence[Rol
                                f"{format_size(config.memory_budget)}: not all of them can run "
                                f"at once ({held})"))
     return out
+
+
+def _router_checks(config: NodeConfig, doc: Document | None, share: Sequence[RoleDraft],
+                   models: Mapping[str, ModelSpec], many: bool,
+                   ) -> tuple[list[Problem], list[Problem]]:
+    """§9: the router's port is no role's; on-demand roles need a router and must fit.
+
+    The router's own port need not be inside ``allowed_ports``: that range
+    bounds the ports the reconciler *connects to* (its roles'), and the
+    router only listens on its port. It may not be a role's port on the node.
+    """
+    problems: list[Problem] = []
+    warnings: list[Problem] = []
+    router = config.router
+    on_demand = [d for d in share if d.spec.on_demand]
+    if router is not None and doc is not None:
+        for draft in share:
+            if draft.spec.serve.port == router.port:
+                problems.append(doc.problem(
+                    ("spec", "router", "listen"),
+                    f"port {router.port} is also the port of role {draft.spec.name!r} "
+                    f"({draft.doc.file}:{draft.doc.line}); the router needs a port of its own"))
+    for draft in on_demand:
+        if router is None:
+            node = f" {config.name!r}" if many else ""
+            warnings.append(draft.doc.problem(
+                ("spec", "state"), f"state: on-demand, but NodeConfig{node} has no router: "
+                "nothing will ever ask for this role, so it never starts"))
+        need = _footprint(draft, models)
+        if config.memory_budget is not None and need > config.memory_budget:
+            warnings.append(draft.doc.problem(
+                ("spec", "memory"), f"needs {format_size(need)}, more than the whole "
+                f"memory_budget {format_size(config.memory_budget)}"
+                f"{_of([config.name], many)}: it can never start"))
+    return problems, warnings
 
 
 def _footprint(draft: RoleDraft, models: Mapping[str, ModelSpec]) -> int:

@@ -12,6 +12,7 @@ import enum
 
 import attrs
 
+from reconciler.demand import Demand
 from reconciler.desired import Mode, Runtime
 
 frozen = attrs.frozen(kw_only=True)
@@ -85,6 +86,8 @@ class ModelCheck:
 class Observed:
     roles: tuple[RoleObservation, ...] = ()
     models: tuple[ModelCheck, ...] = ()
+    #: The router's counts at the start of the pass (§9); None outside the daemon.
+    demand: Demand | None = None
 
     def role(self, name: str) -> RoleObservation:
         found = next((r for r in self.roles if r.name == name), None)

@@ -49,7 +49,8 @@ from typing import Mapping
 
 import attrs
 
-from reconciler import identity, ledger, policy
+from reconciler import demand as demands
+from reconciler import eviction, identity, ledger, policy
 from reconciler.runtimes import spec_of
 from reconciler.decisions import Decision, Plan, PlanContext, Reason, Status, Verb
 from reconciler.desired import (
@@ -60,6 +61,7 @@ from reconciler.desired import (
     NodeConfig,
     RestartPolicy,
     RoleSpec,
+    WantedState,
 )
 from reconciler.observed import (
     Health,
@@ -71,6 +73,7 @@ from reconciler.observed import (
     RoleRecord,
     Terminal,
 )
+from reconciler.demand import Demand
 from reconciler.ledger import Draft
 from reconciler.units import format_duration
 
@@ -146,16 +149,28 @@ def plan(
     launcher = identity.Launcher(desired.node, dict(ctx.environ), ctx.data_root)
     served = _served(desired.roles, models)
     drafts = []
+    idle: dict[str, float] = {}  # §9 on-demand roles that may be evicted → when last used
     for name in sorted(specs.keys() | records.keys()):
         obs = observations.get(name) or RoleObservation(name=name)
         r = _role(name, specs.get(name), records.get(name), obs, desired.node, models, ctx,
                   launcher, served, now)
-        drafts.append(_decide(r, desired.node, models, checks, guard, now,
-                              elsewhere.get(name)))
+        draft = _decide(r, desired.node, models, checks, guard, now, elsewhere.get(name),
+                        observed.demand)
+        if r.spec is not None and r.spec.on_demand and observed.demand is not None:
+            draft = _demand_hint(r, draft, observed.demand, now)
+            if _evictable(r, draft, observed.demand):
+                idle[name] = demands.last_used(observed.demand.of(name), _started(r),
+                                               observed.demand.since)
+        drafts.append(draft)
     excludes = {name: spec.excludes for name, spec in specs.items()}
     together = {name: frozenset(group - {name}) for here in served.values()
                 for _, group in here if len(group) > 1 for name in group}
-    decisions = ledger.place(drafts, desired.node.memory_budget, excludes, together)
+    budget = desired.node.memory_budget
+    decisions = ledger.place(drafts, budget, excludes, together)
+    if idle:
+        # §9 a claim that does not fit may stop idle on-demand roles, LRU first.
+        decisions = eviction.evict(
+            drafts, decisions, idle, lambda ds: ledger.place(ds, budget, excludes, together))
     ordered = tuple(sorted(decisions, key=ledger.order_key))
     hints = [d.retry_in for d in ordered if d.retry_in is not None]
     return Plan(decisions=ordered, requeue_after=min(hints) if hints else None)
@@ -241,7 +256,7 @@ def _d(r: _Role, verb: Verb, reason: Reason, status: Status, detail: str, *,
 
 
 def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float,
-            placed: tuple[str, ...] | None = None) -> Draft:
+            placed: tuple[str, ...] | None = None, demand: Demand | None = None) -> Draft:
     spec, rec = r.spec, r.record
     managed = spec.managed if spec is not None else rec is not None and rec.mode is Mode.MANAGED
     # §5 loopback only: our own server reachable beyond loopback is stopped
@@ -264,7 +279,7 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float,
     if spec_of(spec.runtime).loads_models:
         return _ollama(r, models, now)
     # §4 state: stopped → stop our server; nothing running → nothing to do.
-    if not spec.wanted:
+    if spec.state is WantedState.STOPPED:
         if r.running:
             return _d(r, Verb.STOP, Reason.STATE_STOPPED, Status.RUNNING, "state: stopped",
                       release=r.reserved)
@@ -273,6 +288,11 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float,
     # §4 gave-up / stopped-exposed hold until an operator start.
     if rec is not None and rec.terminal is not None and not r.operator:
         return _terminal(r, rec)
+    # §9 on-demand: nobody asks → stays stopped; no request for idle_after → stop.
+    if spec.on_demand and not r.operator:
+        held = _on_demand(r, demand, now)
+        if held is not None:
+            return held
     if r.running:
         return _running(r, checks)
     # §4 crashed: we started it and it is gone (or its pid now belongs to another).
@@ -290,6 +310,79 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float,
     # §4 missing: never started, cleanly stopped, or an operator start.
     return _start(r, checks, Verb.START, Reason.MISSING, Status.LOADED, "not running",
                   why="operator start" if r.operator else "")
+
+
+# ---------------------------------------------------------------- §9 on-demand
+
+
+def _started(r: _Role) -> float | None:
+    return r.record.started_at if r.record is not None else None
+
+
+def _on_demand(r: _Role, demand: Demand | None, now: float) -> Draft | None:
+    """§9 the on-demand rung: a Draft when it decides, None to go on down the ladder.
+
+    Without demand (outside the daemon) nothing is started or stopped for it:
+    a running one is kept as any role, a stopped one stays stopped.
+    """
+    spec = r.spec
+    assert spec is not None
+    seen = demand.of(r.name) if demand is not None else None
+    if r.running:
+        left = (demands.idle_left(seen, _started(r), spec.idle_after, now, demand.since)
+                if seen is not None and demand is not None else None)
+        if left is not None and left <= 0:
+            return _d(r, Verb.STOP, Reason.IDLE, Status.RUNNING,
+                      f"on-demand; no request for {format_duration(spec.idle_after)}",
+                      why=format_duration(spec.idle_after), release=r.reserved)
+        return None
+    if seen is not None and seen.wants_start:
+        return None  # started (or restarted after its backoff) below, under the ledger
+    crashed = r.record is not None and (r.record.pid is not None
+                                        or r.record.exited_at is not None)
+    if demand is None:
+        detail = "on-demand; not running (demand is seen only by `reconcile watch`)"
+    else:
+        detail = "on-demand; not running, no request waiting"
+    # A dead on-demand server nobody asks for holds no memory; its record keeps
+    # the crash (and the count) for the backoff of the next request's start.
+    return _d(r, Verb.KEEP, Reason.ON_DEMAND, Status.EXITED if crashed else Status.STOPPED,
+              detail, why="no demand known outside the daemon" if demand is None
+              else "no request waiting", release=r.reserved)
+
+
+#: §9 while requests wait for a starting role, the daemon looks again this soon
+#: (a pass per 25 ms, only while a started role with waiters is not ready).
+WAITER_POLL = 0.025
+
+
+def _demand_hint(r: _Role, draft: Draft, demand: Demand, now: float) -> Draft:
+    """§9 an on-demand role's reason and requeue: its demand, when it goes idle."""
+    d, seen = draft.decision, demand.of(r.name)
+    changes: dict = {}
+    if d.verb is Verb.START and d.reason is Reason.MISSING and seen.wants_start:
+        changes.update(reason=Reason.DEMAND, why=demands.waiting_text(seen))
+    if seen.waiting and (d.verb in (Verb.START, Verb.RESTART)
+                         or d.status in (Status.STARTING, Status.LOADING)):
+        changes["retry_in"] = WAITER_POLL
+    elif d.verb is Verb.KEEP and r.running and r.spec is not None:
+        left = demands.idle_left(seen, _started(r), r.spec.idle_after, now, demand.since)
+        if left is None:  # busy now: its requests end unannounced, so look again idle_after on
+            left = r.spec.idle_after
+        if d.retry_in is None or left < d.retry_in:
+            changes["retry_in"] = left
+    if not changes:
+        return draft
+    return attrs.evolve(draft, decision=attrs.evolve(d, **changes))
+
+
+def _evictable(r: _Role, draft: Draft, demand: Demand) -> bool:
+    """§9 running, holding memory, and no request in flight or waiting."""
+    return (r.running and draft.decision.verb is Verb.KEEP and draft.holds is not None
+            and not demand.of(r.name).busy)
+
+
+# ---------------------------------------------------------------- holds
 
 
 def _terminal(r: _Role, rec: RoleRecord) -> Draft:
@@ -420,7 +513,7 @@ def _adopted(r: _Role, models) -> Draft:
     """§1.2 adopted: observe only; status from the probe; never any action."""
     spec = r.spec
     assert spec is not None
-    if not spec.wanted:
+    if spec.state is WantedState.STOPPED:
         return _d(r, Verb.FORGET, Reason.STATE_STOPPED, Status.STOPPED,
                   "state: stopped; adopted roles are only forgotten")
     probe, health = r.obs.probe, r.health
@@ -483,7 +576,7 @@ def _ollama(r: _Role, models, now: float) -> Draft:
     assert spec is not None
     tag = _tag_of(spec, models)
     # §4 state: stopped → unload what we loaded.
-    if not spec.wanted:
+    if spec.state is WantedState.STOPPED:
         return _ollama_release(r, Reason.STATE_STOPPED)
     if rec is not None and rec.terminal is not None and not r.operator:
         return _terminal(r, rec)

@@ -26,6 +26,14 @@ control pipe, server exits through their pidfds. ``signals_held`` blocks the
 three signals from before the lock is taken until ``Daemon.run`` has its
 handlers in, so an early SIGHUP (``reconcile start``) does not kill.
 
+With a router (``NodeConfig.router``, §9) the daemon also runs the node's
+OpenAI-compatible endpoint in a thread of its own (``router/service.py``):
+a request that has to wait pokes the control pipe (a pass now, "demand"),
+each pass starts from a snapshot of the router's demand, and its plan goes
+back to the router as routes, which releases the waiters of a role that is
+ready. The router starts with the first good desired state that has one,
+and restarts when its configuration changes.
+
 A pass that raises (a bug, a failing store) is logged with its traceback
 and retried after ``ERROR_RETRY``; its metrics still go out, with
 ``reconciler_last_pass_success 0``, its own time and duration and the role
@@ -64,7 +72,7 @@ ERROR_RETRY = 5.0
 SIGNALS = signals.DAEMON
 
 _CONTROL, _SIGNALS = "control", "signals"
-_FILES, _STOP, _NOW = b"f", b"s", b"p"
+_FILES, _STOP, _NOW, _DEMAND = b"f", b"s", b"p", b"d"
 
 
 @attrs.frozen(kw_only=True)
@@ -123,6 +131,7 @@ class Daemon:
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         node=None,  # fleet.NodeChoice: which node this is (§10); None: a set's only node
+        router_factory=None,  # (RouterConfig, wake) -> router/service.Router-like; None: no router
     ) -> None:
         if apply_pass is None:
             from reconciler import loop
@@ -159,6 +168,10 @@ class Daemon:
         self.exits = pidwatch.ExitWatch(self._selector)
         self._files: FileWatch | None = None
         self._wakeups = signals.Wakeups(self._sig_w, SIGNALS)
+        self._router_factory = router_factory
+        self._began = wall()
+        self.router = None  # the running router (§9), if any
+        self._router_config = None
 
     # ------------------------------------------------------------ control (any thread)
 
@@ -167,6 +180,10 @@ class Daemon:
 
     def request_pass(self) -> None:
         self._poke(_NOW)
+
+    def request_demand(self) -> None:
+        """The router has a request waiting: a pass now (§9)."""
+        self._poke(_DEMAND)
 
     def _poke(self, byte: bytes) -> None:
         try:
@@ -199,6 +216,7 @@ class Daemon:
             self.close()
 
     def close(self) -> None:
+        self._close_router()
         if self._files is not None:
             self._files.close()
             self._files = None
@@ -241,6 +259,8 @@ class Daemon:
                         reasons.append("manifests changed")
                     if _NOW in data:
                         reasons.append("requested")
+                    if _DEMAND in data:
+                        reasons.append("demand")
                 elif isinstance(key.data, tuple) and key.data[0] == pidwatch.TAG:
                     role = key.data[1]
                     ended = self.exits.exited(role)
@@ -268,12 +288,14 @@ class Daemon:
         failed = False
         try:
             starts = self._take_starts()
-            result = self._call_pass(operator_starts=starts)
+            demand, seq = self._demand()
+            result = self._call_pass(operator_starts=starts, demand=demand)
             problems = tuple(result.problems)
             if problems:
                 self._invalid(problems, result.git_commit)
                 if self.last_good is not None:
-                    result = self._call_pass(desired=self.last_good, operator_starts=starts)
+                    result = self._call_pass(desired=self.last_good, operator_starts=starts,
+                                             demand=demand)
             else:
                 if self._problems:
                     logs.emit("manifests valid again; resuming from them", event="valid",
@@ -285,6 +307,7 @@ class Daemon:
                 self._log_warnings(result.warnings)
             self._logged = logs.log_pass(result, self._logged)
             self._requeue = result.plan.requeue_after if result.plan is not None else None
+            self._route(result, seq)
         except Exception:
             logs.emit("the pass failed", level=logging.ERROR, exc_info=True, event="error")
             self._requeue = ERROR_RETRY
@@ -296,6 +319,49 @@ class Daemon:
         self._publish(result, problems, started, duration, failed=failed)
         self._watch_exits()
         self._last_end = self._monotonic()
+
+    # ------------------------------------------------------------ the router (§9)
+
+    def _route(self, result, seq: int) -> None:
+        """(Re)start the router when its configuration changed; hand it the pass's plan."""
+        if self._router_factory is None:
+            return
+        config = self.last_good.node.router if self.last_good is not None else None
+        if config != self._router_config:
+            self._close_router()
+            self._router_config = config
+            if config is not None:
+                self.router = self._start_router(config)
+        if self.router is not None:
+            self.router.publish(result, seq)
+
+    def _demand(self):
+        """The router's demand now; before the router runs, none yet, counted from our start."""
+        if self.router is not None:
+            return self.router.demand()
+        if self._router_factory is None:
+            return None, 0
+        from reconciler.demand import Demand
+
+        return Demand(since=self._began), 0
+
+    def _start_router(self, config):
+        try:
+            router = self._router_factory(config, self.request_demand)
+            router.start()
+        except (OSError, ValueError) as exc:
+            logs.emit(f"cannot start the router on {config.listen}: {exc}; it starts when "
+                      "its configuration changes", level=logging.ERROR, event="error")
+            return None
+        host, port = router.address
+        logs.emit(f"router listening on http://{'[' + host + ']' if ':' in host else host}:"
+                  f"{port}", event="router", router_addr=f"{host}:{port}")
+        return router
+
+    def _close_router(self) -> None:
+        if self.router is not None:
+            self.router.close()
+            self.router = None
 
     def _take_starts(self) -> frozenset[str]:
         """The operator starts ``reconcile start`` queued for us, applied to the store (§4)."""

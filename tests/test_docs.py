@@ -36,6 +36,8 @@ def _modules() -> dict[str, str]:
         doc = ast.get_docstring(ast.parse(path.read_text())) or ""
         head = doc.split("\n\n")[0]
         kinds = {k for k in ("PURE", "SHELL") if k in head}
+        if rel.endswith("__init__.py") and len(kinds) != 1:
+            continue  # a package's docstring describes its modules, each listed on its own
         out[rel] = kinds.pop() if len(kinds) == 1 else "?"
     return out
 

@@ -31,6 +31,9 @@ PURE = {
     # the fleet: labels, placement, every node's checks
     "reconciler/labels.py", "reconciler/fleet.py", "reconciler/nodecheck.py",
     "reconciler/offline.py", "reconciler/fleetview.py", "reconciler/fleetdiff.py",
+    # §9 on-demand roles: demand as a planner input, eviction
+    "reconciler/demand.py", "reconciler/eviction.py",
+    "reconciler/router/rules.py",  # the router's decisions: routes, headers, bodies, errors
 }
 
 #: What a pure module may not import (top-level names).
@@ -42,6 +45,7 @@ FORBIDDEN_IN_PURE = {
 
 #: IO library → the modules allowed to import it; at most one of them may.
 OWNERS: dict[str, set[str]] = {
+    "aiohttp": {"reconciler/router/proxy.py"},  # the router's server and upstream client (§9)
     "httpx": set(),  # probes are an asyncio protocol + http11.py (probe.py says why)
     "prometheus_client": {"reconciler/metrics.py"},  # exposition, /metrics, the file
     "psutil": {"reconciler/procs.py"},

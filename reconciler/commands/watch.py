@@ -60,6 +60,23 @@ def _run(args) -> int:
                 server.close()
 
 
+def _router_factory(published):
+    """§9 how the daemon makes its router; aiohttp is imported only when a node has one."""
+    metrics = None
+
+    def make(config, wake):
+        nonlocal metrics
+        from reconciler.router.service import Router
+
+        if published is not None and metrics is None:
+            from reconciler.metrics import RouterMetrics
+
+            metrics = RouterMetrics(published.registry)
+        return Router(config, wake=wake, metrics=metrics)
+
+    return make
+
+
 def _run_daemon(args, store, published, server) -> int:
     from reconciler import logs
     from reconciler.watch import Daemon
@@ -71,6 +88,7 @@ def _run_daemon(args, store, published, server) -> int:
         allow_empty=bool(getattr(args, "allow_empty", False)),
         stop_on_exit=bool(getattr(args, "stop_on_exit", False)),
         metrics=published, node=common.node_choice(args),
+        router_factory=_router_factory(published),
     )
     where = ""
     if server is not None:

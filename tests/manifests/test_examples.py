@@ -99,3 +99,16 @@ def test_warnings_for_ignored_and_unstartable() -> None:
     assert result.problems == ()
     assert [(w.line, w.path) for w in result.warnings] == [(14, "$.spec.runtime"),
                                                            (14, "$.spec.serve.ctx")]
+
+
+def test_on_demand_example_is_valid_and_cannot_hold_both_roles() -> None:
+    """manifests/examples/on-demand/: a router and two on-demand roles the budget cannot hold together."""
+    result = sources.load_desired([str(EXAMPLES / "on-demand")])
+    assert result.problems == () and result.warnings == ()
+    desired = result.desired
+    router = desired.node.router
+    assert router is not None and (router.host, router.port) == ("127.0.0.1", 9000)
+    roles = [desired.role("coder"), desired.role("chat")]
+    assert all(r.on_demand for r in roles)
+    sizes = [r.memory.weights + r.memory.kv for r in roles]
+    assert max(sizes) <= desired.node.memory_budget < sum(sizes)

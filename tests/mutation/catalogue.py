@@ -42,6 +42,8 @@ _TESTS = {
     "nodecheck": ("tests/manifests", "tests/fleet"),
     "fleet": ("tests/fleet", "tests/manifests", "tests/plan"),
     "runtimes": ("tests/observe", "tests/identity", "tests/execute", "tests/doubles"),
+    "eviction": ("tests/plan",),
+    "router/rules": ("tests/router",),
 }
 
 
@@ -51,6 +53,7 @@ def _m(module: str, name: str, old: str, new: str, breaks: str) -> Mutant:
 
 
 P, L, PO, R = "plan", "ledger", "policy", "records"
+EV, RR = "eviction", "router/rules"
 D, RE, I, E, C, RU = "decisions", "render", "identity", "extra_args", "crosscheck", "runtimes"
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -481,4 +484,33 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(RU, "common.not-probed", 'return Status.REFUSED, facts.detail or "port outside allowed_ports: not probed"',
        'return Status.UNKNOWN, facts.detail or "port outside allowed_ports: not probed"',
        "§4: a role outside allowed_ports reads as unknown, not refused"),
+    # ------------------------------------------------------------ §9 on-demand roles, eviction, the router
+    _m(P, "evict-busy", "and not demand.of(r.name).busy)", ")",
+       "§9: a role with requests in flight or waiting is evicted"),
+    _m(P, "evict-always-on",
+       "if r.spec is not None and r.spec.on_demand and observed.demand is not None:",
+       "if r.spec is not None and observed.demand is not None:",
+       "§9: an always-on (running) role is evicted for an on-demand one"),
+    _m(P, "idle-at-once", "if left is not None and left <= 0:", "if left is not None:",
+       "§9: an on-demand role is stopped before idle_after without a request"),
+    _m(P, "start-without-demand", "if seen is not None and seen.wants_start:",
+       "if seen is None or seen.wants_start or True:",
+       "§9: an on-demand role nobody asks for is started"),
+    _m(P, "busy-never-looked-at", "        if left is None:  # busy now",
+       "        if left is None and False:  # busy now",
+       "§9: a role busy at the pass is never stopped for idleness afterwards"),
+    _m(EV, "in-vain", "if _refused_by_ledger(everything[claim.role]):",
+       "if False and _refused_by_ledger(everything[claim.role]):",
+       "§9: idle roles are stopped although the claim still cannot fit"),
+    _m(EV, "mru", "lru = sorted(idle, key=lambda name: (idle[name], name))",
+       "lru = sorted(idle, key=lambda name: (idle[name], name), reverse=True)",
+       "§9: the most recently used idle role is evicted first"),
+    _m(EV, "too-many", "            if not _refused_by_ledger(current[claim.role]):\n                break",
+       "            if False:\n                break", "§9: every idle role is evicted for one claim"),
+    _m(RR, "forward-anywhere", "    return loopback and desired.node.port_allowed(spec.serve.port)",
+       "    return True", "§5: the router forwards to a port outside allowed_ports or off loopback"),
+    _m(RR, "hop-by-hop", "if k.lower() not in _NEVER_FORWARDED and k.lower() not in named]",
+       "if k.lower() not in named]", "§9: hop-by-hop headers and the router's key are passed on"),
+    _m(RR, "queue-unbounded", "return waiting < max_queue", "return True",
+       "§9: the queue has no bound (never 429)"),
 )

@@ -13,13 +13,17 @@ except ``expect`` or ``steps``)::
     roles:
       coder: {runtime: llamacpp, mode: managed, model: qwen, port: 8090, ctx: 4096,
               kv_quant: q8_0, draft_model: x, state: running, memory: {weights: 55GB, kv: 0},
-              excludes: [role:voice], restart: {max_restarts: 3}, keep_alive: 300}
+              excludes: [role:voice], restart: {max_restarts: 3}, keep_alive: 300,
+              idle_after: 600}                  # state: on-demand (§9)
     observed:
       models: {qwen: verified}          # default: every model verified
       roles:
         coder: {pid: 100, alive: true, owned: true, exit_observed_at: 5,
                 health: up, detail: "", listed: [], resident: [],
                 port_taken: false, exposed: []}
+      demand:                           # §9 the router's counts; absent: no daemon
+        coder: {waiting: 3, in_flight: 0, last_request: 900}
+      demand_since: 500                 # when the router began counting
     remembered:
       coder: {pid: 100, restarts: 0, exited_at: null, healthy_since: null,
               terminal: gave-up, terminal_detail: "", we_loaded: false,
@@ -65,6 +69,7 @@ from reconciler.desired import (
     ServeSpec,
     WantedState,
 )
+from reconciler.demand import Demand, RoleDemand
 from reconciler.observed import (
     Health,
     ModelCheck,
@@ -140,6 +145,7 @@ def role_spec(name: str, data: dict[str, Any], node: NodeConfig) -> RoleSpec:
         excludes=frozenset(e.removeprefix("role:") for e in data.get("excludes", ())),
         restart=restart_policy(data.get("restart"), node.restart),
         keep_alive=data.get("keep_alive", node.keep_alive if runtime is Runtime.OLLAMA else None),
+        idle_after=float(data.get("idle_after", 600)),
     )
 
 
@@ -188,7 +194,12 @@ def observed(case: dict[str, Any], want: Desired) -> Observed:
         raw = raw if isinstance(raw, dict) else {"state": raw}
         checks.append(ModelCheck(name=m.name, state=ModelState(raw["state"]), detail=raw.get("detail", "")))
     roles = tuple(observation(n, d or {}) for n, d in sorted((data.get("roles") or {}).items()))
-    return Observed(roles=roles, models=tuple(checks))
+    demand = None
+    if "demand" in data:
+        demand = Demand(roles=tuple(RoleDemand(role=n, **(d or {}))
+                                    for n, d in sorted((data["demand"] or {}).items())),
+                        since=data.get("demand_since"))
+    return Observed(roles=roles, models=tuple(checks), demand=demand)
 
 
 def record(name: str, data: dict[str, Any], want: Desired) -> RoleRecord:

@@ -28,6 +28,8 @@ RULES = {
     ("refuse", "port_taken"), ("refuse", "port_not_allowed"), ("refuse", "model_unverified"),
     ("refuse", "not_pulled"), ("refuse", "unplaceable"), ("refuse", "excluded"),
     ("forget", "removed"), ("forget", "state_stopped"),
+    # §9 on-demand roles
+    ("start", "demand"), ("stop", "idle"), ("stop", "evicted"), ("keep", "on_demand"),
 }
 
 _SIZE_FIELDS = {"reserve", "release"}

@@ -1,0 +1,82 @@
+"""Demand: what the router has seen asked of each role, as a planner input (PURE; BEHAVIOUR §9).
+
+The router counts, per role, the requests waiting for it to be ready, the
+requests it is forwarding now, and when the last one arrived. The daemon
+snapshots those counts at the start of every pass into a ``Demand`` value,
+which reaches ``plan()`` inside ``Observed`` like any other observation. A
+pass outside the daemon (``reconcile plan``, ``--once``, ``status``) has no
+router and so no demand at all: ``Observed.demand`` is None, which is not
+the same as "no requests" — nothing is started *or* stopped on it.
+
+The rules the planner applies to an on-demand role, here so they are tested
+on their own:
+
+* ``wants_start``: requests are waiting for it;
+* ``busy``: requests are waiting or in flight, so it is neither stopped for
+  idleness nor evicted for another role;
+* ``idle_left``: seconds until it has had no request for ``idle_after``,
+  counted from the latest of its last request, its start and the moment the
+  router began counting (a daemon that restarts has forgotten the requests
+  before it: it gives every role a fresh ``idle_after``), 0 when idle now;
+* ``last_used``: its place in the eviction order, least recently used first.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+frozen = attrs.frozen(kw_only=True)
+
+
+@frozen
+class RoleDemand:
+    """One role's requests as the router saw them when the pass began."""
+
+    role: str
+    waiting: int = 0  # queued until the role is ready
+    in_flight: int = 0  # being forwarded now
+    last_request: float | None = None  # wall-clock time the last request arrived
+
+    @property
+    def busy(self) -> bool:
+        return self.waiting > 0 or self.in_flight > 0
+
+    @property
+    def wants_start(self) -> bool:
+        return self.waiting > 0
+
+
+@frozen
+class Demand:
+    """Every role's demand; a role the router has not seen has none."""
+
+    roles: tuple[RoleDemand, ...] = ()  # by role name
+    since: float | None = None  # wall-clock time the router began counting
+
+    def of(self, role: str) -> RoleDemand:
+        found = next((d for d in self.roles if d.role == role), None)
+        return found if found is not None else RoleDemand(role=role)
+
+    def by_role(self) -> dict[str, RoleDemand]:
+        return {d.role: d for d in self.roles}
+
+
+def last_used(demand: RoleDemand, started_at: float | None, since: float | None = None) -> float:
+    """When the role was last used: its last request, its start or ``since``, the latest."""
+    return max(t for t in (demand.last_request, started_at, since, 0.0) if t is not None)
+
+
+def idle_left(demand: RoleDemand, started_at: float | None, idle_after: float,
+              now: float, since: float | None = None) -> float | None:
+    """Seconds until the role is idle (0: idle now), or None while it is busy."""
+    if demand.busy:
+        return None
+    return max(last_used(demand, started_at, since) + idle_after - now, 0.0)
+
+
+def waiting_text(demand: RoleDemand) -> str:
+    """``3 waiting`` (and ``, 1 in flight``) for plan lines."""
+    text = f"{demand.waiting} waiting"
+    if demand.in_flight:
+        text += f", {demand.in_flight} in flight"
+    return text

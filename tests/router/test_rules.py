@@ -1,0 +1,148 @@
+"""The router's pure decisions (BEHAVIOUR §9): routes from a plan, names, bodies, headers, errors."""
+
+from __future__ import annotations
+
+import json
+
+from reconciler.decisions import Decision, Plan, Reason, Status, Verb
+from reconciler.desired import (
+    Desired, Mode, ModelFile, ModelFormat, ModelSpec, NodeConfig, PortRange, RoleSpec, Runtime,
+    ServeSpec, WantedState,
+)
+from reconciler.router import rules
+from reconciler.router.rules import Api, Route, RouteState, Table
+
+MODEL = ModelSpec(name="qwen", format=ModelFormat.GGUF, root="/m",
+                  shards=(ModelFile(path="q.gguf", sha256="0" * 64, size=10),))
+NODE = NodeConfig(allowed_ports=PortRange(start=8000, end=8999))
+
+
+def _role(name: str, port: int, *, state=WantedState.RUNNING, host: str = "127.0.0.1",
+          runtime=Runtime.LLAMACPP, model: str = "qwen") -> RoleSpec:
+    return RoleSpec(name=name, runtime=runtime, mode=Mode.MANAGED, model=model, state=state,
+                    serve=ServeSpec(port=port, host=host))
+
+
+def _table(*pairs: tuple[RoleSpec, Decision | None], node: NodeConfig = NODE) -> Table:
+    desired = Desired(roles=tuple(p[0] for p in pairs), models=(MODEL,), node=node)
+    return rules.routes(Plan(decisions=tuple(d for _, d in pairs if d is not None)), desired)
+
+
+def test_a_running_role_in_sync_is_ready_and_named_by_role_and_model() -> None:
+    """keep in_sync + running → READY, reachable by its role name and its Model name."""
+    table = _table((_role("chat", 8080),
+                    Decision(role="chat", verb=Verb.KEEP, reason=Reason.IN_SYNC,
+                             status=Status.RUNNING)))
+    route = table.find("chat")
+    assert route is not None and route.state is RouteState.READY
+    assert table.find("qwen") == route
+    assert (route.authority, route.status) == ("127.0.0.1:8080", "running")
+
+
+def test_on_demand_starting_and_evicted_roles_wait() -> None:
+    """A demanded start, a start in progress and an on-demand role stopped as idle all WAIT."""
+    on_demand = WantedState.ON_DEMAND
+    table = _table(
+        (_role("a", 8080, state=on_demand),
+         Decision(role="a", verb=Verb.START, reason=Reason.DEMAND, status=Status.STOPPED)),
+        (_role("b", 8081), Decision(role="b", verb=Verb.KEEP, reason=Reason.STARTING,
+                                    status=Status.STARTING)),
+        (_role("c", 8082, state=on_demand),
+         Decision(role="c", verb=Verb.STOP, reason=Reason.IDLE, status=Status.RUNNING)),
+        (_role("d", 8083, state=on_demand),
+         Decision(role="d", verb=Verb.STOP, reason=Reason.EVICTED, status=Status.RUNNING)))
+    assert [r.state for r in table.routes] == [RouteState.WAIT] * 4
+
+
+def test_refused_role_carries_the_plans_words() -> None:
+    """A refused start is REFUSED (503) with the planner's reason, naming who holds memory."""
+    table = _table((_role("big", 8080, state=WantedState.ON_DEMAND),
+                    Decision(role="big", verb=Verb.REFUSE, reason=Reason.UNPLACEABLE,
+                             why="needs 8 GB, 2 GB free (chat holds 6 GB)",
+                             status=Status.STOPPED)))
+    route = table.get("big")
+    assert route is not None and route.state is RouteState.REFUSED
+    assert route.message == "big cannot start: needs 8 GB, 2 GB free (chat holds 6 GB)"
+
+
+def test_a_port_outside_allowed_ports_or_loopback_is_never_forwarded_to() -> None:
+    """§5 a ready role on a non-loopback host or a port outside allowed_ports is REFUSED."""
+    keep = dict(verb=Verb.KEEP, reason=Reason.IN_SYNC, status=Status.RUNNING)
+    table = _table((_role("far", 8080, host="10.0.0.5"), Decision(role="far", **keep)),
+                   (_role("out", 9500), Decision(role="out", **keep)))
+    assert [r.state for r in table.routes] == [RouteState.REFUSED, RouteState.REFUSED]
+    assert "never forwards there" in table.get("out").message
+
+
+def test_find_prefers_a_role_name_and_ollama_api_reaches_only_ollama_roles() -> None:
+    """A role name beats another role's Model name; /api/* never reaches a llama.cpp role."""
+    a = Route(role="a", names=("a", "b"), host="127.0.0.1", port=1, state=RouteState.READY)
+    b = Route(role="b", names=("b", "m"), host="127.0.0.1", port=2, state=RouteState.READY,
+              ollama=True)
+    table = Table(routes=(a, b))
+    assert table.find("b") == b
+    assert table.find("m", Api.OLLAMA) == b
+    assert table.find("a", Api.OLLAMA) is None
+    assert table.find("nope") is None
+
+
+def test_upstream_body_renames_drops_and_sets_keep_alive() -> None:
+    """The server sees its own model name (none for mlx-lm) and, on /api/*, the role's keep_alive."""
+    route = Route(role="r", names=("r",), host="127.0.0.1", port=1, state=RouteState.READY,
+                  upstream_model="served")
+    assert json.loads(rules.upstream_body({"model": "r", "x": 1}, route, Api.OPENAI)) == {
+        "model": "served", "x": 1}
+    dropped = Route(role="r", names=("r",), host="127.0.0.1", port=1, state=RouteState.READY)
+    assert json.loads(rules.upstream_body({"model": "r"}, dropped, Api.OPENAI)) == {}
+    ollama = Route(role="o", names=("o",), host="127.0.0.1", port=1, state=RouteState.READY,
+                   ollama=True, upstream_model="llama3.2:3b", keep_alive=600.0)
+    body = json.loads(rules.upstream_body({"model": "o", "keep_alive": 0}, ollama, Api.OLLAMA))
+    assert body == {"model": "llama3.2:3b", "keep_alive": 600}
+
+
+def test_hop_by_hop_and_connection_named_headers_are_dropped() -> None:
+    """RFC 9110 §7.6.1 headers, those Connection names, Host, Content-Length, Authorization go."""
+    kept = rules.forward_headers([
+        ("Connection", "keep-alive, X-Secret"), ("X-Secret", "1"), ("Keep-Alive", "5"),
+        ("Transfer-Encoding", "chunked"), ("Host", "a"), ("Content-Length", "3"),
+        ("Authorization", "Bearer k"), ("Accept", "text/event-stream"), ("X-Request-Id", "7")])
+    assert kept == [("Accept", "text/event-stream"), ("X-Request-Id", "7")]
+
+
+def test_error_body_has_openais_shape() -> None:
+    """{"error": {"message", "type", "code"}}, as the openai client parses it."""
+    assert json.loads(rules.error_body("no", "invalid_request_error", 404)) == {
+        "error": {"message": "no", "type": "invalid_request_error", "code": 404}}
+
+
+def test_queue_bound_and_bearer_parsing() -> None:
+    """max_queue waiters at most; the Bearer scheme is case-insensitive, anything else is no key."""
+    assert rules.admits(63, 64) and not rules.admits(64, 64)
+    assert rules.bearer("bearer  k1 ") == "k1"
+    assert rules.bearer("Basic k1") is None and rules.bearer(None) is None
+    assert rules.bearer("Bearer ") is None
+
+
+def test_models_list_shows_every_role_with_status() -> None:
+    """GET /v1/models: OpenAI's list shape, each role with status, state and aliases."""
+    table = Table(routes=(Route(role="chat", names=("chat", "qwen"), host="127.0.0.1", port=1,
+                                state=RouteState.WAIT, status="stopped", on_demand=True),))
+    listed = json.loads(rules.models_list(table))
+    assert listed["object"] == "list"
+    assert listed["data"] == [{"id": "chat", "object": "model", "created": 0,
+                               "owned_by": "reconciler", "status": "stopped", "state": "wait",
+                               "on_demand": True, "aliases": ["qwen"]}]
+
+
+def test_request_headers_carry_exactly_one_json_content_type() -> None:
+    """The client's Content-Type (and Content-Encoding) give way to the re-encoded body's one."""
+    sent = rules.request_headers([("Content-Type", "application/octet-stream"),
+                                  ("content-encoding", "gzip"), ("X-A", "1")])
+    assert sent == [("X-A", "1"), ("Content-Type", "application/json")]
+
+
+def test_streams_follows_each_apis_default() -> None:
+    """OpenAI streams only with stream: true; Ollama streams unless stream: false."""
+    assert rules.streams({"stream": True}, Api.OPENAI)
+    assert not rules.streams({}, Api.OPENAI) and not rules.streams({"stream": 1}, Api.OPENAI)
+    assert rules.streams({}, Api.OLLAMA) and not rules.streams({"stream": False}, Api.OLLAMA)
