@@ -12,7 +12,9 @@ role still has a process to stop). For each role:
   recorded, or of an unrecorded process carrying our marker;
 * ``exposed``: non-loopback listeners of our process group (§5);
 * ``port_taken``: a managed role's port accepts connections and the listener
-  is not our process (§4: never start over it).
+  is not our process (§4: never start over it);
+* ``exit``: how a recorded server of ours that is gone ended, the first time
+  it is found gone (``postmortem.gather``: exit status, log tail, OOM kill).
 
 Probes never raise: every failure is a value in ``ProbeFacts``. The cheap
 model checks come with the observation (``modelchecks.check``: a sticky
@@ -26,9 +28,10 @@ from typing import Mapping
 
 import attrs
 
-from reconciler import modelchecks, probe, procs
+from reconciler import instances, modelchecks, postmortem, probe, procs
 from reconciler.desired import Desired, Mode, RoleSpec, Runtime
 from reconciler.observed import (
+    ExitInfo,
     Health,
     Observed,
     ProbeFacts,
@@ -233,10 +236,21 @@ def _port_taken(t: Target, facts: ProcessFacts | None) -> bool:
     return not ours and procs.accepts_connections(t.host, t.port)
 
 
+def _exit(t: Target, facts: ProcessFacts | None, root: str | None) -> ExitInfo | None:
+    """How our recorded server ended, when it is gone and the record does not say yet."""
+    r = t.record
+    if r is None or not r.pid or r.exit is not None or facts is None or facts.alive:
+        return None
+    if procs.is_running(r.pid, r.create_time):
+        return None  # alive but not ours to call ours (the marker is gone): not an exit
+    cwd = instances.instance_dir(root, r.instance_id) if root else None
+    return postmortem.gather(r.pid, r.create_time, cwd)
+
+
 def process_side(
-    all_targets: list[Target], allowed: set[str]
-) -> dict[str, tuple[ProcessFacts | None, tuple[str, ...], bool]]:
-    """Process facts, exposure and port_taken per role (blocking; run in a thread)."""
+    all_targets: list[Target], allowed: set[str], root: str | None = None,
+) -> dict[str, tuple[ProcessFacts | None, tuple[str, ...], bool, ExitInfo | None]]:
+    """Process facts, exposure, port_taken and exit per role (blocking; run in a thread)."""
     facts: dict[str, ProcessFacts | None] = {}
     recorded = [t for t in all_targets if t.record is not None and t.record.pid]
     listeners = procs.listeners_by_group([t.record.pid for t in recorded]) if recorded else {}
@@ -251,7 +265,8 @@ def process_side(
     for t in all_targets:
         f = facts[t.name]
         ok = t.name in allowed
-        out[t.name] = (f, _exposed(t, f, ok, readable), ok and _port_taken(t, f))
+        out[t.name] = (f, _exposed(t, f, ok, readable), ok and _port_taken(t, f),
+                       _exit(t, f, root))
     return out
 
 
@@ -260,9 +275,12 @@ def process_side(
 
 async def observe_async(
     desired: Desired, remembered: Remembered, *, probe_timeout: float | None = None,
-    sticky: Mapping[str, str] | None = None,
+    sticky: Mapping[str, str] | None = None, root: str | None = None,
 ) -> Observed:
-    """Observe every desired and remembered role once (see the module docstring)."""
+    """Observe every desired and remembered role once (see the module docstring).
+
+    ``root``: the instance directories' root, where a gone server's log is read.
+    """
     timeout = desired.node.probe_timeout if probe_timeout is None else probe_timeout
     all_targets = targets(desired, remembered)
     allowed = [t for t in all_targets if desired.node.port_allowed(t.port)]
@@ -273,7 +291,8 @@ async def observe_async(
     # settled server is spared the identity requests. Reading it takes as long
     # as a probe with many servers, so the first GETs (the same whatever it
     # says) go out meanwhile.
-    reading = asyncio.ensure_future(asyncio.to_thread(process_side, all_targets, allowed_names))
+    reading = asyncio.ensure_future(asyncio.to_thread(process_side, all_targets, allowed_names,
+                                                      root))
     try:
         known = await ask_first(allowed, timeout)
     finally:
@@ -282,10 +301,11 @@ async def observe_async(
     probes = await probe_all(allowed, timeout, known)
     roles = []
     for t in all_targets:
-        process, exposed, taken = sides[t.name]
+        process, exposed, taken, ended = sides[t.name]
         facts = probes.get(t.name) or not_probed(t.port, desired)
         roles.append(RoleObservation(
             name=t.name, process=process, probe=facts, port_taken=taken, exposed=exposed,
+            exit=ended,
         ))
     # ``sticky``: the store's sticky model mismatches (model → detail).
     return Observed(roles=tuple(roles), models=modelchecks.check(desired, sticky or {}))
@@ -293,8 +313,8 @@ async def observe_async(
 
 def observe(
     desired: Desired, remembered: Remembered, *, probe_timeout: float | None = None,
-    sticky: Mapping[str, str] | None = None,
+    sticky: Mapping[str, str] | None = None, root: str | None = None,
 ) -> Observed:
     """Blocking ``observe_async`` (for callers without a running event loop)."""
     return asyncio.run(observe_async(desired, remembered, probe_timeout=probe_timeout,
-                                     sticky=sticky))
+                                     sticky=sticky, root=root))

@@ -49,7 +49,7 @@ from typing import Mapping
 
 import attrs
 
-from reconciler import identity, ledger, policy
+from reconciler import exitreasons, identity, ledger, policy
 from reconciler.runtimes import spec_of
 from reconciler.decisions import Decision, Plan, PlanContext, Reason, Status, Verb
 from reconciler.desired import (
@@ -281,12 +281,18 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float,
         exited = rec.exited_at if rec.exited_at is not None else (
             proc.exit_observed_at if proc is not None and proc.exit_observed_at is not None
             else now)
-        held = _backoff(r, exited, now, "exited", "restart")
+        # §4 every exit says why: its code or signal and its log's telling line.
+        ended = rec.exit if rec.exit is not None else r.obs.exit
+        what, said = (exitreasons.headline(ended), exitreasons.said(ended)) if ended else ("exited", "")
+        held = _backoff(r, exited, now, what, "restart", said=said)
         if held is not None:
             return held
         n, most = r.restarts + 1, r.policy.max_restarts
+        told = f"{what}: {said}" if said else what
         return _start(r, checks, Verb.RESTART, Reason.CRASHED, Status.EXITED,
-                      f"exited; restart {n} of {most}", why=f"restart {n} of {most}", restarts=n)
+                      f"{told}; restart {n} of {most}",
+                      why=f"{told}; restart {n} of {most}" if ended else f"restart {n} of {most}",
+                      restarts=n)
     # §4 missing: never started, cleanly stopped, or an operator start.
     return _start(r, checks, Verb.START, Reason.MISSING, Status.LOADED, "not running",
                   why="operator start" if r.operator else "")
@@ -305,21 +311,27 @@ def _terminal(r: _Role, rec: RoleRecord) -> Draft:
               release=rec.reserved)
 
 
-def _backoff(r: _Role, exited: float, now: float, what: str, attempt: str) -> Draft | None:
-    """§4 after an exit (or eviction): give up at max, else wait out delay(restarts)."""
+def _backoff(r: _Role, exited: float, now: float, what: str, attempt: str,
+             said: str = "") -> Draft | None:
+    """§4 after an exit (or eviction): give up at max, else wait out delay(restarts).
+
+    ``what`` happened (``exited (code 1)``), and ``said``: the line that says why.
+    """
     assert r.record is not None
     n, most = r.restarts, r.policy.max_restarts
     state = policy.retry(n, exited, now, r.policy)
+    because = f": {said}" if said else ""
     # §4 max restarts reached and dead → gave-up (terminal, releases memory).
     if state.gave_up:
         return _d(r, Verb.GIVE_UP, Reason.MAX_RESTARTS, Status.GAVE_UP,
-                  f"{what} after {n} restart{'' if n == 1 else 's'} (max_restarts {most}); "
-                  f"run `reconcile start {r.name}`", release=r.reserved)
+                  f"{what} after {n} restart{'' if n == 1 else 's'} (max_restarts {most})"
+                  f"{because}; run `reconcile start {r.name}`", release=r.reserved)
     # §4 backoff: the clock starts when the exit was first observed.
     if state.left > 0:
         left = format_duration(state.left)
         return _d(r, Verb.WAIT, Reason.BACKOFF, Status.BACKOFF,
-                  f"{what}; {attempt} {n + 1} of {most} in {left}", why=f"retry in {left}",
+                  f"{what}{because}; {attempt} {n + 1} of {most} in {left}",
+                  why=f"{what}{because}; retry in {left}" if said else f"retry in {left}",
                   retry_in=state.left, holds=r.reserved or None)
     return None
 

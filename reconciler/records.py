@@ -2,7 +2,8 @@
 
 The planner decides; the executor acts; this module says what the state
 store must remember afterwards so that the *next* pass decides correctly:
-when an exit was first observed (the backoff clock), the restart count
+when an exit was first observed (the backoff clock) and how the server
+ended (its ``ExitInfo``, kept until the next start), the restart count
 (including the stable_after reset the planner already applied), terminal
 states, reservations in the ledger and Ollama ``we_loaded``.
 
@@ -15,7 +16,7 @@ import attrs
 
 from reconciler.decisions import Decision, Reason, Status, Verb
 from reconciler.desired import Mode, RoleSpec
-from reconciler.observed import Health, RoleObservation, RoleRecord, Terminal
+from reconciler.observed import Health, Liveness, RoleObservation, RoleRecord, Terminal
 from reconciler.runtimes import spec_of
 
 
@@ -83,6 +84,7 @@ def after_decision(
             return attrs.evolve(
                 record, pid=None, create_time=None, exited_at=now, healthy_since=None,
                 restarts=decision.restarts, reserved=decision.reserve,
+                exit=None,  # nothing ran: the outcome says why (the old exit is stale now)
             )
         return attrs.evolve(
             record,
@@ -96,6 +98,7 @@ def after_decision(
             started_at=now, exited_at=None, healthy_since=None,
             terminal=None, terminal_detail="",
             restarts=decision.restarts, reserved=decision.reserve,
+            exit=None, liveness=Liveness(),  # a new server: nothing ended, nothing failed yet
         )
     if verb is Verb.STOP:
         assert facts is not None
@@ -105,6 +108,7 @@ def after_decision(
             return None
         stopped = attrs.evolve(
             record, pid=None, create_time=None, exited_at=None, healthy_since=None, reserved=0,
+            exit=None, liveness=Liveness(),
         )
         if reason is Reason.EXPOSED:
             return attrs.evolve(
@@ -135,7 +139,7 @@ def after_decision(
     if verb is Verb.GIVE_UP:
         return attrs.evolve(
             record, pid=None, create_time=None, reserved=0,
-            exited_at=record.exited_at or now,
+            exited_at=record.exited_at or now, exit=record.exit or observation.exit,
             terminal=Terminal.GAVE_UP, terminal_detail=decision.detail or decision.why,
         )
     return _observed(record, decision, observation, now)
@@ -171,6 +175,7 @@ def _observed(
             record, healthy_since=None,
             exited_at=record.exited_at or (observation.process.exit_observed_at
                                            if observation.process else None) or now,
+            exit=record.exit or observation.exit,  # how it ended, kept until the next start
             restarts=decision.restarts,
         )
     if decision.reason in (Reason.UNKNOWN, Reason.UNHEALTHY, Reason.LOADING):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -38,7 +39,7 @@ from reconciler import events as ev
 from reconciler.errors import StateError
 from reconciler.events import Event, EventKind
 from reconciler.desired import Mode, Runtime
-from reconciler.observed import RoleRecord, Terminal
+from reconciler.observed import ExitInfo, Liveness, RoleRecord, Terminal
 
 if TYPE_CHECKING:  # hashing models is not every pass's business: imported when stamps are read
     from reconciler.modelstore import Stamp
@@ -121,8 +122,16 @@ _MIGRATIONS: tuple[str, ...] = (
     DROP TABLE stamps;
     ALTER TABLE stamps_v3 RENAME TO stamps;
     """,
+    # 3 → 4: why the last server of a role ended (§4), and its liveness counters
+    # (§4.1), each a JSON object. A column already there is not added again
+    # (``_apply``): a step replayed after a racing run still succeeds.
+    """
+    ALTER TABLE roles ADD COLUMN exit TEXT;
+    ALTER TABLE roles ADD COLUMN liveness TEXT;
+    """,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
+_ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN (\w+)", re.IGNORECASE)
 
 #: How long a statement waits for another connection's write lock (seconds).
 BUSY_TIMEOUT = 30.0
@@ -199,17 +208,36 @@ class Store:
         self.close()
 
     def _migrate(self) -> None:
+        version = self._version()
+        while version < SCHEMA_VERSION:
+            # One step, one transaction: a migration applies whole or not at all.
+            # The version is read again under the write lock: another process may
+            # have taken this step while we waited for it.
+            with self._transaction():
+                version = self._version()
+                if version < SCHEMA_VERSION:
+                    for statement in _statements(_MIGRATIONS[version]):
+                        self._apply(statement)
+                    self._db.execute(f"PRAGMA user_version = {version + 1}")
+            version = self._version()
+
+    def _apply(self, statement: str) -> None:
+        added = _ADD_COLUMN.match(statement)
+        if added is not None:
+            table, column = added.groups()
+            columns = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            if column in columns:
+                return
+        self._db.execute(statement)
+
+    def _version(self) -> int:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise StateError(
                 f"{self.path} has schema version {version}; this reconciler knows "
                 f"up to {SCHEMA_VERSION} (a newer reconciler wrote it)"
             )
-        for step in range(version, SCHEMA_VERSION):
-            # One script, one transaction: a migration applies whole or not at all.
-            self._db.executescript(
-                f"BEGIN IMMEDIATE;{_MIGRATIONS[step]}PRAGMA user_version = {step + 1};COMMIT;"
-            )
+        return version
 
     def _transaction(self):
         return _Transaction(self._db)
@@ -234,6 +262,8 @@ class Store:
         values["runtime"] = str(record.runtime)
         values["mode"] = str(record.mode)
         values["terminal"] = str(record.terminal) if record.terminal else None
+        values["exit"] = _exit_json(record.exit)
+        values["liveness"] = json.dumps(attrs.asdict(record.liveness))
         values["updated_at"] = time.time()
         cols = ", ".join(values)
         marks = ", ".join(f":{k}" for k in values)
@@ -419,4 +449,35 @@ def _record(row: sqlite3.Row) -> RoleRecord:
     values["terminal"] = Terminal(values["terminal"]) if values["terminal"] else None
     values["launch_argv"] = tuple(json.loads(values["launch_argv"] or "[]"))
     values["we_loaded"] = bool(values["we_loaded"])
+    values["exit"] = _exit_value(values["exit"])
+    values["liveness"] = _liveness_value(values["liveness"])
     return RoleRecord(**values)
+
+
+def _exit_json(info: ExitInfo | None) -> str | None:
+    if info is None:
+        return None
+    return json.dumps({**attrs.asdict(info), "log": list(info.log)})
+
+
+def _exit_value(text: str | None) -> ExitInfo | None:
+    """A stored ``ExitInfo``; what a newer reconciler added to it is left out, not fatal."""
+    if not text:
+        return None
+    raw = json.loads(text)
+    known = {f.name for f in attrs.fields(ExitInfo)}
+    values = {k: v for k, v in raw.items() if k in known}
+    values["log"] = tuple(values.get("log") or ())
+    return ExitInfo(**values)
+
+
+def _liveness_value(text: str | None) -> Liveness:
+    if not text:
+        return Liveness()
+    known = {f.name for f in attrs.fields(Liveness)}
+    return Liveness(**{k: v for k, v in json.loads(text).items() if k in known})
+
+
+def _statements(script: str) -> list[str]:
+    """A migration's statements (they hold no ``;`` inside, by construction)."""
+    return [part.strip() for part in script.split(";") if part.strip()]

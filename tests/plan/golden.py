@@ -19,12 +19,15 @@ except ``expect`` or ``steps``)::
       roles:
         coder: {pid: 100, alive: true, owned: true, exit_observed_at: 5,
                 health: up, detail: "", listed: [], resident: [],
-                port_taken: false, exposed: []}
+                port_taken: false, exposed: [],
+                exit: {known: true, code: 1, signal: null, oom: "", log: ["…"]}}
     remembered:
       coder: {pid: 100, restarts: 0, exited_at: null, healthy_since: null,
               terminal: gave-up, terminal_detail: "", we_loaded: false,
               model_tag: null, reserved: 55GB, port: 8090, runtime: llamacpp,
-              mode: managed, launch: current}   # launch: current | none | {ctx: 2048, …}
+              mode: managed, launch: current,   # launch: current | none | {ctx: 2048, …}
+              exit: {known: true, code: 1, log: ["…"]},      # how the last server ended
+              liveness: {failures: 2, since: 990, checked_at: 995, detail: "…"}}
     now: 1000
     expect:
       coder: {verb: start, reason: missing, status: loaded, why: "…", restarts: 0, …}
@@ -66,7 +69,9 @@ from reconciler.desired import (
     WantedState,
 )
 from reconciler.observed import (
+    ExitInfo,
     Health,
+    Liveness,
     ModelCheck,
     ModelState,
     Observed,
@@ -176,7 +181,16 @@ def observation(name: str, data: dict[str, Any]) -> RoleObservation:
         probe=probe,
         port_taken=data.get("port_taken", False),
         exposed=tuple(data.get("exposed", ())),
+        exit=exit_info(data.get("exit")),
     )
+
+
+def exit_info(data: dict[str, Any] | None) -> ExitInfo | None:
+    if data is None:
+        return None
+    return ExitInfo(known=data.get("known", False), code=data.get("code"),
+                    signal=data.get("signal"), oom=data.get("oom", ""),
+                    log=tuple(data.get("log", ())))
 
 
 def observed(case: dict[str, Any], want: Desired) -> Observed:
@@ -222,6 +236,8 @@ def record(name: str, data: dict[str, Any], want: Desired) -> RoleRecord:
         terminal_detail=data.get("terminal_detail", ""),
         we_loaded=data.get("we_loaded", False),
         reserved=size(data.get("reserved", 0)),
+        exit=exit_info(data.get("exit")),
+        liveness=Liveness(**data.get("liveness", {})),
     )
 
 
