@@ -12,7 +12,8 @@ role still has a process to stop). For each role:
   recorded, or of an unrecorded process carrying our marker;
 * ``exposed``: non-loopback listeners of our process group (§5);
 * ``port_taken``: a managed role's port accepts connections and the listener
-  is not our process (§4: never start over it);
+  is not our process (§4: never start over it); an adopted role's probe
+  timed out after the port took the connection (hung, not gone: ``unknown``);
 * ``exit``: how a recorded server of ours that is gone ended, the first time
   it is found gone (``postmortem.gather``: exit status, log tail, OOM kill).
 
@@ -41,7 +42,7 @@ from reconciler.observed import (
     RoleRecord,
 )
 from reconciler.runtimes import spec_of
-from reconciler.runtimes.common import ProbeAnswer, ProbeContext, ProbeRequest
+from reconciler.runtimes.common import ErrorKind, ProbeAnswer, ProbeContext, ProbeRequest
 from reconciler.runtimes.spec import RuntimeSpec
 
 
@@ -159,10 +160,42 @@ def _jobs(allowed: list[Target]) -> dict[object, Target]:
 
 
 def _sender(t: Target, timeout: float) -> probe.Sender:
+    timeout = _timeout(t, timeout)
+
     async def send(request: ProbeRequest) -> ProbeAnswer:
         return await probe.send(t.host, t.port, request, timeout=timeout)
 
     return send
+
+
+def _timeout(t: Target, timeout: float) -> float:
+    """A role with liveness checks is asked within its own ``liveness.timeout`` (§4.1)."""
+    live = t.spec.liveness if t.spec is not None else None
+    return live.timeout if live is not None else timeout
+
+
+async def ask_progress(allowed: list[Target], facts: dict[str, ProbeFacts],
+                       timeout: float) -> dict[str, ProbeFacts]:
+    """§4.1 *no progress*: the work counters of each answering role that has liveness checks
+    and whose runtime and launch expose them (llama.cpp's ``/metrics``); one GET each."""
+    asked = [t for t in allowed
+             if t.spec is not None and t.spec.liveness is not None
+             and t.rt.progress is not None and t.rt.progress.asked(t.spec)
+             and facts[t.name].health in (Health.UP, Health.UNHEALTHY, Health.LOADING)]
+    if not asked:
+        return facts
+    answers = await asyncio.gather(*(_sender(t, timeout)(t.rt.progress.request)  # type: ignore[union-attr]
+                                     for t in asked))
+    out = dict(facts)
+    for t, answer in zip(asked, answers):
+        progress = t.rt.progress
+        assert progress is not None
+        if answer.error is ErrorKind.TIMEOUT:
+            out[t.name] = attrs.evolve(facts[t.name], progress_timeout=(
+                f"no answer to {progress.request} {answer.error_detail}"))
+        else:
+            out[t.name] = attrs.evolve(facts[t.name], progress=progress.read(answer))
+    return out
 
 
 async def ask_first(allowed: list[Target], timeout: float) -> dict[object, Known]:
@@ -298,11 +331,15 @@ async def observe_async(
     finally:
         sides = await reading
     allowed = [with_process(t, sides[t.name][0]) for t in allowed]
-    probes = await probe_all(allowed, timeout, known)
+    probes = await ask_progress(allowed, await probe_all(allowed, timeout, known), timeout)
     roles = []
     for t in all_targets:
         process, exposed, taken, ended = sides[t.name]
         facts = probes.get(t.name) or not_probed(t.port, desired)
+        if not t.managed and facts.timed_out:
+            # An adopted server that took the connection and never answered is
+            # there, hung: its port is taken (unknown), not free (exited) (§4).
+            taken = True
         roles.append(RoleObservation(
             name=t.name, process=process, probe=facts, port_taken=taken, exposed=exposed,
             exit=ended,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import attrs
 
+from reconciler import liveness
 from reconciler.decisions import Decision, Reason, Status, Verb
 from reconciler.desired import Mode, RoleSpec
 from reconciler.observed import Health, Liveness, RoleObservation, RoleRecord, Terminal
@@ -142,7 +143,21 @@ def after_decision(
             exited_at=record.exited_at or now, exit=record.exit or observation.exit,
             terminal=Terminal.GAVE_UP, terminal_detail=decision.detail or decision.why,
         )
-    return _observed(record, decision, observation, now)
+    return _checked(_observed(record, decision, observation, now), spec, observation, now)
+
+
+def _checked(record: RoleRecord, spec: RoleSpec | None, observation: RoleObservation,
+             now: float) -> RoleRecord:
+    """§4.1 the liveness counters after this pass's look (the planner decided from the same)."""
+    if spec is None or spec.liveness is None:
+        return record
+    process = observation.process
+    alive = process is not None and process.owned and process.alive
+    if not (alive or (not spec.managed and observation.probe is not None)):
+        return record
+    started = record.started_at if spec.managed else None
+    counters = liveness.look(spec.liveness, record.liveness, observation.probe, started, now)
+    return record if counters == record.liveness else attrs.evolve(record, liveness=counters)
 
 
 def _observed(
@@ -178,7 +193,8 @@ def _observed(
             exit=record.exit or observation.exit,  # how it ended, kept until the next start
             restarts=decision.restarts,
         )
-    if decision.reason in (Reason.UNKNOWN, Reason.UNHEALTHY, Reason.LOADING):
+    if decision.reason in (Reason.UNKNOWN, Reason.UNHEALTHY, Reason.LOADING,
+                           Reason.UNRESPONSIVE):
         # stable_after counts continuous answering: a stall starts it over.
         record = attrs.evolve(record, healthy_since=None)
     probe = observation.probe

@@ -19,7 +19,8 @@ except ``expect`` or ``steps``)::
       roles:
         coder: {pid: 100, alive: true, owned: true, exit_observed_at: 5,
                 health: up, detail: "", listed: [], resident: [],
-                port_taken: false, exposed: [],
+                port_taken: false, exposed: [], timed_out: false,
+                progress: {in_flight: 1, decoded: 50}, progress_timeout: "",
                 exit: {known: true, code: 1, signal: null, oom: "", log: ["…"]}}
     remembered:
       coder: {pid: 100, restarts: 0, exited_at: null, healthy_since: null,
@@ -53,6 +54,7 @@ import yaml
 from reconciler import identity
 from reconciler.decisions import PlanContext
 from reconciler.desired import (
+    LivenessSpec,
     Desired,
     MemorySpec,
     Mode,
@@ -72,6 +74,7 @@ from reconciler.observed import (
     ExitInfo,
     Health,
     Liveness,
+    Progress,
     ModelCheck,
     ModelState,
     Observed,
@@ -145,6 +148,7 @@ def role_spec(name: str, data: dict[str, Any], node: NodeConfig) -> RoleSpec:
         excludes=frozenset(e.removeprefix("role:") for e in data.get("excludes", ())),
         restart=restart_policy(data.get("restart"), node.restart),
         keep_alive=data.get("keep_alive", node.keep_alive if runtime is Runtime.OLLAMA else None),
+        liveness=LivenessSpec(**data["liveness"]) if "liveness" in data else None,
     )
 
 
@@ -174,6 +178,9 @@ def observation(name: str, data: dict[str, Any]) -> RoleObservation:
             detail=data.get("detail", ""),
             listed_models=tuple(data.get("listed", ())),
             resident_models=tuple(data.get("resident", ())),
+            timed_out=data.get("timed_out", False),
+            progress=Progress(**data["progress"]) if "progress" in data else None,
+            progress_timeout=data.get("progress_timeout", ""),
         )
     return RoleObservation(
         name=name,
