@@ -12,7 +12,7 @@ the events show::
 
 ``headline`` is the first part, ``excerpt`` the one line of the log that most
 likely says why (the first error a llama.cpp server logged, the exception a
-Python server died of, else the last line), ``summary`` both, on one line.
+Python server died of, else ``last log line: …``), ``summary`` both, on one line.
 
 Also here, pure so it can be tested on recorded text: reading the tail of a
 log (``tail_lines``) and finding the kernel's out-of-memory kill of a pid in
@@ -96,7 +96,9 @@ def excerpt(lines: Iterable[str]) -> str:
     if marked:
         return _short(marked[0])
     worded = [text for _, text in cleaned if _ERROR_WORDS.search(text)]
-    return _short(worded[0] if worded else texts[-1])
+    # Nothing reads like an error (a SIGKILL leaves an ordinary last line): say
+    # that it is only the last line, not a cause.
+    return _short(worded[0]) if worded else _short(f"last log line: {texts[-1]}")
 
 
 def clean(line: str) -> tuple[str, str]:

@@ -163,9 +163,43 @@ def _state_errors(method: Callable[_P, _T]) -> Callable[_P, _T]:
             return method(*args, **kwargs)
         except sqlite3.Error as exc:
             store = args[0]
-            raise StateError(f"state store {store.path}: {exc}") from None  # type: ignore[attr-defined]
+            raise StateError(f"state store {store.path}: {exc}"  # type: ignore[attr-defined]
+                             f"{_way_back(exc, store.state_dir)}") from None  # type: ignore[attr-defined]
 
     return wrapper
+
+
+#: The faults of the store's own world, and the way back each one names (README,
+#: "When the reconciler's own world breaks"). Running servers are never touched:
+#: a pass that cannot read or write its store acts on nothing it has not recorded.
+_WAYS_BACK = {
+    "SQLITE_FULL": "; its filesystem is full: free space there, and the next pass resumes",
+    "SQLITE_IOERR": "; check its filesystem: the next pass resumes",
+    "SQLITE_CORRUPT": ("; move it aside (e.g. state.db.corrupt): the next run starts a new "
+                       "one and re-adopts the running servers by their marker"),
+    "SQLITE_NOTADB": ("; move it aside (e.g. state.db.corrupt): the next run starts a new "
+                      "one and re-adopts the running servers by their marker"),
+    "SQLITE_READONLY_DBMOVED": ("; it was removed or moved while in use: restart the "
+                                "reconciler, which re-adopts the running servers by their marker"),
+}
+
+
+def _way_back(exc: sqlite3.Error, state_dir: Path) -> str:
+    """The way back for this SQLite error (its extended name, else its primary one)."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    if name.startswith(("SQLITE_FULL", "SQLITE_IOERR")) and _full(state_dir):
+        # SQLite reports a full disk as an I/O error when the WAL index cannot grow.
+        return f"; {state_dir} is on a full filesystem: free space there, and the next pass resumes"
+    primary = "_".join(name.split("_")[:2])  # SQLITE_IOERR_WRITE → SQLITE_IOERR
+    return _WAYS_BACK.get(name) or _WAYS_BACK.get(primary, "")
+
+
+def _full(state_dir: Path) -> bool:
+    try:
+        st = os.statvfs(state_dir)
+    except OSError:
+        return False
+    return st.f_bavail == 0 or (st.f_favail == 0 and st.f_files > 0)
 
 
 class Store:

@@ -41,7 +41,7 @@ def _run(args) -> int:
         print("reconcile: error: --resync must be positive", file=sys.stderr)
         return Exit.ERROR
 
-    with common.locked(args) as store:
+    with common.holding(args) as (lock, store):
         published = server = None
         metrics_file = getattr(args, "metrics_file", None)
         if addr or metrics_file:
@@ -54,13 +54,13 @@ def _run(args) -> int:
                       f"{exc.strerror or exc}", file=sys.stderr)
                 return Exit.ERROR
         try:
-            return _run_daemon(args, store, published, server)
+            return _run_daemon(args, store, published, server, lock)
         finally:
             if server is not None:
                 server.close()
 
 
-def _run_daemon(args, store, published, server) -> int:
+def _run_daemon(args, store, published, server, lock=None) -> int:
     from reconciler import logs
     from reconciler.watch import Daemon
 
@@ -71,6 +71,7 @@ def _run_daemon(args, store, published, server) -> int:
         allow_empty=bool(getattr(args, "allow_empty", False)),
         stop_on_exit=bool(getattr(args, "stop_on_exit", False)),
         metrics=published, node=common.node_choice(args),
+        lock_check=lock.check if lock is not None else None,
     )
     where = ""
     if server is not None:

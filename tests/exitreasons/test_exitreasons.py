@@ -53,10 +53,10 @@ def test_excerpt_of_a_python_server_is_the_exception_it_died_of():
 
 
 def test_excerpt_prefers_an_error_line_then_the_last_line():
-    """Without level marks: the first line that reads like an error, else the last line."""
+    """Without level marks: the first line that reads like an error, else the last line, so named."""
     assert exitreasons.excerpt(("starting", "error: cannot bind 0.0.0.0:80", "bye")) == \
         "error: cannot bind 0.0.0.0:80"
-    assert exitreasons.excerpt(("starting", "listening", "bye", "")) == "bye"
+    assert exitreasons.excerpt(("starting", "listening", "bye", "")) == "last log line: bye"
     assert exitreasons.excerpt(()) == "" and exitreasons.excerpt(("", "  ")) == ""
 
 
