@@ -143,6 +143,7 @@ class Daemon:
         self._monotonic = monotonic
         self._wall = wall
         self._lock_check = lock_check
+        self._model_verifier = None  # modelstore.Verifier, made at the first pass
         self.lost = ""  # why the daemon stopped acting: its state directory is gone
 
         self.last_good: Desired | None = None
@@ -349,7 +350,17 @@ class Daemon:
     def _call_pass(self, **extra) -> PassResult:
         return self._apply_pass(PassInputs(paths=self.paths, store=self.store,
                                            state_dir=self.state_dir, node=self.node,
-                                           allow_empty=self.allow_empty, **extra))
+                                           allow_empty=self.allow_empty,
+                                           verifier=self._verifier(), **extra))
+
+    def _verifier(self):
+        """One model verifier for the daemon's life (§1.1): the first use by this process
+        hashes every byte; later passes re-hash only files whose stamp changed."""
+        if self._model_verifier is None:
+            from reconciler import modelstore
+
+            self._model_verifier = modelstore.Verifier(self.store)
+        return self._model_verifier
 
     def _invalid(self, problems: tuple, commit: str | None) -> None:
         texts = tuple(str(p) for p in problems)
