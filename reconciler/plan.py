@@ -192,7 +192,7 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
     if spec is not None and spec_of(spec.runtime).shared_endpoint:
         answering = answering and spec_of(spec.runtime).lists(probe.resident_models, _tag_of(spec, models))
     else:
-        answering = answering and running
+        answering = answering and running and not _failing(spec, record, probe, now)
     restarts = policy.restart_count(record, rpolicy, now, answering=answering,
                                     operator_start=operator)
     sharing: frozenset[str] = frozenset()
@@ -213,6 +213,15 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
         # process still carries the id it was started with: stops use that.
         owner_id=record.instance_id if running and record is not None else None,
     )
+
+
+def _failing(spec: RoleSpec | None, record: RoleRecord | None, probe, now: float) -> bool:
+    """§4.1 a server failing liveness checks is not "answering" for stable_after: a hang
+    that /health does not show (no progress) must not win its restart count back."""
+    if spec is None or spec.liveness is None or record is None:
+        return False
+    counters = liveness.look(spec.liveness, record.liveness, probe, record.started_at, now)
+    return counters.failures > 0
 
 
 def _tag_of(spec: RoleSpec, models: Mapping[str, ModelSpec]) -> str | None:

@@ -507,4 +507,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(P, "adopted-hung-exited", "resident = status in (Status.RUNNING, Status.LOADING, Status.DEGRADED, Status.UNKNOWN)",
        "resident = status in (Status.RUNNING, Status.LOADING, Status.DEGRADED)",
        "§4/§7: a hung adopted server (unknown) drops its hold in the ledger"),
+    _m(P, "liveness-stable-resets", "answering = answering and running and not _failing(spec, record, probe, now)",
+       "answering = answering and running",
+       "§4.1: a hung server that /health does not show wins its restart count back (stable_after)"),
 )
