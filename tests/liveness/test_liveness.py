@@ -189,3 +189,28 @@ def test_the_loader_refuses_zero_durations_and_an_unknown_field():
         "m.yaml:19: $.spec.liveness.timeout: must be more than 0 seconds"]
     assert said("liveness: {failures: 0}") == [
         "m.yaml:19: $.spec.liveness.failures: must be at least 1"]
+
+
+def test_liveness_on_a_shared_ollama_role_is_a_warning_not_a_check():
+    """Ollama serves many roles from one server it never launches: liveness is ignored, said so."""
+    text = textwrap.dedent("""\
+        apiVersion: reconciler/v1
+        kind: NodeConfig
+        metadata: {name: node}
+        spec: {allowed_ports: {from: 8000, to: 12000}}
+        ---
+        apiVersion: reconciler/v1
+        kind: Model
+        metadata: {name: llama}
+        spec: {format: ollama, source: {ollama_tag: "llama3:8b"}}
+        ---
+        apiVersion: reconciler/v1
+        kind: InferenceSpec
+        metadata: {name: chat}
+        spec: {runtime: ollama, mode: managed, model: llama, liveness: {}}
+        """)
+    result = manifests.load([("m.yaml", text.encode())])
+    assert result.desired is not None, result.problems
+    assert [str(w) for w in result.warnings] == [
+        "m.yaml:14: $.spec.liveness: ignored: Ollama serves many roles from one server the "
+        "reconciler never launches or restarts"]
