@@ -170,8 +170,8 @@ def _sender(t: Target, timeout: float) -> probe.Sender:
 
 def _timeout(t: Target, timeout: float) -> float:
     """A role with liveness checks is asked within its own ``liveness.timeout`` (§4.1)."""
-    live = t.spec.liveness if t.spec is not None else None
-    return live.timeout if live is not None else timeout
+    live = t.spec.liveness if t.spec is not None and not t.rt.shared_endpoint else None
+    return live.timeout if live is not None else timeout  # (ignored on a shared endpoint)
 
 
 async def ask_progress(allowed: list[Target], facts: dict[str, ProbeFacts],
