@@ -259,6 +259,20 @@ def _start(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the plan and outcomes as JSON")
 
 
+def _logs(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "A managed server's own log, <data_root>/<instance id>/server.log (and its rotated "
+        "server.log.1 .. .3 when -n reaches into them). --follow prints what is appended, "
+        "like tail -F: across the log's rotation, the server's restarts and a new instance "
+        "directory after a port or model edit. Exit 1 when the role is unknown, adopted, "
+        "or has no log on this node.")
+    p.add_argument("name", help="the role")
+    p.add_argument("-n", "--lines", metavar="N", type=int, default=20,
+                   help="how many of the last lines to print (default: 20)")
+    p.add_argument("-F", "--follow", action="store_true",
+                   help="then keep printing what is appended (Ctrl-C ends it)")
+
+
 def _health(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="the role")
     p.add_argument("--deep", action="store_true", help="ask the server for one token")
@@ -322,6 +336,8 @@ _COMMANDS: tuple[tuple[str, str, str, Callable[[argparse.ArgumentParser], None]]
     ("capabilities", f"what this node can run ({', '.join(Runtime)}), and why not",
      "health:run_capabilities", _globals_then(_json_only)),
     ("events", "the event log", "status:run_events", _globals_then(_events)),
+    ("logs", "a managed server's own log (server.log); --follow like tail -F",
+     "serverlogs:run", _globals_then(_logs)),
     ("models", "write and verify Model manifests", "", _globals_then(_models)),
 )
 

@@ -138,6 +138,11 @@ def _role_warnings(draft: RoleDraft) -> list[Problem]:
         if getattr(spec.serve, field) is not None and field not in rt.serve_options:
             takers = " and ".join(str(s) for s in SPECS.values() if field in s.serve_options)
             out.append(doc.problem(("spec", "serve", field), f"ignored: only {takers} takes {field}"))
+    if spec.liveness is not None and rt.shared_endpoint:
+        # §4.1 is about one server process per role; a shared server (Ollama)
+        # is never launched, so nothing of a role's own could be restarted.
+        out.append(doc.problem(("spec", "liveness"), f"ignored: {rt.title} serves many roles "
+                               "from one server the reconciler never launches or restarts"))
     return out
 
 

@@ -89,6 +89,7 @@ class Reason(enum.StrEnum):
     STARTING = "starting"
     UNHEALTHY = "unhealthy"
     UNKNOWN = "unknown"  # probe timed out: unknown is not down
+    UNRESPONSIVE = "unresponsive"  # §4.1: alive, failing `failures` liveness checks in a row
     BACKOFF = "backoff"
     MAX_RESTARTS = "max_restarts"
     TERMINAL = "terminal"  # gave-up / stopped-exposed held until operator start

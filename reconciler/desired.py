@@ -118,6 +118,23 @@ class RestartPolicy:
 
 
 @frozen
+class LivenessSpec:
+    """BEHAVIOUR §4.1, opt-in per role: how a live but hung server is told apart. Seconds.
+
+    A check is made every ``period``; a request unanswered within ``timeout``
+    (or, on llama.cpp with ``--metrics``, requests in flight with no decode
+    progress for a whole period) fails it. ``failures`` consecutive failed
+    checks make a managed server ``unresponsive``; none count before
+    ``grace`` has passed since its process started.
+    """
+
+    period: float = 30.0
+    timeout: float = 5.0
+    failures: int = 3
+    grace: float = 600.0
+
+
+@frozen
 class ServeSpec:
     host: str = "127.0.0.1"
     port: int = 0
@@ -166,6 +183,7 @@ class RoleSpec:
     restart: RestartPolicy = RestartPolicy()
     keep_alive: float | None = None  # seconds, Ollama only; negative = forever
     idle_after: float = DEFAULT_IDLE_AFTER  # seconds: an on-demand role with no request this long stops (§9)
+    liveness: LivenessSpec | None = None  # §4.1: None = no liveness checks (opt-in)
     ref: SourceRef | None = attrs.field(default=None, eq=False)
 
     @property

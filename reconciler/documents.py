@@ -24,6 +24,7 @@ from reconciler.errors import Problem
 from reconciler.fleet import FleetRole, Placement
 from reconciler.desired import (
     DEFAULT_IDLE_AFTER,
+    LivenessSpec,
     MemorySpec,
     Mode,
     ModelFile,
@@ -146,6 +147,22 @@ def _restart(r: _Reader, *path: str) -> tuple[tuple[str, float], ...]:
         if value is not None:
             out.append((field, value))
     return tuple(out)
+
+
+def _liveness(r: _Reader) -> LivenessSpec | None:
+    """``spec.liveness`` (§4.1): present, even empty, turns the checks on; defaults fill it."""
+    raw = r.get("spec", "liveness")
+    if raw is None:
+        return None
+    defaults, values = LivenessSpec(), {}
+    for field in ("period", "timeout", "grace"):
+        value = r.duration("spec", "liveness", field)
+        if value is not None and value == 0 and field != "grace":
+            r.add(("spec", "liveness", field), "must be more than 0 seconds")
+        values[field] = getattr(defaults, field) if value is None else value
+    failures = raw.get("failures")
+    return LivenessSpec(failures=defaults.failures if failures is None else int(failures),
+                        **values)
 
 
 def node_config(doc: Document) -> tuple[NodeConfig | None, list[Problem]]:
@@ -275,6 +292,7 @@ def role_draft(doc: Document) -> tuple[RoleDraft | None, list[Problem]]:
         restart=RestartPolicy(),
         keep_alive=None,
         idle_after=idle_after or DEFAULT_IDLE_AFTER,
+        liveness=_liveness(r),
         ref=r.ref,
     )
     draft = RoleDraft(

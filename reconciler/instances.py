@@ -22,6 +22,11 @@ def data_root(desired: Desired, state_dir: str) -> str:
     return desired.node.data_root or os.path.join(state_dir, "instances")
 
 
+def instance_dir(root: str, instance_id: str) -> str:
+    """``<data_root>/<instance id>``: a managed server's working directory."""
+    return os.path.join(root, instance_id)
+
+
 def cap_server_logs(records: Iterable[RoleRecord], root: str) -> None:
     """Keep every running server's log under its cap (it grows between passes)."""
     for record in records:

@@ -116,6 +116,8 @@ def apply_pass(inputs: PassInputs) -> PassResult:
     recording.record_pass(inputs.store, desired, observed, the_plan, outcomes,
                           git_commit=began.git_commit, now=inputs.clock(), root=root,
                           operator_starts=inputs.operator_starts)
+    if outcomes:
+        recording.ended(inputs.store, root, inputs.clock())
     instances.cap_server_logs(inputs.store.roles(), root)
     return began.result(loaded, observed, the_plan, outcomes)
 
@@ -138,7 +140,7 @@ def _observe_and_plan(inputs: PassInputs, desired: Desired, remembered: Remember
     from reconciler import observe, plan
 
     observed = observe.observe(desired, remembered, probe_timeout=desired.node.probe_timeout,
-                               sticky=inputs.store.sticky_mismatches())
+                               sticky=inputs.store.sticky_mismatches(), root=root)
     if inputs.demand is not None:  # §9 observed like the servers: at the start of the pass
         observed = attrs.evolve(observed, demand=inputs.demand)
     ctx = PlanContext(

@@ -12,7 +12,10 @@ role still has a process to stop). For each role:
   recorded, or of an unrecorded process carrying our marker;
 * ``exposed``: non-loopback listeners of our process group (§5);
 * ``port_taken``: a managed role's port accepts connections and the listener
-  is not our process (§4: never start over it).
+  is not our process (§4: never start over it); an adopted role's probe
+  timed out after the port took the connection (hung, not gone: ``unknown``);
+* ``exit``: how a recorded server of ours that is gone ended, the first time
+  it is found gone (``postmortem.gather``: exit status, log tail, OOM kill).
 
 Probes never raise: every failure is a value in ``ProbeFacts``. The cheap
 model checks come with the observation (``modelchecks.check``: a sticky
@@ -26,9 +29,10 @@ from typing import Mapping
 
 import attrs
 
-from reconciler import modelchecks, probe, procs
+from reconciler import instances, modelchecks, postmortem, probe, procs
 from reconciler.desired import Desired, Mode, RoleSpec, Runtime
 from reconciler.observed import (
+    ExitInfo,
     Health,
     Observed,
     ProbeFacts,
@@ -38,7 +42,7 @@ from reconciler.observed import (
     RoleRecord,
 )
 from reconciler.runtimes import spec_of
-from reconciler.runtimes.common import ProbeAnswer, ProbeContext, ProbeRequest
+from reconciler.runtimes.common import ErrorKind, ProbeAnswer, ProbeContext, ProbeRequest
 from reconciler.runtimes.spec import RuntimeSpec
 
 
@@ -156,10 +160,42 @@ def _jobs(allowed: list[Target]) -> dict[object, Target]:
 
 
 def _sender(t: Target, timeout: float) -> probe.Sender:
+    timeout = _timeout(t, timeout)
+
     async def send(request: ProbeRequest) -> ProbeAnswer:
         return await probe.send(t.host, t.port, request, timeout=timeout)
 
     return send
+
+
+def _timeout(t: Target, timeout: float) -> float:
+    """A role with liveness checks is asked within its own ``liveness.timeout`` (§4.1)."""
+    live = t.spec.liveness if t.spec is not None and not t.rt.shared_endpoint else None
+    return live.timeout if live is not None else timeout  # (ignored on a shared endpoint)
+
+
+async def ask_progress(allowed: list[Target], facts: dict[str, ProbeFacts],
+                       timeout: float) -> dict[str, ProbeFacts]:
+    """§4.1 *no progress*: the work counters of each answering role that has liveness checks
+    and whose runtime and launch expose them (llama.cpp's ``/metrics``); one GET each."""
+    asked = [t for t in allowed
+             if t.spec is not None and t.spec.liveness is not None
+             and t.rt.progress is not None and t.rt.progress.asked(t.spec)
+             and facts[t.name].health in (Health.UP, Health.UNHEALTHY, Health.LOADING)]
+    if not asked:
+        return facts
+    answers = await asyncio.gather(*(_sender(t, timeout)(t.rt.progress.request)  # type: ignore[union-attr]
+                                     for t in asked))
+    out = dict(facts)
+    for t, answer in zip(asked, answers):
+        progress = t.rt.progress
+        assert progress is not None
+        if answer.error is ErrorKind.TIMEOUT:
+            out[t.name] = attrs.evolve(facts[t.name], progress_timeout=(
+                f"no answer to {progress.request} {answer.error_detail}"))
+        else:
+            out[t.name] = attrs.evolve(facts[t.name], progress=progress.read(answer))
+    return out
 
 
 async def ask_first(allowed: list[Target], timeout: float) -> dict[object, Known]:
@@ -233,10 +269,21 @@ def _port_taken(t: Target, facts: ProcessFacts | None) -> bool:
     return not ours and procs.accepts_connections(t.host, t.port)
 
 
+def _exit(t: Target, facts: ProcessFacts | None, root: str | None) -> ExitInfo | None:
+    """How our recorded server ended, when it is gone and the record does not say yet."""
+    r = t.record
+    if r is None or not r.pid or r.exit is not None or facts is None or facts.alive:
+        return None
+    if procs.is_running(r.pid, r.create_time):
+        return None  # alive but not ours to call ours (the marker is gone): not an exit
+    cwd = instances.instance_dir(root, r.instance_id) if root else None
+    return postmortem.gather(r.pid, r.create_time, cwd)
+
+
 def process_side(
-    all_targets: list[Target], allowed: set[str]
-) -> dict[str, tuple[ProcessFacts | None, tuple[str, ...], bool]]:
-    """Process facts, exposure and port_taken per role (blocking; run in a thread)."""
+    all_targets: list[Target], allowed: set[str], root: str | None = None,
+) -> dict[str, tuple[ProcessFacts | None, tuple[str, ...], bool, ExitInfo | None]]:
+    """Process facts, exposure, port_taken and exit per role (blocking; run in a thread)."""
     facts: dict[str, ProcessFacts | None] = {}
     recorded = [t for t in all_targets if t.record is not None and t.record.pid]
     listeners = procs.listeners_by_group([t.record.pid for t in recorded]) if recorded else {}
@@ -251,7 +298,8 @@ def process_side(
     for t in all_targets:
         f = facts[t.name]
         ok = t.name in allowed
-        out[t.name] = (f, _exposed(t, f, ok, readable), ok and _port_taken(t, f))
+        out[t.name] = (f, _exposed(t, f, ok, readable), ok and _port_taken(t, f),
+                       _exit(t, f, root))
     return out
 
 
@@ -260,9 +308,12 @@ def process_side(
 
 async def observe_async(
     desired: Desired, remembered: Remembered, *, probe_timeout: float | None = None,
-    sticky: Mapping[str, str] | None = None,
+    sticky: Mapping[str, str] | None = None, root: str | None = None,
 ) -> Observed:
-    """Observe every desired and remembered role once (see the module docstring)."""
+    """Observe every desired and remembered role once (see the module docstring).
+
+    ``root``: the instance directories' root, where a gone server's log is read.
+    """
     timeout = desired.node.probe_timeout if probe_timeout is None else probe_timeout
     all_targets = targets(desired, remembered)
     allowed = [t for t in all_targets if desired.node.port_allowed(t.port)]
@@ -273,19 +324,25 @@ async def observe_async(
     # settled server is spared the identity requests. Reading it takes as long
     # as a probe with many servers, so the first GETs (the same whatever it
     # says) go out meanwhile.
-    reading = asyncio.ensure_future(asyncio.to_thread(process_side, all_targets, allowed_names))
+    reading = asyncio.ensure_future(asyncio.to_thread(process_side, all_targets, allowed_names,
+                                                      root))
     try:
         known = await ask_first(allowed, timeout)
     finally:
         sides = await reading
     allowed = [with_process(t, sides[t.name][0]) for t in allowed]
-    probes = await probe_all(allowed, timeout, known)
+    probes = await ask_progress(allowed, await probe_all(allowed, timeout, known), timeout)
     roles = []
     for t in all_targets:
-        process, exposed, taken = sides[t.name]
+        process, exposed, taken, ended = sides[t.name]
         facts = probes.get(t.name) or not_probed(t.port, desired)
+        if not t.managed and facts.timed_out:
+            # An adopted server that took the connection and never answered is
+            # there, hung: its port is taken (unknown), not free (exited) (§4).
+            taken = True
         roles.append(RoleObservation(
             name=t.name, process=process, probe=facts, port_taken=taken, exposed=exposed,
+            exit=ended,
         ))
     # ``sticky``: the store's sticky model mismatches (model → detail).
     return Observed(roles=tuple(roles), models=modelchecks.check(desired, sticky or {}))
@@ -293,8 +350,8 @@ async def observe_async(
 
 def observe(
     desired: Desired, remembered: Remembered, *, probe_timeout: float | None = None,
-    sticky: Mapping[str, str] | None = None,
+    sticky: Mapping[str, str] | None = None, root: str | None = None,
 ) -> Observed:
     """Blocking ``observe_async`` (for callers without a running event loop)."""
     return asyncio.run(observe_async(desired, remembered, probe_timeout=probe_timeout,
-                                     sticky=sticky))
+                                     sticky=sticky, root=root))

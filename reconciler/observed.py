@@ -42,6 +42,14 @@ class ProcessFacts:
 
 
 @frozen
+class Progress:
+    """A server's own work counters (§4.1 *no progress*), e.g. llama.cpp's ``/metrics``."""
+
+    in_flight: float  # requests being processed now
+    decoded: float  # a counter that moves while they are: llama.cpp's n_decode_total
+
+
+@frozen
 class ProbeFacts:
     """What the probes of one role found (``runtimes/`` read the answers into it)."""
 
@@ -49,11 +57,33 @@ class ProbeFacts:
     detail: str = ""
     #: Unreachable right after our start: ``starting``, not ``unknown`` (§4).
     starting: bool = False
+    #: Unreachable because nothing answered within the timeout, not because the
+    #: connection was refused: something may be there, hung (§4.1; unknown is not down).
+    timed_out: bool = False
+    #: The runtime's progress counters, when the role asks for them (§4.1).
+    progress: Progress | None = None
+    #: The progress request got no answer in time (its detail); "" otherwise.
+    progress_timeout: str = ""
     listed_models: tuple[str, ...] = ()  # /v1/models ids, /api/tags names
     resident_models: tuple[str, ...] = ()  # Ollama /api/ps names
     identity: str | None = None  # /props model_path, argv --model, …
     version: str | None = None
     latency: float | None = None  # seconds
+
+
+@frozen
+class ExitInfo:
+    """How a server of ours ended (§4: every exit says why); ``exitreasons.py`` words it.
+
+    Linux gives a process's exit status to its parent alone: ``known`` is
+    False for a server an earlier reconciler started (re-parented to init).
+    """
+
+    known: bool = False  # the exit status was read (the server was our child)
+    code: int | None = None  # its exit code, when it exited by itself
+    signal: int | None = None  # the signal that ended it
+    oom: str = ""  # the kernel's line about killing it for memory, when the kernel said so
+    log: tuple[str, ...] = ()  # the last lines of its server.log
 
 
 @frozen
@@ -65,6 +95,7 @@ class RoleObservation:
     probe: ProbeFacts | None = None
     port_taken: bool = False  # something not ours accepts connections on the port
     exposed: tuple[str, ...] = ()  # non-loopback listen addresses of our process
+    exit: ExitInfo | None = None  # how our recorded server ended, when it is found gone
 
 
 class ModelState(enum.StrEnum):
@@ -106,6 +137,18 @@ class Terminal(enum.StrEnum):
 
 
 @frozen
+class Liveness:
+    """The liveness counters a record keeps between passes (§4.1; ``liveness.py``)."""
+
+    failures: int = 0  # consecutive failed checks
+    since: float | None = None  # the first failed check of this run of failures
+    checked_at: float | None = None  # the last check counted (checks are a period apart)
+    detail: str = ""  # what the last failed check found
+    decoded: float | None = None  # progress: the decode counter last seen to move …
+    decoded_at: float | None = None  # … and when
+
+
+@frozen
 class RoleRecord:
     """What the state store remembers about one role between passes."""
 
@@ -128,6 +171,8 @@ class RoleRecord:
     terminal_detail: str = ""
     we_loaded: bool = False
     reserved: int = 0  # bytes held in the residency ledger
+    exit: ExitInfo | None = None  # how the last server ended (kept until the next start)
+    liveness: Liveness = Liveness()  # §4.1 counters
 
 
 @frozen

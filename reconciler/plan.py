@@ -50,7 +50,7 @@ from typing import Mapping
 import attrs
 
 from reconciler import demand as demands
-from reconciler import eviction, identity, ledger, policy
+from reconciler import eviction, exitreasons, identity, ledger, liveness, policy
 from reconciler.runtimes import spec_of
 from reconciler.decisions import Decision, Plan, PlanContext, Reason, Status, Verb
 from reconciler.desired import (
@@ -173,7 +173,25 @@ def plan(
             drafts, decisions, idle, lambda ds: ledger.place(ds, budget, excludes, together))
     ordered = tuple(sorted(decisions, key=ledger.order_key))
     hints = [d.retry_in for d in ordered if d.retry_in is not None]
+    hints += _liveness_wakes(specs, records, observations, now)
     return Plan(decisions=ordered, requeue_after=min(hints) if hints else None)
+
+
+def _liveness_wakes(specs: Mapping[str, RoleSpec], records: Mapping[str, RoleRecord],
+                    observations: Mapping[str, RoleObservation], now: float) -> list[float]:
+    """§4.1 the watch daemon looks again when a liveness check is next due (a requeue
+    hint, not a busy loop): for each role with checks whose server answers or is alive."""
+    wakes = []
+    for name, spec in specs.items():
+        rec, obs = records.get(name), observations.get(name)
+        if spec.liveness is None or rec is None or obs is None:
+            continue
+        alive = obs.process is not None and obs.process.alive and obs.process.owned
+        if not (alive or (not spec.managed and obs.probe is not None)):
+            continue
+        counters = liveness.look(spec.liveness, rec.liveness, obs.probe, rec.started_at, now)
+        wakes.append(liveness.next_check(spec.liveness, counters, rec.started_at, now))
+    return wakes
 
 
 def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> _Role:
@@ -189,7 +207,7 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
     if spec is not None and spec_of(spec.runtime).shared_endpoint:
         answering = answering and spec_of(spec.runtime).lists(probe.resident_models, _tag_of(spec, models))
     else:
-        answering = answering and running
+        answering = answering and running and not _failing(spec, record, probe, now)
     restarts = policy.restart_count(record, rpolicy, now, answering=answering,
                                     operator_start=operator)
     sharing: frozenset[str] = frozenset()
@@ -210,6 +228,15 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
         # process still carries the id it was started with: stops use that.
         owner_id=record.instance_id if running and record is not None else None,
     )
+
+
+def _failing(spec: RoleSpec | None, record: RoleRecord | None, probe, now: float) -> bool:
+    """§4.1 a server failing liveness checks is not "answering" for stable_after: a hang
+    that /health does not show (no progress) must not win its restart count back."""
+    if spec is None or spec.liveness is None or record is None:
+        return False
+    counters = liveness.look(spec.liveness, record.liveness, probe, record.started_at, now)
+    return counters.failures > 0
 
 
 def _tag_of(spec: RoleSpec, models: Mapping[str, ModelSpec]) -> str | None:
@@ -275,7 +302,7 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float,
                   "not probed", release=0 if r.running else r.reserved,
                   holds=r.reserved if r.running else None)
     if not spec.managed:
-        return _adopted(r, models)
+        return _adopted(r, models, now)
     if spec_of(spec.runtime).loads_models:
         return _ollama(r, models, now)
     # §4 state: stopped → stop our server; nothing running → nothing to do.
@@ -294,19 +321,25 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float,
         if held is not None:
             return held
     if r.running:
-        return _running(r, checks)
+        return _running(r, checks, now)
     # §4 crashed: we started it and it is gone (or its pid now belongs to another).
     if rec is not None and (rec.pid is not None or rec.exited_at is not None) and not r.operator:
         proc = r.obs.process
         exited = rec.exited_at if rec.exited_at is not None else (
             proc.exit_observed_at if proc is not None and proc.exit_observed_at is not None
             else now)
-        held = _backoff(r, exited, now, "exited", "restart")
+        # §4 every exit says why: its code or signal and its log's telling line.
+        ended = rec.exit if rec.exit is not None else r.obs.exit
+        what, said = (exitreasons.headline(ended), exitreasons.said(ended)) if ended else ("exited", "")
+        held = _backoff(r, exited, now, what, "restart", said=said)
         if held is not None:
             return held
         n, most = r.restarts + 1, r.policy.max_restarts
+        told = f"{what}: {said}" if said else what
         return _start(r, checks, Verb.RESTART, Reason.CRASHED, Status.EXITED,
-                      f"exited; restart {n} of {most}", why=f"restart {n} of {most}", restarts=n)
+                      f"{told}; restart {n} of {most}",
+                      why=f"{told}; restart {n} of {most}" if ended else f"restart {n} of {most}",
+                      restarts=n)
     # §4 missing: never started, cleanly stopped, or an operator start.
     return _start(r, checks, Verb.START, Reason.MISSING, Status.LOADED, "not running",
                   why="operator start" if r.operator else "")
@@ -398,21 +431,27 @@ def _terminal(r: _Role, rec: RoleRecord) -> Draft:
               release=rec.reserved)
 
 
-def _backoff(r: _Role, exited: float, now: float, what: str, attempt: str) -> Draft | None:
-    """§4 after an exit (or eviction): give up at max, else wait out delay(restarts)."""
+def _backoff(r: _Role, exited: float, now: float, what: str, attempt: str,
+             said: str = "") -> Draft | None:
+    """§4 after an exit (or eviction): give up at max, else wait out delay(restarts).
+
+    ``what`` happened (``exited (code 1)``), and ``said``: the line that says why.
+    """
     assert r.record is not None
     n, most = r.restarts, r.policy.max_restarts
     state = policy.retry(n, exited, now, r.policy)
+    because = f": {said}" if said else ""
     # §4 max restarts reached and dead → gave-up (terminal, releases memory).
     if state.gave_up:
         return _d(r, Verb.GIVE_UP, Reason.MAX_RESTARTS, Status.GAVE_UP,
-                  f"{what} after {n} restart{'' if n == 1 else 's'} (max_restarts {most}); "
-                  f"run `reconcile start {r.name}`", release=r.reserved)
+                  f"{what} after {n} restart{'' if n == 1 else 's'} (max_restarts {most})"
+                  f"{because}; run `reconcile start {r.name}`", release=r.reserved)
     # §4 backoff: the clock starts when the exit was first observed.
     if state.left > 0:
         left = format_duration(state.left)
         return _d(r, Verb.WAIT, Reason.BACKOFF, Status.BACKOFF,
-                  f"{what}; {attempt} {n + 1} of {most} in {left}", why=f"retry in {left}",
+                  f"{what}{because}; {attempt} {n + 1} of {most} in {left}",
+                  why=f"{what}{because}; retry in {left}" if said else f"retry in {left}",
                   retry_in=state.left, holds=r.reserved or None)
     return None
 
@@ -450,7 +489,7 @@ def _listed(nodes: tuple[str, ...], limit: int = 3) -> str:
         f"{', '.join(nodes[:limit])} and {len(nodes) - limit} more")
 
 
-def _running(r: _Role, checks: Mapping[str, ModelCheck]) -> Draft:
+def _running(r: _Role, checks: Mapping[str, ModelCheck], now: float) -> Draft:
     rec, holds = r.record, r.reserved
     # §3 spec_changed: the launch digest differs → restart (not counted).
     if (r.argv is not None and rec is not None and rec.launch_digest is not None
@@ -458,6 +497,10 @@ def _running(r: _Role, checks: Mapping[str, ModelCheck]) -> Draft:
         return _start(r, checks, Verb.RESTART, Reason.SPEC_CHANGED, Status.RUNNING,
                       "running a previous launch",
                       why=identity.argv_changes(rec.launch_argv, r.argv), keeps=True)
+    # §4.1 liveness (opt-in): alive but failing its checks.
+    hung = _liveness(r, checks, now)
+    if hung is not None:
+        return hung
     # §4 in sync: alive and answering.
     if r.health is Health.UP:
         return _d(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, r.probe_detail("up"), holds=holds)
@@ -475,6 +518,39 @@ def _running(r: _Role, checks: Mapping[str, ModelCheck]) -> Draft:
                   r.probe_detail("not answering yet"), retry_in=policy.POLL, holds=holds)
     return _d(r, Verb.KEEP, Reason.UNKNOWN, Status.DEGRADED,
               r.probe_detail("not answering") + "; unknown is not down", holds=holds)
+
+
+def _liveness(r: _Role, checks: Mapping[str, ModelCheck], now: float) -> Draft | None:
+    """§4.1 a managed server failing ``failures`` consecutive liveness checks is restarted
+    (``unresponsive``) under the restart policy: counted, after delay(restarts) since its
+    first failed check, and never past ``max_restarts`` (then it is reported, not touched:
+    it is alive, and a live server is never given up). Fewer failures: reported."""
+    spec, rec = r.spec, r.record
+    if spec is None or spec.liveness is None or rec is None:
+        return None
+    counters = liveness.look(spec.liveness, rec.liveness, r.obs.probe, rec.started_at, now)
+    if counters.failures == 0:
+        return None
+    said, why = liveness.summary(spec.liveness, counters), liveness.counted(spec.liveness, counters)
+    if not liveness.unresponsive(spec.liveness, counters):
+        return _d(r, Verb.KEEP, Reason.UNRESPONSIVE, Status.DEGRADED, said, why=why,
+                  holds=r.reserved,
+                  retry_in=liveness.next_check(spec.liveness, counters, rec.started_at, now))
+    n, most = r.restarts, r.policy.max_restarts
+    if n >= most:
+        held = f"not restarted: max_restarts {most} reached; run `reconcile start {r.name}`"
+        return _d(r, Verb.KEEP, Reason.UNRESPONSIVE, Status.DEGRADED, f"{said}; {held}",
+                  why=f"{why}; {held}", holds=r.reserved)
+    state = policy.retry(n, counters.since if counters.since is not None else now, now, r.policy)
+    if state.left > 0:
+        left = format_duration(state.left)
+        return _d(r, Verb.KEEP, Reason.UNRESPONSIVE, Status.DEGRADED,
+                  f"{said}; restart {n + 1} of {most} in {left}",
+                  why=f"{why}; restart {n + 1} of {most} in {left}", retry_in=state.left,
+                  holds=r.reserved)
+    return _start(r, checks, Verb.RESTART, Reason.UNRESPONSIVE, Status.DEGRADED,
+                  f"{said}; restart {n + 1} of {most}",
+                  why=f"{counters.detail}; restart {n + 1} of {most}", restarts=n + 1, keeps=True)
 
 
 def _start(r: _Role, checks, verb: Verb, reason: Reason, status: Status, detail: str, *,
@@ -509,7 +585,7 @@ def _start(r: _Role, checks, verb: Verb, reason: Reason, status: Status, detail:
 _BAD_MODEL = (ModelState.MISMATCH, ModelState.MISSING, ModelState.DETACHED)
 
 
-def _adopted(r: _Role, models) -> Draft:
+def _adopted(r: _Role, models, now: float) -> Draft:
     """§1.2 adopted: observe only; status from the probe; never any action."""
     spec = r.spec
     assert spec is not None
@@ -524,7 +600,9 @@ def _adopted(r: _Role, models) -> Draft:
     else:
         status = Status.UNKNOWN
     detail = r.probe_detail(str(status))
-    resident = status in (Status.RUNNING, Status.LOADING, Status.DEGRADED)
+    # Unknown is not down: a hung server still holds its memory.
+    resident = status in (Status.RUNNING, Status.LOADING, Status.DEGRADED, Status.UNKNOWN)
+    status, detail = _adopted_liveness(r, status, detail, now)
     if spec_of(spec.runtime).shared_endpoint and probe is not None and resident:
         tag = _tag_of(spec, models)
         resident = spec_of(spec.runtime).lists(probe.resident_models, tag)
@@ -536,6 +614,21 @@ def _adopted(r: _Role, models) -> Draft:
               retry_in=policy.POLL if status is Status.LOADING else None,
               holds=max(spec.memory.footprint, r.reserved) if resident else None,
               release=0 if resident else r.reserved)
+
+
+def _adopted_liveness(r: _Role, status: Status, detail: str,
+                      now: float) -> tuple[Status, str]:
+    """§4.1 an adopted server failing its liveness checks is reported, never restarted."""
+    spec, rec = r.spec, r.record
+    if spec is None or spec.liveness is None or rec is None:
+        return status, detail
+    counters = liveness.look(spec.liveness, rec.liveness, r.obs.probe, None, now)
+    if counters.failures == 0:
+        return status, detail
+    said = liveness.summary(spec.liveness, counters)
+    if liveness.unresponsive(spec.liveness, counters):
+        return Status.DEGRADED, f"{said}; adopted: reported, never restarted"
+    return status, f"{detail}; {said}"
 
 
 def _ollama_release(r: _Role, reason: Reason) -> Draft:

@@ -75,8 +75,8 @@ def _encode(host: str, port: int, request: ProbeRequest) -> tuple[http11.Convers
     return talk, talk.request(request.method, request.path.encode("ascii"), headers, body)
 
 
-def _answer(status: int, raw: bytes, latency: float) -> ProbeAnswer:
-    text = raw[:_TEXT_KEEP].decode("utf-8", "replace")
+def _answer(status: int, raw: bytes, latency: float, keep: int | None = None) -> ProbeAnswer:
+    text = raw[:keep or _TEXT_KEEP].decode("utf-8", "replace")
     body: Any = None
     if raw.strip():
         try:
@@ -205,7 +205,8 @@ async def send(
         wire = _Wire(host, port, *_encode(host, port, request))
         async with asyncio.timeout(timeout):  # connect + total time, not per read
             reply = await wire.start()
-        return _answer(reply.status, reply.body, time.perf_counter() - started)
+        return _answer(reply.status, reply.body, time.perf_counter() - started,
+                       request.text_limit)
     except ConnectionRefusedError:
         return failed(ErrorKind.REFUSED, "connection refused")
     except _CannotConnect as exc:

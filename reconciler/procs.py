@@ -237,6 +237,11 @@ def accepts_connections(host: str, port: int, timeout: float = 0.3) -> bool:
         return True
 
 
+def boot_time() -> float:
+    """When this machine booted (unix time): kernel log times count from it."""
+    return psutil.boot_time()
+
+
 def interface_addresses() -> tuple[str, ...]:
     """Non-loopback addresses of this machine's interfaces (for the §5 fallback)."""
     out = []

@@ -13,14 +13,17 @@ order in the child, before exec). Failures are values, never exceptions.
 * ``start(argv, …)``: a long-lived managed server (``spawn.py`` decides how),
   not waited for. Its ``Popen`` is kept so that the garbage collector never
   finalises a running one (that warns and proves nothing); ``reap()``
-  collects the exited ones without blocking. No SIGCHLD handler is
-  installed; when the reconciler exits its children are re-parented to
-  init, which reaps them.
+  collects the exited ones without blocking, and keeps each one's exit
+  status for ``exit_status(pid)``: Linux tells it to the parent alone, and
+  it is what ``status`` shows of why a server ended (BEHAVIOUR §4). No
+  SIGCHLD handler is installed; when the reconciler exits its children are
+  re-parented to init, which reaps them (their status is then lost to us).
 """
 
 from __future__ import annotations
 
 import subprocess
+import time
 from typing import Callable, Mapping, Sequence
 
 import attrs
@@ -29,6 +32,12 @@ from reconciler import signals
 from reconciler.desired import RunAs
 
 _children: dict[int, subprocess.Popen] = {}
+_started: dict[int, float] = {}  # when each child was started (wall clock)
+#: Exit statuses of reaped children (``Popen.returncode``: negative is a signal).
+_statuses: dict[int, tuple[int, float]] = {}  # pid → (returncode, when it was started)
+_STATUSES_KEPT = 256
+#: How far a recorded create time may be from our start of a child and still be it.
+_SAME_START = 2.0
 
 
 @attrs.frozen(kw_only=True)
@@ -104,6 +113,8 @@ def start(
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         return Started(failure=_message(exc))
     _children[proc.pid] = proc
+    _started[proc.pid] = time.time()
+    _statuses.pop(proc.pid, None)  # a status kept for an earlier holder of this pid
     return Started(pid=proc.pid)
 
 
@@ -115,7 +126,28 @@ def reap() -> tuple[tuple[int, int], ...]:
         if code is not None:
             del _children[pid]
             done.append((pid, code))
+            _statuses[pid] = (code, _started.pop(pid, 0.0))
+    while len(_statuses) > _STATUSES_KEPT:
+        del _statuses[next(iter(_statuses))]  # the oldest: dicts keep insertion order
     return tuple(done)
+
+
+def exit_status(pid: int, create_time: float | None = None) -> int | None:
+    """A child's exit status (``Popen.returncode``), once it has ended; None otherwise.
+
+    None also for a pid that is not our child: only the parent learns it.
+    ``create_time`` (the recorded one) must match our start of that child, so
+    an earlier process that held the same pid is never given its status.
+    """
+    if pid in _children:
+        reap()
+    found = _statuses.get(pid)
+    if found is None:
+        return None
+    code, started = found
+    if create_time is not None and abs(create_time - started) > _SAME_START:
+        return None
+    return code
 
 
 def is_child(pid: int) -> bool:

@@ -10,6 +10,11 @@ directory of a role that is forgotten.
 executor calls it (``act.py``'s hook) right after a spawn, so a reconciler
 killed after that line still knows the pid (one killed before it re-adopts
 by marker, ``readopt.py``).
+
+``ended`` is the last write of an acting pass: a server this process
+started that has already ended (a launch that fails at once, like a
+llama-server refusing its KV cache type) is still our child, so its exit
+status is known now and would be lost to the next run (§4).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from reconciler import events, instances, records
+from reconciler import events, instances, postmortem, programs, records
 from reconciler.decisions import Decision, Plan
 from reconciler.desired import Desired
 from reconciler.observed import Observed, RoleRecord
@@ -56,6 +61,19 @@ def record_pass(
             operator_started=decision.role in operator_starts, git_commit=git_commit, at=now)
         if event is not None:
             store.add_event(event)
+
+
+def ended(store, root: str, now: float) -> None:
+    """Record how our own children ended, for the servers that already did (see above)."""
+    programs.reap()
+    for record in store.roles():
+        if not record.pid or record.exited_at is not None or record.exit is not None:
+            continue
+        if programs.exit_status(record.pid, record.create_time) is None:
+            continue  # alive, or not a child of this process
+        info = postmortem.gather(record.pid, record.create_time,
+                                 instances.instance_dir(root, record.instance_id))
+        store.put_role(attrs.evolve(record, exited_at=now, healthy_since=None, exit=info))
 
 
 def spawned(store, desired: Desired, decision: Decision, pid: int | None,

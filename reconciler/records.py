@@ -2,7 +2,8 @@
 
 The planner decides; the executor acts; this module says what the state
 store must remember afterwards so that the *next* pass decides correctly:
-when an exit was first observed (the backoff clock), the restart count
+when an exit was first observed (the backoff clock) and how the server
+ended (its ``ExitInfo``, kept until the next start), the restart count
 (including the stable_after reset the planner already applied), terminal
 states, reservations in the ledger and Ollama ``we_loaded``.
 
@@ -13,9 +14,10 @@ from __future__ import annotations
 
 import attrs
 
+from reconciler import liveness
 from reconciler.decisions import Decision, Reason, Status, Verb
 from reconciler.desired import Mode, RoleSpec
-from reconciler.observed import Health, RoleObservation, RoleRecord, Terminal
+from reconciler.observed import Health, Liveness, RoleObservation, RoleRecord, Terminal
 from reconciler.runtimes import spec_of
 
 
@@ -83,6 +85,7 @@ def after_decision(
             return attrs.evolve(
                 record, pid=None, create_time=None, exited_at=now, healthy_since=None,
                 restarts=decision.restarts, reserved=decision.reserve,
+                exit=None,  # nothing ran: the outcome says why (the old exit is stale now)
             )
         return attrs.evolve(
             record,
@@ -96,6 +99,7 @@ def after_decision(
             started_at=now, exited_at=None, healthy_since=None,
             terminal=None, terminal_detail="",
             restarts=decision.restarts, reserved=decision.reserve,
+            exit=None, liveness=Liveness(),  # a new server: nothing ended, nothing failed yet
         )
     if verb is Verb.STOP:
         assert facts is not None
@@ -105,6 +109,7 @@ def after_decision(
             return None
         stopped = attrs.evolve(
             record, pid=None, create_time=None, exited_at=None, healthy_since=None, reserved=0,
+            exit=None, liveness=Liveness(),
         )
         if reason is Reason.EXPOSED:
             return attrs.evolve(
@@ -135,10 +140,24 @@ def after_decision(
     if verb is Verb.GIVE_UP:
         return attrs.evolve(
             record, pid=None, create_time=None, reserved=0,
-            exited_at=record.exited_at or now,
+            exited_at=record.exited_at or now, exit=record.exit or observation.exit,
             terminal=Terminal.GAVE_UP, terminal_detail=decision.detail or decision.why,
         )
-    return _observed(record, decision, observation, now)
+    return _checked(_observed(record, decision, observation, now), spec, observation, now)
+
+
+def _checked(record: RoleRecord, spec: RoleSpec | None, observation: RoleObservation,
+             now: float) -> RoleRecord:
+    """§4.1 the liveness counters after this pass's look (the planner decided from the same)."""
+    if spec is None or spec.liveness is None:
+        return record
+    process = observation.process
+    alive = process is not None and process.owned and process.alive
+    if not (alive or (not spec.managed and observation.probe is not None)):
+        return record
+    started = record.started_at if spec.managed else None
+    counters = liveness.look(spec.liveness, record.liveness, observation.probe, started, now)
+    return record if counters == record.liveness else attrs.evolve(record, liveness=counters)
 
 
 def _observed(
@@ -171,9 +190,11 @@ def _observed(
             record, healthy_since=None,
             exited_at=record.exited_at or (observation.process.exit_observed_at
                                            if observation.process else None) or now,
+            exit=record.exit or observation.exit,  # how it ended, kept until the next start
             restarts=decision.restarts,
         )
-    if decision.reason in (Reason.UNKNOWN, Reason.UNHEALTHY, Reason.LOADING):
+    if decision.reason in (Reason.UNKNOWN, Reason.UNHEALTHY, Reason.LOADING,
+                           Reason.UNRESPONSIVE):
         # stable_after counts continuous answering: a stall starts it over.
         record = attrs.evolve(record, healthy_since=None)
     probe = observation.probe

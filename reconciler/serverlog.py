@@ -21,12 +21,14 @@ into a write through a planted symlink or hard link.
 
 from __future__ import annotations
 
+import datetime
 import os
 import stat
 
 import attrs
 
 from reconciler.desired import RunAs
+from reconciler.exitreasons import RUN_MARK
 
 LOG_NAME = "server.log"
 DEFAULT_LOG_MAX_BYTES = 10 * 1024 * 1024
@@ -80,6 +82,59 @@ def open_for_server(dir_fd: int, run_as: RunAs | None) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def mark_run(fd: int, program: str) -> None:
+    """Before a server starts on a log an earlier one wrote: a line saying where it begins.
+
+    ``status`` reads why a server ended from its own lines only (``exitreasons.tail_lines``),
+    and ``reconcile logs`` shows where each run starts. An empty log needs no mark.
+    """
+    if os.fstat(fd).st_size == 0:
+        return
+    when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    os.write(fd, f"{RUN_MARK}{when}: starting {os.path.basename(program)} ---\n".encode())
+
+
+def open_readable(cwd: str, name: str = LOG_NAME) -> int | None:
+    """``<cwd>/<name>`` opened to read, or None when there is no such plain file.
+
+    The same care as a write: no symlink (``O_NOFOLLOW`` relative to the
+    directory, itself not a symlink), a regular single-link file (a hard link
+    the server's user made to a file it may not read must not be shown to it
+    by a root-run reconciler), and ``O_NONBLOCK`` so a FIFO cannot hang us.
+    """
+    try:
+        dir_fd = os.open(cwd, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    except OSError:
+        return None
+    finally:
+        os.close(dir_fd)
+    try:
+        _check_plain(fd)
+    except (OSError, Unsafe):
+        os.close(fd)
+        return None
+    return fd
+
+
+def tail(cwd: str, name: str = LOG_NAME, *, max_bytes: int = 16384) -> bytes | None:
+    """The last ``max_bytes`` of ``<cwd>/<name>`` (``open_readable``'s rules), or None."""
+    fd = open_readable(cwd, name)
+    if fd is None:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        return os.pread(fd, max_bytes, max(0, size - max_bytes))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def message(exc: BaseException) -> str:

@@ -58,6 +58,7 @@ def spawn(
     try:
         serverlog.rotate_if_over(dir_fd, log_max_bytes, log_backups, by_copy=False)
         log_fd = serverlog.open_for_server(dir_fd, launch.run_as)
+        serverlog.mark_run(log_fd, launch.argv[0])
     except (OSError, serverlog.Unsafe) as exc:
         return SpawnResult(ok=False, error=(
             f"cannot open {launch.cwd}/{serverlog.LOG_NAME}: {serverlog.message(exc)}"))

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -38,7 +39,7 @@ from reconciler import events as ev
 from reconciler.errors import StateError
 from reconciler.events import Event, EventKind
 from reconciler.desired import Mode, Runtime
-from reconciler.observed import RoleRecord, Terminal
+from reconciler.observed import ExitInfo, Liveness, RoleRecord, Terminal
 
 if TYPE_CHECKING:  # hashing models is not every pass's business: imported when stamps are read
     from reconciler.modelstore import Stamp
@@ -121,8 +122,16 @@ _MIGRATIONS: tuple[str, ...] = (
     DROP TABLE stamps;
     ALTER TABLE stamps_v3 RENAME TO stamps;
     """,
+    # 3 → 4: why the last server of a role ended (§4), and its liveness counters
+    # (§4.1), each a JSON object. A column already there is not added again
+    # (``_apply``): a step replayed after a racing run still succeeds.
+    """
+    ALTER TABLE roles ADD COLUMN exit TEXT;
+    ALTER TABLE roles ADD COLUMN liveness TEXT;
+    """,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
+_ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN (\w+)", re.IGNORECASE)
 
 #: How long a statement waits for another connection's write lock (seconds).
 BUSY_TIMEOUT = 30.0
@@ -154,9 +163,43 @@ def _state_errors(method: Callable[_P, _T]) -> Callable[_P, _T]:
             return method(*args, **kwargs)
         except sqlite3.Error as exc:
             store = args[0]
-            raise StateError(f"state store {store.path}: {exc}") from None  # type: ignore[attr-defined]
+            raise StateError(f"state store {store.path}: {exc}"  # type: ignore[attr-defined]
+                             f"{_way_back(exc, store.state_dir)}") from None  # type: ignore[attr-defined]
 
     return wrapper
+
+
+#: The faults of the store's own world, and the way back each one names (README,
+#: "When the reconciler's own world breaks"). Running servers are never touched:
+#: a pass that cannot read or write its store acts on nothing it has not recorded.
+_WAYS_BACK = {
+    "SQLITE_FULL": "; its filesystem is full: free space there, and the next pass resumes",
+    "SQLITE_IOERR": "; check its filesystem: the next pass resumes",
+    "SQLITE_CORRUPT": ("; move it aside (e.g. state.db.corrupt): the next run starts a new "
+                       "one and re-adopts the running servers by their marker"),
+    "SQLITE_NOTADB": ("; move it aside (e.g. state.db.corrupt): the next run starts a new "
+                      "one and re-adopts the running servers by their marker"),
+    "SQLITE_READONLY_DBMOVED": ("; it was removed or moved while in use: restart the "
+                                "reconciler, which re-adopts the running servers by their marker"),
+}
+
+
+def _way_back(exc: sqlite3.Error, state_dir: Path) -> str:
+    """The way back for this SQLite error (its extended name, else its primary one)."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    if name.startswith(("SQLITE_FULL", "SQLITE_IOERR")) and _full(state_dir):
+        # SQLite reports a full disk as an I/O error when the WAL index cannot grow.
+        return f"; {state_dir} is on a full filesystem: free space there, and the next pass resumes"
+    primary = "_".join(name.split("_")[:2])  # SQLITE_IOERR_WRITE → SQLITE_IOERR
+    return _WAYS_BACK.get(name) or _WAYS_BACK.get(primary, "")
+
+
+def _full(state_dir: Path) -> bool:
+    try:
+        st = os.statvfs(state_dir)
+    except OSError:
+        return False
+    return st.f_bavail == 0 or (st.f_favail == 0 and st.f_files > 0)
 
 
 class Store:
@@ -199,17 +242,36 @@ class Store:
         self.close()
 
     def _migrate(self) -> None:
+        version = self._version()
+        while version < SCHEMA_VERSION:
+            # One step, one transaction: a migration applies whole or not at all.
+            # The version is read again under the write lock: another process may
+            # have taken this step while we waited for it.
+            with self._transaction():
+                version = self._version()
+                if version < SCHEMA_VERSION:
+                    for statement in _statements(_MIGRATIONS[version]):
+                        self._apply(statement)
+                    self._db.execute(f"PRAGMA user_version = {version + 1}")
+            version = self._version()
+
+    def _apply(self, statement: str) -> None:
+        added = _ADD_COLUMN.match(statement)
+        if added is not None:
+            table, column = added.groups()
+            columns = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            if column in columns:
+                return
+        self._db.execute(statement)
+
+    def _version(self) -> int:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise StateError(
                 f"{self.path} has schema version {version}; this reconciler knows "
                 f"up to {SCHEMA_VERSION} (a newer reconciler wrote it)"
             )
-        for step in range(version, SCHEMA_VERSION):
-            # One script, one transaction: a migration applies whole or not at all.
-            self._db.executescript(
-                f"BEGIN IMMEDIATE;{_MIGRATIONS[step]}PRAGMA user_version = {step + 1};COMMIT;"
-            )
+        return version
 
     def _transaction(self):
         return _Transaction(self._db)
@@ -234,6 +296,8 @@ class Store:
         values["runtime"] = str(record.runtime)
         values["mode"] = str(record.mode)
         values["terminal"] = str(record.terminal) if record.terminal else None
+        values["exit"] = _exit_json(record.exit)
+        values["liveness"] = json.dumps(attrs.asdict(record.liveness))
         values["updated_at"] = time.time()
         cols = ", ".join(values)
         marks = ", ".join(f":{k}" for k in values)
@@ -419,4 +483,35 @@ def _record(row: sqlite3.Row) -> RoleRecord:
     values["terminal"] = Terminal(values["terminal"]) if values["terminal"] else None
     values["launch_argv"] = tuple(json.loads(values["launch_argv"] or "[]"))
     values["we_loaded"] = bool(values["we_loaded"])
+    values["exit"] = _exit_value(values["exit"])
+    values["liveness"] = _liveness_value(values["liveness"])
     return RoleRecord(**values)
+
+
+def _exit_json(info: ExitInfo | None) -> str | None:
+    if info is None:
+        return None
+    return json.dumps({**attrs.asdict(info), "log": list(info.log)})
+
+
+def _exit_value(text: str | None) -> ExitInfo | None:
+    """A stored ``ExitInfo``; what a newer reconciler added to it is left out, not fatal."""
+    if not text:
+        return None
+    raw = json.loads(text)
+    known = {f.name for f in attrs.fields(ExitInfo)}
+    values = {k: v for k, v in raw.items() if k in known}
+    values["log"] = tuple(values.get("log") or ())
+    return ExitInfo(**values)
+
+
+def _liveness_value(text: str | None) -> Liveness:
+    if not text:
+        return Liveness()
+    known = {f.name for f in attrs.fields(Liveness)}
+    return Liveness(**{k: v for k, v in json.loads(text).items() if k in known})
+
+
+def _statements(script: str) -> list[str]:
+    """A migration's statements (they hold no ``;`` inside, by construction)."""
+    return [part.strip() for part in script.split(";") if part.strip()]

@@ -58,6 +58,7 @@ from typing import Callable, Iterator, Sequence
 import attrs
 
 from reconciler import events, logs, pidwatch, signals
+from reconciler.errors import StateError
 from reconciler.filewatch import FileWatch
 from reconciler.desired import Desired, WantedState
 from reconciler.loop import PassInputs, PassResult
@@ -132,6 +133,7 @@ class Daemon:
         wall: Callable[[], float] = time.time,
         node=None,  # fleet.NodeChoice: which node this is (§10); None: a set's only node
         router_factory=None,  # (RouterConfig, wake) -> router/service.Router-like; None: no router
+        lock_check: Callable[[], tuple[str, str]] | None = None,  # lock.Lock.check
     ) -> None:
         if apply_pass is None:
             from reconciler import loop
@@ -149,6 +151,9 @@ class Daemon:
         self._watch_files = watch_files
         self._monotonic = monotonic
         self._wall = wall
+        self._lock_check = lock_check
+        self._model_verifier = None  # modelstore.Verifier, made at the first pass
+        self.lost = ""  # why the daemon stopped acting: its state directory is gone
 
         self.last_good: Desired | None = None
         self.last_result = None
@@ -205,6 +210,8 @@ class Daemon:
                 self._files.start()
             wake = Wake(reasons=("start",))
             while not wake.stop:
+                if self._world_lost():
+                    return 1
                 self.reconcile(", ".join(wake.reasons))
                 wake = self.wait()
             logs.emit("stopping: lock released, managed servers "
@@ -273,6 +280,29 @@ class Daemon:
             if reasons:
                 return Wake(reasons=tuple(dict.fromkeys(reasons)))
 
+    # ------------------------------------------------------------ its own world
+
+    def _world_lost(self) -> bool:
+        """Before each pass: is the state directory still the one locked? (README, faults)
+
+        A removed lock file is re-created (the directory's flock kept a second
+        writer out meanwhile). A removed state directory ends the daemon with
+        exit 1, its servers left running: writing on into a deleted store would
+        lose every record, and a new daemon re-adopts the servers by marker.
+        """
+        if self._lock_check is None:
+            return False
+        lost, restored = self._lock_check()
+        if restored:
+            logs.emit(restored, level=logging.WARNING, event="lock")
+        if lost:
+            self.lost = lost
+            logs.emit(f"{lost}; stopping, managed servers left running; start the reconciler "
+                      "again: it re-adopts them by their marker", level=logging.ERROR,
+                      event="error")
+            return True
+        return False
+
     # ------------------------------------------------------------ a pass
 
     def reconcile(self, why: str) -> None:
@@ -308,6 +338,16 @@ class Daemon:
             self._logged = logs.log_pass(result, self._logged)
             self._requeue = result.plan.requeue_after if result.plan is not None else None
             self._route(result, seq)
+        except StateError as exc:
+            # The store's own world broke (a full disk …): one line, no traceback;
+            # the next pass tries again (a server spawned before the failure was
+            # recorded is re-adopted by its marker then).
+            logs.emit(f"the pass failed: {exc}; retrying in {ERROR_RETRY:g}s", level=logging.ERROR,
+                      event="error")
+            self._requeue = ERROR_RETRY
+            failed = True
+            if result is None:
+                problems = self._problems
         except Exception:
             logs.emit("the pass failed", level=logging.ERROR, exc_info=True, event="error")
             self._requeue = ERROR_RETRY
@@ -376,7 +416,17 @@ class Daemon:
     def _call_pass(self, **extra) -> PassResult:
         return self._apply_pass(PassInputs(paths=self.paths, store=self.store,
                                            state_dir=self.state_dir, node=self.node,
-                                           allow_empty=self.allow_empty, **extra))
+                                           allow_empty=self.allow_empty,
+                                           verifier=self._verifier(), **extra))
+
+    def _verifier(self):
+        """One model verifier for the daemon's life (§1.1): the first use by this process
+        hashes every byte; later passes re-hash only files whose stamp changed."""
+        if self._model_verifier is None:
+            from reconciler import modelstore
+
+            self._model_verifier = modelstore.Verifier(self.store)
+        return self._model_verifier
 
     def _invalid(self, problems: tuple, commit: str | None) -> None:
         texts = tuple(str(p) for p in problems)

@@ -22,6 +22,8 @@ PURE = {
     "reconciler/policy.py", "reconciler/ledger.py", "reconciler/render.py", "reconciler/units.py",
     "reconciler/identity.py", "reconciler/extra_args.py", "reconciler/errors.py",
     "reconciler/exitcodes.py",
+    "reconciler/exitreasons.py",  # why a server exited, in words (§4)
+    "reconciler/liveness.py",  # §4.1 liveness counters
     "reconciler/events.py", "reconciler/outcomes.py",  # the vocabulary of a pass's results
     "reconciler/http11.py",  # sans-IO HTTP/1.1 framing
     "reconciler/runtimes/*",

@@ -47,13 +47,20 @@ def open_store(args) -> Iterator:
 @contextlib.contextmanager
 def locked(args) -> Iterator:
     """The lock for a whole pass, then the store (``errors.LockHeld`` when another holds it)."""
+    with holding(args) as (_, store):
+        yield store
+
+
+@contextlib.contextmanager
+def holding(args) -> Iterator:
+    """``(lock, store)``: ``locked``, for a holder that checks its lock each pass (watch)."""
     from reconciler.lock import Lock
 
     lock = Lock(state_dir(args))
     lock.acquire(timeout=getattr(args, "lock_timeout", 0.0) or 0.0)
     try:
         with open_store(args) as store:
-            yield store
+            yield lock, store
     finally:
         lock.release()
 

@@ -11,10 +11,12 @@
    the daemon's ``operator-start`` event for the role and the decision its
    pass logged after it, and prints both.
 
-Exit codes: 0 the daemon took the start and its pass did what it planned;
+Exit codes: 0 the daemon took the start and its pass did what it planned
+(or, with no decision logged in time, the role's server of ours is running);
 1 not taken in time (the request stays queued: the holder's next pass takes
-it) or the action failed; 3 the pass still needs an operator (gave up again,
-refused).
+it), taken but not confirmed (no decision logged in time and nothing of ours
+running), or the action failed; 3 the pass still needs an operator (gave up
+again, refused).
 """
 
 from __future__ import annotations
@@ -100,15 +102,36 @@ def _report(args, name: str, holder: int, wait: float, taken, answer) -> int:
         for event in [taken, *answer]:
             print(_event_line(event))
     if not answer:
+        # Taken but not confirmed: the pass may still be running, or decided
+        # nothing worth an event. Only a server of ours running now says the
+        # start is moot (0); anything else is "not confirmed" (1).
+        running = _running_pid(args, name)
+        if running is not None:
+            print(f"reconcile: the daemon took the start of {name}; it is running "
+                  f"(pid {running}): nothing to start", file=sys.stderr)
+            return Exit.OK
         print(f"reconcile: the daemon took the start of {name}, but its pass logged no "
-              f"decision for it within {wait:g}s (see `reconcile events {name}`)",
-              file=sys.stderr)
-        return Exit.OK
+              f"decision for it within {wait:g}s: not confirmed (see `reconcile events "
+              f"{name}` and `reconcile status {name}`)", file=sys.stderr)
+        return Exit.ERROR
     if any(e.ok is False for e in answer):
         return Exit.ERROR
     if any(e.kind in NEEDS_OPERATOR for e in answer):
         return Exit.OPERATOR
     return Exit.OK
+
+
+def _running_pid(args, name: str) -> int | None:
+    """The pid of the role's recorded server when it is ours and alive now, else None."""
+    from reconciler import procs
+
+    with common.open_store(args) as store:
+        record = store.role(name)
+    if record is None or record.terminal is not None or not record.pid:
+        return None
+    if not procs.is_owned(record.pid, record.create_time, record.instance_id):
+        return None
+    return record.pid
 
 
 def _event_line(event) -> str:

@@ -38,8 +38,20 @@ def status_rows(result, store) -> list[dict]:
             "reserved_bytes": record.reserved if record else 0,
             "footprint_bytes": spec.memory.footprint if spec else 0,
             "next": f"{d.verb} ({d.reason})" if d.acts else None,
+            "exit": _exit_json(record.exit if record and record.exit else obs.exit),
         })
     return rows
+
+
+def _exit_json(info) -> dict | None:
+    """How the role's last server ended (§4), with its log's last lines; None: it did not."""
+    if info is None:
+        return None
+    from reconciler import exitreasons
+
+    return {"summary": exitreasons.summary(info), "known": info.known, "code": info.code,
+            "signal": exitreasons.signal_name(info.signal) if info.signal is not None else None,
+            "oom": info.oom or None, "log": list(info.log)}
 
 
 def run_status(args) -> int:

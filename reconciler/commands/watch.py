@@ -41,7 +41,7 @@ def _run(args) -> int:
         print("reconcile: error: --resync must be positive", file=sys.stderr)
         return Exit.ERROR
 
-    with common.locked(args) as store:
+    with common.holding(args) as (lock, store):
         published = server = None
         metrics_file = getattr(args, "metrics_file", None)
         if addr or metrics_file:
@@ -54,7 +54,7 @@ def _run(args) -> int:
                       f"{exc.strerror or exc}", file=sys.stderr)
                 return Exit.ERROR
         try:
-            return _run_daemon(args, store, published, server)
+            return _run_daemon(args, store, published, server, lock)
         finally:
             if server is not None:
                 server.close()
@@ -77,7 +77,7 @@ def _router_factory(published):
     return make
 
 
-def _run_daemon(args, store, published, server) -> int:
+def _run_daemon(args, store, published, server, lock=None) -> int:
     from reconciler import logs
     from reconciler.watch import Daemon
 
@@ -89,6 +89,7 @@ def _run_daemon(args, store, published, server) -> int:
         stop_on_exit=bool(getattr(args, "stop_on_exit", False)),
         metrics=published, node=common.node_choice(args),
         router_factory=_router_factory(published),
+        lock_check=lock.check if lock is not None else None,
     )
     where = ""
     if server is not None:

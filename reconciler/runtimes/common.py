@@ -47,13 +47,16 @@ class ProbeRequest:
     """One HTTP request to a server: method, path and an optional JSON body.
 
     ``max_timeout`` caps the probe timeout for this request (Ollama's
-    ``/api/ps`` may block during a load: it gets a short one).
+    ``/api/ps`` may block during a load: it gets a short one). ``text_limit``:
+    how much of a body that is not JSON the answer keeps in ``text`` (a
+    Prometheus exposition is read from its text, and it is longer than a message).
     """
 
     method: str
     path: str
     body: Any = attrs.field(default=None, hash=False)  # JSON-able, or None
     max_timeout: float | None = None
+    text_limit: int | None = None  # None: the first 2000 characters
 
     def __str__(self) -> str:
         return f"{self.method} {self.path}"
@@ -201,7 +204,7 @@ def unreachable(
         )
     return ProbeFacts(
         health=Health.UNREACHABLE, detail=detail, starting=ctx.starting,
-        latency=answer.latency, **extra,
+        timed_out=answer.error is ErrorKind.TIMEOUT, latency=answer.latency, **extra,
     )
 
 

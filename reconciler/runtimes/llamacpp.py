@@ -11,7 +11,7 @@ from typing import Any, Mapping
 import attrs
 
 from reconciler.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
-from reconciler.observed import ProbeFacts
+from reconciler.observed import ProbeFacts, Progress
 from reconciler.runtimes import openai
 from reconciler.runtimes.common import (
     Exchange,
@@ -20,7 +20,7 @@ from reconciler.runtimes.common import (
     ProbeRequest,
     argv_value,
 )
-from reconciler.runtimes.spec import Flag, RuntimeSpec, flag_table
+from reconciler.runtimes.spec import Flag, ProgressProbe, RuntimeSpec, flag_table
 
 
 def model_path(model: ModelSpec | None) -> str:
@@ -52,7 +52,8 @@ FLAGS = flag_table(
                "--ubatch-size", "-ub", "--parallel", "-np", "--n-gpu-layers", "-ngl",
                "--temp", "--top-p", "--top-k", "--repeat-penalty", "--seed")),
     (Flag(1, ("on", "off", "auto")), ("--flash-attn", "-fa")),
-    (Flag(0), ("--cont-batching", "--no-cont-batching", "--jinja", "--metrics", "--no-webui")),
+    (Flag(0), ("--cont-batching", "--no-cont-batching", "--jinja", "--metrics", "--no-webui",
+               "--context-shift", "--no-context-shift")),
 )
 
 
@@ -119,6 +120,38 @@ def wanted(role: RoleSpec, model: ModelSpec | None) -> str | None:
     return role.model or role.name if role.managed else role.model
 
 
+# ---------------------------------------------------------------- progress (§4.1)
+
+#: llama-server's Prometheus exposition (only with ``--metrics``). The server
+#: answers it from its main loop: a wedged loop leaves it unanswered.
+METRICS = ProbeRequest(method="GET", path="/metrics", text_limit=65536)
+IN_FLIGHT = "llamacpp:requests_processing"
+#: ``llama_decode()`` calls: moves with every prompt batch and generated token.
+DECODED = "llamacpp:n_decode_total"
+
+
+def metrics_asked(role: RoleSpec) -> bool:
+    """Does the launch expose ``/metrics``? (An operator's choice: ``extra_args``.)"""
+    return "--metrics" in role.serve.extra_args
+
+
+def read_progress(answer: ProbeAnswer) -> Progress | None:
+    """Requests in flight and the decode counter from ``/metrics``; None without both."""
+    if not answer.ok:
+        return None
+    values: dict[str, float] = {}
+    for line in answer.text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in (IN_FLIGHT, DECODED):
+            try:
+                values[name] = float(value.split()[0])
+            except (IndexError, ValueError):
+                return None
+    if IN_FLIGHT not in values or DECODED not in values:
+        return None
+    return Progress(in_flight=values[IN_FLIGHT], decoded=values[DECODED])
+
+
 def _deep(role: RoleSpec, model: ModelSpec | None, node: NodeConfig,
           listed: tuple[str, ...]) -> ProbeRequest:
     return deep_request(role.model or role.name)
@@ -141,4 +174,5 @@ SPEC = RuntimeSpec(
     wanted=wanted,
     identity="GET /v1/models ids (the alias) and GET /props model_path",
     deep_request=_deep,
+    progress=ProgressProbe(request=METRICS, asked=metrics_asked, read=read_progress),
 )

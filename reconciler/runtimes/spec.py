@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Mapping
 import attrs
 
 from reconciler.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
-from reconciler.observed import ProbeFacts
+from reconciler.observed import ProbeFacts, Progress
 from reconciler.runtimes.common import (
     Exchange,
     ProbeAnswer,
@@ -48,6 +48,19 @@ ArgvBuilder = Callable[[RoleSpec, ModelSpec | None, ModelSpec | None], tuple[str
 DeepBuilder = Callable[[RoleSpec, ModelSpec | None, NodeConfig, tuple[str, ...]],
                        ProbeRequest | str]
 Reader = Callable[[Mapping[str, ProbeAnswer], ProbeContext], ProbeFacts]
+
+
+@attrs.frozen(kw_only=True)
+class ProgressProbe:
+    """A runtime's work counters (BEHAVIOUR §4.1 *no progress*): one GET, and its reader.
+
+    ``asked``: does this role's launch expose them (llama.cpp: ``--metrics``)?
+    ``read``: the answer → ``Progress``, or None when it does not hold them.
+    """
+
+    request: ProbeRequest
+    asked: Callable[[RoleSpec], bool]
+    read: Callable[[ProbeAnswer], Progress | None]
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -85,6 +98,8 @@ class RuntimeSpec:
     #: Loading and unloading a model (``loads_models`` runtimes): tag, keep-alive seconds.
     load_request: Callable[[str, float | None], ProbeRequest] | None = None
     unload_request: Callable[[str], ProbeRequest] | None = None
+    #: Work counters for the liveness check's *no progress* detector (§4.1), if any.
+    progress: ProgressProbe | None = None
 
     def __str__(self) -> str:
         return str(self.runtime)

@@ -44,6 +44,7 @@ _TESTS = {
     "runtimes": ("tests/observe", "tests/identity", "tests/execute", "tests/doubles"),
     "eviction": ("tests/plan",),
     "router/rules": ("tests/router",),
+    "liveness": ("tests/liveness", "tests/plan", "tests/records"),
 }
 
 
@@ -55,6 +56,7 @@ def _m(module: str, name: str, old: str, new: str, breaks: str) -> Mutant:
 P, L, PO, R = "plan", "ledger", "policy", "records"
 EV, RR = "eviction", "router/rules"
 D, RE, I, E, C, RU = "decisions", "render", "identity", "extra_args", "crosscheck", "runtimes"
+LV = "liveness"
 
 MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------ plan: safety
@@ -73,9 +75,9 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(P, "owner-id", "owner_id=record.instance_id if running and record is not None else None,",
        "owner_id=None,",
        "§3: a stop after an edit checks the new marker, not the one the process carries"),
-    _m(P, "adopted-ollama-managed", "    if not spec.managed:\n        return _adopted(r, models)",
+    _m(P, "adopted-ollama-managed", "    if not spec.managed:\n        return _adopted(r, models, now)",
        "    if not spec.managed and spec.runtime is not Runtime.OLLAMA:\n"
-       "        return _adopted(r, models)",
+       "        return _adopted(r, models, now)",
        "§1.2: an adopted Ollama role is loaded and unloaded like a managed one"),
     _m(P, "port-taken-operator", "if r.obs.port_taken:", "if r.obs.port_taken and not r.operator:",
        "§4: an operator start starts over a foreign listener"),
@@ -127,8 +129,9 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(P, "terminal-keeps-memory", "why=str(rec.terminal),\n              release=rec.reserved)",
        "why=str(rec.terminal),\n              release=0)",
        "§7: a held terminal role keeps its reservation"),
-    _m(P, "crash-not-counted", "n, most = r.restarts + 1, r.policy.max_restarts\n        return _start(",
-       "n, most = r.restarts, r.policy.max_restarts\n        return _start(",
+    _m(P, "crash-not-counted",
+       "n, most = r.restarts + 1, r.policy.max_restarts\n        told = ",
+       "n, most = r.restarts, r.policy.max_restarts\n        told = ",
        "§4: a crash restart is not counted"),
     _m(P, "crash-needs-exit-clock", "if rec is not None and (rec.pid is not None or rec.exited_at is not None) and not r.operator:",
        "if rec is not None and rec.exited_at is not None and not r.operator:",
@@ -139,10 +142,11 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(P, "exit-observed-ignored", "proc.exit_observed_at if proc is not None and proc.exit_observed_at is not None\n            else now)",
        "now if proc is not None and proc.exit_observed_at is not None\n            else now)",
        "§4: the exit the process table saw first does not start the clock"),
-    _m(P, "backoff-off", "if state.left > 0:", "if state.left > 60:",
+    _m(P, "backoff-off", "if state.left > 0:\n        left = format_duration(state.left)\n        return _d(r, Verb.WAIT",
+       "if state.left > 60:\n        left = format_duration(state.left)\n        return _d(r, Verb.WAIT",
        "§4: short backoff delays are not waited out"),
-    _m(P, "give-up-keeps-memory", 'f"run `reconcile start {r.name}`", release=r.reserved)',
-       'f"run `reconcile start {r.name}`", release=0)',
+    _m(P, "give-up-keeps-memory", 'f"{because}; run `reconcile start {r.name}`", release=r.reserved)',
+       'f"{because}; run `reconcile start {r.name}`", release=0)',
        "§7: gave-up keeps its reservation"),
     _m(P, "backoff-holds-nothing", "retry_in=state.left, holds=r.reserved or None)",
        "retry_in=state.left, holds=None)",
@@ -315,8 +319,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(R, "unload-still-ours", "return attrs.evolve(record, we_loaded=False, reserved=0, exited_at=None)",
        "return attrs.evolve(record, reserved=0, exited_at=None)",
        "§2: after our unload, a copy loaded by a client is still taken for ours"),
-    _m(R, "give-up-keeps-memory", "record, pid=None, create_time=None, reserved=0,\n            exited_at=record.exited_at or now,",
-       "record, pid=None, create_time=None,\n            exited_at=record.exited_at or now,",
+    _m(R, "give-up-keeps-memory", "record, pid=None, create_time=None, reserved=0,\n            exited_at=record.exited_at or now, exit=",
+       "record, pid=None, create_time=None,\n            exited_at=record.exited_at or now, exit=",
        "§7: gave-up keeps its reservation"),
     _m(R, "give-up-not-terminal", "terminal=Terminal.GAVE_UP, terminal_detail=decision.detail or decision.why,",
        "terminal=None, terminal_detail=decision.detail or decision.why,",
@@ -329,8 +333,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(R, "exit-clock-moves", "exited_at=record.exited_at or (observation.process.exit_observed_at",
        "exited_at=(observation.process.exit_observed_at",
        "§4: the backoff clock moves on every pass"),
-    _m(R, "stall-keeps-healthy", "if decision.reason in (Reason.UNKNOWN, Reason.UNHEALTHY, Reason.LOADING):",
-       "if decision.reason in (Reason.UNKNOWN,):",
+    _m(R, "stall-keeps-healthy", "if decision.reason in (Reason.UNKNOWN, Reason.UNHEALTHY, Reason.LOADING,\n                           Reason.UNRESPONSIVE):",
+       "if decision.reason in (Reason.UNKNOWN,\n                           Reason.UNRESPONSIVE):",
        "§4: stable_after counts through a stall"),
     _m(R, "healthy-never-set", "if decision.status is Status.RUNNING and answering and record.healthy_since is None:",
        "if decision.status is Status.RUNNING and answering and record.healthy_since is not None:",
@@ -513,4 +517,29 @@ MUTANTS: tuple[Mutant, ...] = (
        "if k.lower() not in named]", "§9: hop-by-hop headers and the router's key are passed on"),
     _m(RR, "queue-unbounded", "return waiting < max_queue", "return True",
        "§9: the queue has no bound (never 429)"),
+    # ------------------------------------------------------------ liveness (§4.1)
+    _m(LV, "no-grace", "if started_at is not None and now - started_at < spec.grace:\n        return Liveness(",
+       "if started_at is not None and now - started_at < 0:\n        return Liveness(",
+       "§4.1: failures count before grace after a start"),
+    _m(LV, "busy-is-hung", "if (counters.decoded is None or progress.decoded != counters.decoded\n",
+       "if (counters.decoded is None\n",
+       "§4.1: a busy server whose decode counter moves is taken for hung"),
+    _m(LV, "refused-is-hung", "if probe.timed_out:\n        return probe.detail",
+       "if probe.timed_out or probe.health is Health.UNREACHABLE:\n        return probe.detail",
+       "§4.1: a refused connection counts as a hang"),
+    _m(LV, "checks-not-apart", "due = counters.checked_at is None or now - counters.checked_at >= spec.period * _SLACK",
+       "due = True",
+       "§4.1: passes sooner than a period count as checks"),
+    _m(P, "liveness-past-max", "    if n >= most:\n        held = ",
+       "    if n > most + 100:\n        held = ",
+       "§4.1: an unresponsive server is restarted past max_restarts"),
+    _m(P, "liveness-no-backoff", "state = policy.retry(n, counters.since if counters.since is not None else now, now, r.policy)\n    if state.left > 0:",
+       "state = policy.retry(n, counters.since if counters.since is not None else now, now, r.policy)\n    if state.left > 1e9:",
+       "§4.1: an unresponsive restart skips the restart policy's backoff"),
+    _m(P, "adopted-hung-exited", "resident = status in (Status.RUNNING, Status.LOADING, Status.DEGRADED, Status.UNKNOWN)",
+       "resident = status in (Status.RUNNING, Status.LOADING, Status.DEGRADED)",
+       "§4/§7: a hung adopted server (unknown) drops its hold in the ledger"),
+    _m(P, "liveness-stable-resets", "answering = answering and running and not _failing(spec, record, probe, now)",
+       "answering = answering and running",
+       "§4.1: a hung server that /health does not show wins its restart count back (stable_after)"),
 )

@@ -358,3 +358,42 @@ def test_settled_llamacpp_gets_only_health() -> None:
     assert facts.detail == "healthy; serving coder"
     assert paths[:2] == ["/health", "/health"]  # ours: /health only; then the adopted one
     assert sorted(paths[2:]) == ["/props", "/v1/models"]  # asked together
+
+
+# ---------------------------------------------------------------- hung, not gone (§4, §4.1)
+
+
+def test_a_hung_adopted_server_is_taken_not_free_and_planned_unknown() -> None:
+    """Accepts, never answers: timed out and port_taken, so the plan says unknown, not exited."""
+    from reconciler.decisions import PlanContext, Status
+    from reconciler.plan import plan
+
+    with Silent() as hung:
+        desired = Desired(roles=(
+            RoleSpec(name="hung", runtime=Runtime.LLAMACPP, mode=Mode.ADOPTED,
+                     serve=ServeSpec(port=hung.port)),
+            RoleSpec(name="gone", runtime=Runtime.LLAMACPP, mode=Mode.ADOPTED,
+                     serve=ServeSpec(port=free_port())),
+        ))
+        obs = observe(desired, Remembered(), probe_timeout=0.3)
+    assert obs.role("hung").probe.timed_out and obs.role("hung").port_taken
+    assert not obs.role("gone").probe.timed_out and not obs.role("gone").port_taken
+    the_plan = plan(desired, obs, Remembered(), PlanContext(), 1000.0)
+    assert the_plan.decision("hung").status is Status.UNKNOWN
+    assert the_plan.decision("gone").status is Status.EXITED
+
+
+def test_a_role_with_liveness_is_asked_within_its_own_timeout() -> None:
+    """liveness.timeout, not the node's probe timeout, bounds the role's requests."""
+    from reconciler.desired import LivenessSpec
+
+    with Silent() as hung:
+        spec = RoleSpec(name="hung", runtime=Runtime.LLAMACPP, mode=Mode.ADOPTED,
+                        serve=ServeSpec(port=hung.port),
+                        liveness=LivenessSpec(period=1.0, timeout=0.2, failures=2, grace=0.0))
+        started = time.monotonic()
+        obs = observe(Desired(roles=(spec,)), Remembered(), probe_timeout=5.0)
+        took = time.monotonic() - started
+    assert obs.role("hung").probe.timed_out
+    assert obs.role("hung").probe.detail == "no answer to GET /health within 0.2s"
+    assert took < 2.0

@@ -20,7 +20,9 @@ except ``expect`` or ``steps``)::
       roles:
         coder: {pid: 100, alive: true, owned: true, exit_observed_at: 5,
                 health: up, detail: "", listed: [], resident: [],
-                port_taken: false, exposed: []}
+                port_taken: false, exposed: [], timed_out: false,
+                progress: {in_flight: 1, decoded: 50}, progress_timeout: "",
+                exit: {known: true, code: 1, signal: null, oom: "", log: ["…"]}}
       demand:                           # §9 the router's counts; absent: no daemon
         coder: {waiting: 3, in_flight: 0, last_request: 900}
       demand_since: 500                 # when the router began counting
@@ -28,7 +30,9 @@ except ``expect`` or ``steps``)::
       coder: {pid: 100, restarts: 0, exited_at: null, healthy_since: null,
               terminal: gave-up, terminal_detail: "", we_loaded: false,
               model_tag: null, reserved: 55GB, port: 8090, runtime: llamacpp,
-              mode: managed, launch: current}   # launch: current | none | {ctx: 2048, …}
+              mode: managed, launch: current,   # launch: current | none | {ctx: 2048, …}
+              exit: {known: true, code: 1, log: ["…"]},      # how the last server ended
+              liveness: {failures: 2, since: 990, checked_at: 995, detail: "…"}}
     now: 1000
     expect:
       coder: {verb: start, reason: missing, status: loaded, why: "…", restarts: 0, …}
@@ -54,6 +58,7 @@ import yaml
 from reconciler import identity
 from reconciler.decisions import PlanContext
 from reconciler.desired import (
+    LivenessSpec,
     Desired,
     MemorySpec,
     Mode,
@@ -71,7 +76,10 @@ from reconciler.desired import (
 )
 from reconciler.demand import Demand, RoleDemand
 from reconciler.observed import (
+    ExitInfo,
     Health,
+    Liveness,
+    Progress,
     ModelCheck,
     ModelState,
     Observed,
@@ -146,6 +154,7 @@ def role_spec(name: str, data: dict[str, Any], node: NodeConfig) -> RoleSpec:
         restart=restart_policy(data.get("restart"), node.restart),
         keep_alive=data.get("keep_alive", node.keep_alive if runtime is Runtime.OLLAMA else None),
         idle_after=float(data.get("idle_after", 600)),
+        liveness=LivenessSpec(**data["liveness"]) if "liveness" in data else None,
     )
 
 
@@ -175,6 +184,9 @@ def observation(name: str, data: dict[str, Any]) -> RoleObservation:
             detail=data.get("detail", ""),
             listed_models=tuple(data.get("listed", ())),
             resident_models=tuple(data.get("resident", ())),
+            timed_out=data.get("timed_out", False),
+            progress=Progress(**data["progress"]) if "progress" in data else None,
+            progress_timeout=data.get("progress_timeout", ""),
         )
     return RoleObservation(
         name=name,
@@ -182,7 +194,16 @@ def observation(name: str, data: dict[str, Any]) -> RoleObservation:
         probe=probe,
         port_taken=data.get("port_taken", False),
         exposed=tuple(data.get("exposed", ())),
+        exit=exit_info(data.get("exit")),
     )
+
+
+def exit_info(data: dict[str, Any] | None) -> ExitInfo | None:
+    if data is None:
+        return None
+    return ExitInfo(known=data.get("known", False), code=data.get("code"),
+                    signal=data.get("signal"), oom=data.get("oom", ""),
+                    log=tuple(data.get("log", ())))
 
 
 def observed(case: dict[str, Any], want: Desired) -> Observed:
@@ -233,6 +254,8 @@ def record(name: str, data: dict[str, Any], want: Desired) -> RoleRecord:
         terminal_detail=data.get("terminal_detail", ""),
         we_loaded=data.get("we_loaded", False),
         reserved=size(data.get("reserved", 0)),
+        exit=exit_info(data.get("exit")),
+        liveness=Liveness(**data.get("liveness", {})),
     )
 
 

@@ -33,12 +33,13 @@ def test_a_state_dir_that_is_a_file_is_one_line(tmp_path, capsys):
 
 
 def test_a_corrupt_store_is_one_line(tmp_path, capsys):
-    """Garbage in state.db: one line naming the file, exit 1."""
+    """Garbage in state.db: one line naming the file and the way back, exit 1."""
     (tmp_path / "state.db").write_bytes(b"this is not a database" * 100)
     code, lines = run(capsys, "--state-dir", str(tmp_path), "events")
     assert code == Exit.ERROR
     assert lines == [f"reconcile: error: state store {tmp_path}/state.db: "
-                     "file is not a database"]
+                     "file is not a database; move it aside (e.g. state.db.corrupt): the next "
+                     "run starts a new one and re-adopts the running servers by their marker"]
 
 
 def test_a_database_locked_by_another_connection_is_one_line(tmp_path, capsys, monkeypatch):

@@ -441,3 +441,30 @@ def test_a_single_manifest_file_is_watched_through_rename(tmp_path):
         assert hits.wait(2.0)
     finally:
         files.close()
+
+
+def test_the_daemon_keeps_one_model_verifier_for_its_life(make):
+    """§1.1: every pass gets the same verifier, so only the first pass hashes every byte."""
+    passes = FakePasses(good(desired("chat")), good(desired("chat")), good(desired("chat")))
+    d = make(passes)
+    for _ in range(3):
+        d.reconcile("resync")
+    verifiers = {id(inputs.verifier) for inputs in passes.calls}
+    assert len(passes.calls) == 3 and len(verifiers) == 1
+    assert passes.calls[0].verifier is not None
+
+
+def test_a_state_error_in_a_pass_is_one_log_line_and_a_retry(make, caplog):
+    """A full disk under a running daemon: one error line naming it, no traceback, retry soon."""
+    from reconciler.errors import StateError
+
+    def broken(inputs):
+        raise StateError("state store /s/state.db: database or disk is full; free space")
+
+    d = make(broken)
+    with caplog.at_level("ERROR"):
+        d.reconcile("resync")
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert record.getMessage() == ("the pass failed: state store /s/state.db: database or disk "
+                                   "is full; free space; retrying in 5s")
+    assert not record.exc_info and d._requeue == watch.ERROR_RETRY

@@ -250,3 +250,36 @@ def test_looks_like_watch_wants_a_live_reconcile_watch():
         for proc in procs_:
             proc.kill()
             proc.wait()
+
+
+def test_a_start_taken_but_not_confirmed_exits_1_unless_ours_runs(tmp_path, capsys):
+    """Taken, no decision logged in time: exit 1 'not confirmed'; 0 when our server of it runs."""
+    import argparse
+
+    from reconciler.events import Event, EventKind
+
+    args = argparse.Namespace(name="chat", json=False, state_dir=str(tmp_path))
+    taken = Event(id=7, at=1.0, role="chat", kind=EventKind.OPERATOR_START, reason="operator",
+                  detail="cleared gave-up")
+    assert handoff._report(args, "chat", 4242, 30.0, taken, []) == 1
+    assert "not confirmed" in capsys.readouterr().err
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              env={"PATH": "/usr/bin:/bin", "RECONCILER_INSTANCE": "chat-1"})
+    try:
+        assert wait_for_create_time(server.pid)
+        with Store(tmp_path) as store:
+            store.put_role(RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
+                                      mode=Mode.MANAGED, port=8090, pid=server.pid,
+                                      create_time=procs.create_time(server.pid)))
+        assert handoff._report(args, "chat", 4242, 30.0, taken, []) == 0
+        assert f"it is running (pid {server.pid})" in capsys.readouterr().err
+    finally:
+        server.kill()
+        server.wait()
+
+
+def wait_for_create_time(pid: int) -> bool:
+    deadline = time.monotonic() + 5
+    while procs.create_time(pid) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return procs.create_time(pid) is not None
