@@ -101,6 +101,8 @@ class Reason(enum.StrEnum):
     EMPTY_MANIFESTS = "empty_manifests"
     ADOPTED = "adopted"  # observe only
     ABSENT = "absent"  # stopped and not running: nothing to do
+    ORPHAN = "orphan"  # a server of ours by proof that no role wants (§4)
+    STARTUP_TIMEOUT = "startup_timeout"  # never answered within startup_grace: a failed start
 
 
 @frozen
@@ -132,6 +134,8 @@ class Decision:
     release: int = 0  # bytes released once the action completes
     retry_in: float | None = None  # seconds: backoff wait or requeue hint
     restarts: int = 0  # restart count after this decision
+    generation: str | None = None  # what a start/restart/load runs (§4 generations)
+    restarted_at: str | None = None  # that generation's spec.restarted_at
 
     @property
     def acts(self) -> bool:

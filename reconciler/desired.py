@@ -114,6 +114,9 @@ class RestartPolicy:
     base: float = 2.0
     cap: float = 60.0
     stable_after: float = 60.0
+    #: How long a started server may stay ``starting`` (alive, never answered)
+    #: before that counts as a failed start (§4; Kubernetes' startupProbe).
+    startup_grace: float = 120.0
 
 
 @frozen
@@ -160,6 +163,8 @@ class RoleSpec:
     excludes: frozenset[str] = frozenset()  # role names, `role:` prefix removed
     restart: RestartPolicy = RestartPolicy()
     keep_alive: float | None = None  # seconds, Ollama only; negative = forever
+    #: Any text; a new value starts a new generation (§4), like `kubectl rollout restart`.
+    restarted_at: str | None = None
     ref: SourceRef | None = attrs.field(default=None, eq=False)
 
     @property

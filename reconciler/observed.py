@@ -82,9 +82,25 @@ class ModelCheck:
 
 
 @frozen
+class Orphan:
+    """A server of ours by proof that no role's record holds (§4 orphans).
+
+    Proof: it carries an instance marker, leads its own process group, runs as
+    the ``run_as`` uid (ours without one) and works in exactly
+    ``<data_root>/<marker>`` of *this* node. No desired role re-adopts it.
+    """
+
+    pid: int
+    create_time: float
+    instance_id: str  # the marker it carries
+    listen: tuple[str, ...] = ()  # "host:port" of its group's listeners, when read
+
+
+@frozen
 class Observed:
     roles: tuple[RoleObservation, ...] = ()
     models: tuple[ModelCheck, ...] = ()
+    orphans: tuple[Orphan, ...] = ()
 
     def role(self, name: str) -> RoleObservation:
         found = next((r for r in self.roles if r.name == name), None)
@@ -100,6 +116,25 @@ class Observed:
 class Terminal(enum.StrEnum):
     GAVE_UP = "gave-up"
     STOPPED_EXPOSED = "stopped-exposed"
+
+
+@frozen
+class Intent:
+    """What a pass was about to do to a role's server, written before doing it (§3).
+
+    Written right before the first step that cannot be taken back (a signal,
+    a spawn) and cleared when the pass records the outcome. A record that
+    still holds one was left by a killed run: its server's exit was our own
+    doing, not a crash, and the next pass finishes the work.
+    """
+
+    verb: str  # "start", "restart" or "stop"
+    reason: str  # the decision's reason ("exposed", "spec_changed", …)
+    instance_id: str  # what will run (start/restart) or what is stopped
+    launch_digest: str | None = None  # of the launch about to be spawned
+    port: int = 0
+    at: float = 0.0
+    stops: int | None = None  # the pid of our live server it signals (stop, restart)
 
 
 @frozen
@@ -125,6 +160,12 @@ class RoleRecord:
     terminal_detail: str = ""
     we_loaded: bool = False
     reserved: int = 0  # bytes held in the residency ledger
+    #: The generation (§4) of the last start, restart or load attempt: what the
+    #: restart count, the backoff clock and a terminal hold belong to. None:
+    #: recorded before generations (the launch digest stands in for it).
+    generation: str | None = None
+    restarted_at: str | None = None  # that generation's spec.restarted_at, for messages
+    intent: Intent | None = None  # a pass's unfinished work (see ``Intent``)
 
 
 @frozen

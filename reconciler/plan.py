@@ -41,15 +41,29 @@ Choices where the contract is silent:
 * Our Ollama load is gone once a pass has seen the tag leave ``/api/ps``
   (``exited_at`` set, cleared only by our next load): a copy resident after
   that was loaded by someone else, and is never unloaded (§2).
+* A new generation (§4: the launch digest, or an Ollama role's tag and
+  keep_alive, or ``restarted_at``) is a fresh start: holds, backoff and the
+  restart count belong to the generation the record names, so they do not
+  apply to a new one, which is started (or restarted, or loaded) at once.
+  A record from before generations stands for its launch digest.
+* A record a killed pass left mid-work (an ``Intent``) is read as that work
+  finished (``records.finish_interrupted``): our own stop is not a crash.
+* A server that stays ``starting`` past ``startup_grace`` is stopped as a
+  failed start (``startup_timeout``): counted and backed off like a crash.
+* A known bad model outranks backoff: a crashed role whose model is known
+  to fail is refused now, not told to wait.
+* An orphan (a server of ours by proof that no record holds, §4) is
+  stopped; under the empty-manifest guard it is kept, unless exposed.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Mapping
 
 import attrs
 
-from reconciler import identity, ledger, policy
+from reconciler import identity, ledger, policy, records
 from reconciler.runtimes import spec_of
 from reconciler.decisions import Decision, Plan, PlanContext, Reason, Status, Verb
 from reconciler.desired import (
@@ -63,9 +77,11 @@ from reconciler.desired import (
 )
 from reconciler.observed import (
     Health,
+    Intent,
     ModelCheck,
     ModelState,
     Observed,
+    Orphan,
     Remembered,
     RoleObservation,
     RoleRecord,
@@ -110,6 +126,9 @@ class _Role:
     pid: int | None  # our own live process, the one a stop/restart targets
     create_time: float | None
     owner_id: str | None  # the instance id that process was started with
+    generation: str | None  # what the role runs now (§4), None: nothing to run
+    fresh: bool  # a new generation: the record's holds, backoff and count do not apply
+    interrupted: Intent | None  # a killed pass's stop of our server, finished by this one
     why: str = ""  # the plan-line detail every decision carries unless it says its own
 
     def launch(self) -> Launch:
@@ -152,6 +171,9 @@ def plan(
                   launcher, served, now)
         drafts.append(_decide(r, desired.node, models, checks, guard, now,
                               elsewhere.get(name)))
+    names = specs.keys() | records.keys()
+    drafts += [_orphan(o, guard) for o in sorted(observed.orphans, key=lambda o: o.instance_id)
+               if o.instance_id not in names]
     excludes = {name: spec.excludes for name, spec in specs.items()}
     together = {name: frozenset(group - {name}) for here in served.values()
                 for _, group in here if len(group) > 1 for name in group}
@@ -164,11 +186,20 @@ def plan(
 def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> _Role:
     proc = obs.process
     running = proc is not None and proc.owned and proc.alive
+    interrupted = None
+    if record is not None and record.intent is not None:
+        finished = records.finish_interrupted(record, obs)
+        if finished.pid is None and record.pid is not None:
+            interrupted = record.intent
+        record = finished
     rpolicy = spec.restart if spec is not None else node.restart
     operator = name in ctx.operator_starts
     instance = identity.instance_id(spec) if spec is not None else record.instance_id
     argv = launcher.argv(spec, models) if spec is not None else None
     digest = launcher.digest(argv, instance) if argv is not None else None
+    generation = _generation(spec, digest, models)
+    fresh = generation is not None and record is not None and (
+        _recorded_generation(record) not in (None, generation))
     probe = obs.probe
     answering = probe is not None and policy.answering(probe.health)
     if spec is not None and spec_of(spec.runtime).shared_endpoint:
@@ -176,7 +207,7 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
     else:
         answering = answering and running
     restarts = policy.restart_count(record, rpolicy, now, answering=answering,
-                                    operator_start=operator)
+                                    operator_start=operator or fresh)
     sharing: frozenset[str] = frozenset()
     if record is not None and record.model_tag and spec_of(record.runtime).shared_endpoint:
         sharing = _serving(served, record.host, record.port, record.model_tag,
@@ -194,7 +225,27 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
         # An edit of model, port or host changes the instance id; the running
         # process still carries the id it was started with: stops use that.
         owner_id=record.instance_id if running and record is not None else None,
+        generation=generation, fresh=fresh, interrupted=interrupted,
     )
+
+
+def _generation(spec: RoleSpec | None, digest: str | None, models) -> str | None:
+    """§4: what a managed role runs now — its launch, or the load it asks of Ollama."""
+    if spec is None or not spec.managed:
+        return None
+    if digest is not None:
+        return identity.generation(digest, spec.restarted_at)
+    if spec_of(spec.runtime).loads_models:
+        runs = identity.load_runs(_tag_of(spec, models), spec.keep_alive)
+        return identity.generation(runs, spec.restarted_at)
+    return None
+
+
+def _recorded_generation(record: RoleRecord) -> str | None:
+    """The generation a record's holds and count belong to (its launch digest before generations)."""
+    if record.generation is not None:
+        return record.generation
+    return record.launch_digest if spec_of(record.runtime).launched else None
 
 
 def _tag_of(spec: RoleSpec, models: Mapping[str, ModelSpec]) -> str | None:
@@ -270,13 +321,22 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float,
                       release=r.reserved)
         return _d(r, Verb.KEEP, Reason.ABSENT, Status.STOPPED, "state: stopped; not running",
                   release=r.reserved)
-    # §4 gave-up / stopped-exposed hold until an operator start.
-    if rec is not None and rec.terminal is not None and not r.operator:
+    # §4 gave-up / stopped-exposed hold (for their generation) until an operator start.
+    if rec is not None and rec.terminal is not None and not r.operator and not r.fresh:
         return _terminal(r, rec)
     if r.running:
-        return _running(r, checks)
+        return _running(r, checks, now)
+    # §4 a new generation is a fresh start: no hold, no backoff, applied now.
+    if r.fresh:
+        cleared = f"; {rec.terminal} cleared" if rec is not None and rec.terminal else ""
+        return _start(r, checks, Verb.START, Reason.SPEC_CHANGED, Status.LOADED,
+                      f"not running; a new generation{cleared}", why=_changes(r))
     # §4 crashed: we started it and it is gone (or its pid now belongs to another).
     if rec is not None and (rec.pid is not None or rec.exited_at is not None) and not r.operator:
+        # A known bad model outranks backoff: the role needs an operator now.
+        refused = _model_refusal(r, checks, release=r.reserved, kept=None)
+        if refused is not None:
+            return refused
         proc = r.obs.process
         exited = rec.exited_at if rec.exited_at is not None else (
             proc.exit_observed_at if proc is not None and proc.exit_observed_at is not None
@@ -288,8 +348,48 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float,
         return _start(r, checks, Verb.RESTART, Reason.CRASHED, Status.EXITED,
                       f"exited; restart {n} of {most}", why=f"restart {n} of {most}", restarts=n)
     # §4 missing: never started, cleanly stopped, or an operator start.
-    return _start(r, checks, Verb.START, Reason.MISSING, Status.LOADED, "not running",
-                  why="operator start" if r.operator else "")
+    why = "operator start" if r.operator else ""
+    if r.interrupted is not None and not why:
+        why = f"a killed pass's {r.interrupted.verb} is finished; not a crash"
+    return _start(r, checks, Verb.START, Reason.MISSING, Status.LOADED, "not running", why=why)
+
+
+def _changes(r: _Role) -> str:
+    """What makes the role's generation new: the launch's changes, restarted_at, the instance."""
+    rec = r.record
+    assert rec is not None
+    parts = []
+    if r.argv is not None and rec.launch_digest is not None and r.digest != rec.launch_digest:
+        parts.append(identity.argv_changes(rec.launch_argv, r.argv) if rec.launch_argv
+                     else "a new launch")
+    wanted = r.spec.restarted_at if r.spec is not None else None
+    if r.fresh and rec.restarted_at != wanted:
+        parts.append(f"restarted_at {rec.restarted_at or '(none)'} → {wanted or '(none)'}")
+    if not parts and r.owner_id is not None and r.owner_id != r.instance_id:
+        parts.append(f"running instance {r.owner_id} is not {r.instance_id}")
+    return ", ".join(dict.fromkeys(parts)) or "a new generation"
+
+
+def _orphan(o: Orphan, guard: bool) -> Draft:
+    """§4 orphans: our server by proof that no role wants is stopped (not under the guard)."""
+    exposed = [a for a in o.listen if not _loopback(a)]
+    ports = sorted({int(a.rsplit(":", 1)[1]) for a in o.listen if a.rsplit(":", 1)[1].isdigit()})
+    decision = functools.partial(
+        Decision, role=o.instance_id, port=ports[0] if ports else None, pid=o.pid,
+        create_time=o.create_time, owner_id=o.instance_id, instance_id=o.instance_id)
+    what = f"pid {o.pid} of instance {o.instance_id}, which no role wants"
+    if guard and not exposed:
+        return Draft(decision=decision(
+            verb=Verb.KEEP, reason=Reason.EMPTY_MANIFESTS, status=Status.RUNNING,
+            detail=f"an orphan ({what}); nothing is stopped without --allow-empty"))
+    return Draft(decision=decision(
+        verb=Verb.STOP, reason=Reason.ORPHAN, status=Status.RUNNING, why=what,
+        detail=f"an orphan: {what}"))
+
+
+def _loopback(address: str) -> bool:
+    host = address.rsplit(":", 1)[0].strip("[]")
+    return host.startswith("127.") or host == "::1"
 
 
 def _terminal(r: _Role, rec: RoleRecord) -> Draft:
@@ -357,14 +457,16 @@ def _listed(nodes: tuple[str, ...], limit: int = 3) -> str:
         f"{', '.join(nodes[:limit])} and {len(nodes) - limit} more")
 
 
-def _running(r: _Role, checks: Mapping[str, ModelCheck]) -> Draft:
+def _running(r: _Role, checks: Mapping[str, ModelCheck], now: float) -> Draft:
     rec, holds = r.record, r.reserved
-    # §3 spec_changed: the launch digest differs → restart (not counted).
-    if (r.argv is not None and rec is not None and rec.launch_digest is not None
-            and r.digest != rec.launch_digest):
+    # §3/§4 spec_changed: a new generation (the launch digest, restarted_at) → restart
+    # (a fresh start: the count is 0). A process started as another instance than
+    # the role's is never the role's server "starting": it is replaced too.
+    if r.argv is not None and rec is not None and (
+            (rec.launch_digest is not None and r.digest != rec.launch_digest) or r.fresh
+            or r.owner_id != r.instance_id):
         return _start(r, checks, Verb.RESTART, Reason.SPEC_CHANGED, Status.RUNNING,
-                      "running a previous launch",
-                      why=identity.argv_changes(rec.launch_argv, r.argv), keeps=True)
+                      "running a previous launch", why=_changes(r), keeps=True)
     # §4 in sync: alive and answering.
     if r.health is Health.UP:
         return _d(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, r.probe_detail("up"), holds=holds)
@@ -378,6 +480,13 @@ def _running(r: _Role, checks: Mapping[str, ModelCheck]) -> Draft:
                   holds=holds)
     # Unknown is not down: alive, not answering (yet) → starting, else unknown.
     if rec is None or rec.healthy_since is None:
+        grace = r.policy.startup_grace
+        if rec is not None and rec.started_at is not None and now - rec.started_at >= grace:
+            # §4 starting for longer than startup_grace: a failed start. Stopped;
+            # the next pass counts it and backs off as after a crash.
+            late = f"not answering {format_duration(grace)} after its start"
+            return _d(r, Verb.STOP, Reason.STARTUP_TIMEOUT, Status.STARTING,
+                      f"{late}; a failed start", why=late, holds=holds)
         return _d(r, Verb.KEEP, Reason.STARTING, Status.STARTING,
                   r.probe_detail("not answering yet"), retry_in=policy.POLL, holds=holds)
     return _d(r, Verb.KEEP, Reason.UNKNOWN, Status.DEGRADED,
@@ -396,7 +505,20 @@ def _start(r: _Role, checks, verb: Verb, reason: Reason, status: Status, detail:
         msg = f"port {spec.serve.port} already taken; adopt it instead"
         return _d(r, Verb.REFUSE, Reason.PORT_TAKEN, Status.REFUSED, msg, why=msg,
                   release=release, holds=kept)
-    # §1.1 only verified weights are served (unverified: the executor verifies first).
+    refused = _model_refusal(r, checks, release=release, kept=kept)
+    if refused is not None:
+        return refused
+    held = r.reserved if keeps or r.reserved else None  # a crashed server keeps its reservation
+    return _d(r, verb, reason, status, detail, why=why, launch=r.launch(),
+              reserve=spec.memory.footprint, release=r.reserved, retry_in=policy.POLL,
+              restarts=r.restarts if restarts is None else restarts, holds=held, keeps=keeps,
+              generation=r.generation, restarted_at=spec.restarted_at)
+
+
+def _model_refusal(r: _Role, checks, *, release: int, kept: int | None) -> Draft | None:
+    """§1.1 only verified weights are served (unverified: the executor verifies first)."""
+    spec = r.spec
+    assert spec is not None
     for name in (spec.model, spec.serve.draft_model):
         check = checks.get(name) if name else None
         if check is None or check.state not in _BAD_MODEL:
@@ -407,10 +529,7 @@ def _start(r: _Role, checks, verb: Verb, reason: Reason, status: Status, detail:
         return _d(r, Verb.REFUSE, Reason.MODEL_UNVERIFIED,
                   Status.DEGRADED if detached else Status.REFUSED, msg, why=msg,
                   release=release, holds=kept)
-    held = r.reserved if keeps or r.reserved else None  # a crashed server keeps its reservation
-    return _d(r, verb, reason, status, detail, why=why, launch=r.launch(),
-              reserve=spec.memory.footprint, release=r.reserved, retry_in=policy.POLL,
-              restarts=r.restarts if restarts is None else restarts, holds=held, keeps=keeps)
+    return None
 
 
 _BAD_MODEL = (ModelState.MISMATCH, ModelState.MISSING, ModelState.DETACHED)
@@ -485,7 +604,7 @@ def _ollama(r: _Role, models, now: float) -> Draft:
     # §4 state: stopped → unload what we loaded.
     if not spec.wanted:
         return _ollama_release(r, Reason.STATE_STOPPED)
-    if rec is not None and rec.terminal is not None and not r.operator:
+    if rec is not None and rec.terminal is not None and not r.operator and not r.fresh:
         return _terminal(r, rec)
     # Unknown is not down: never act blind on an Ollama that does not answer.
     if probe is None or probe.health in (Health.UNREACHABLE, Health.NOT_PROBED):
@@ -513,11 +632,22 @@ def _ollama(r: _Role, models, now: float) -> Draft:
         msg = f"{tag} is not pulled; the reconciler never pulls"
         return _d(r, Verb.REFUSE, Reason.NOT_PULLED, Status.REFUSED, msg, why=msg,
                   release=r.reserved)
+    load = dict(model_tag=tag, keep_alive=spec.keep_alive, reserve=spec.memory.footprint,
+                release=r.reserved, retry_in=policy.POLL, generation=r.generation,
+                restarted_at=spec.restarted_at)
     if spec_of(spec.runtime).lists(probe.resident_models, tag):
+        if r.fresh and _our_load_live(rec) and spec_of(spec.runtime).same(rec.model_tag, tag):
+            # §4 a new generation of our resident model (keep_alive, restarted_at):
+            # the load is sent again, which sets the new keep_alive.
+            return _d(r, Verb.LOAD, Reason.SPEC_CHANGED, Status.RUNNING,
+                      f"{tag} resident; a new generation", why=_load_changes(r, tag),
+                      holds=r.reserved or spec.memory.footprint, **load)
         return _d(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, f"{tag} resident",
                   holds=r.reserved or spec.memory.footprint)
-    load = dict(model_tag=tag, keep_alive=spec.keep_alive, reserve=spec.memory.footprint,
-                release=r.reserved, retry_in=policy.POLL)
+    if r.fresh:
+        # §4 a new generation is a fresh start: no hold, no backoff, loaded now.
+        return _d(r, Verb.LOAD, Reason.SPEC_CHANGED, Status.LOADED, f"{tag} not resident",
+                  why=_load_changes(r, tag), **load)
     # §2/§4 evicted behind our back (by a client or Ollama's scheduler): a
     # reload counts against the restart policy, with backoff, like a crash.
     if ours and not r.operator and spec_of(spec.runtime).same(rec.model_tag, tag):
@@ -539,3 +669,17 @@ def _ollama(r: _Role, models, now: float) -> Draft:
                   why=f"load attempt {n + 1}; retry {n} of {most}", restarts=n, **load)
     # §2 wanted, pulled, not resident → load.
     return _d(r, Verb.LOAD, Reason.MISSING, Status.LOADED, f"{tag} not resident", **load)
+
+
+def _load_changes(r: _Role, tag: str | None) -> str:
+    """What makes an Ollama role's generation new (the record keeps only its tag and restarted_at)."""
+    rec, spec = r.record, r.spec
+    assert rec is not None and spec is not None
+    parts = []
+    if rec.restarted_at != spec.restarted_at:
+        parts.append(f"restarted_at {rec.restarted_at or '(none)'} → {spec.restarted_at or '(none)'}")
+    if not parts:
+        keep = spec.keep_alive
+        shown = "forever" if keep is not None and keep < 0 else format_duration(keep or 0)
+        parts.append(f"a new generation: {tag} with keep_alive {shown}")
+    return ", ".join(parts)

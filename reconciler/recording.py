@@ -6,10 +6,19 @@ whether that decision is news for the event log. This module reads what they
 need from the store, writes what they return, and removes the working
 directory of a role that is forgotten.
 
-``spawned`` is the one write that cannot wait for the end of the pass: the
-executor calls it (``act.py``'s hook) right after a spawn, so a reconciler
-killed after that line still knows the pid (one killed before it re-adopts
-by marker, ``readopt.py``).
+Two writes cannot wait for the end of the pass; the executor makes them
+through ``act.py``'s hooks, each one statement (so one transaction):
+
+* ``intend``, right before an action's first signal or spawn: the record
+  gets the action's ``Intent`` (what will be stopped, what will run). A
+  reconciler killed after it leaves a record that says its server's exit
+  was its own doing (``records.finish_interrupted``), not a crash;
+* ``spawned``, right after a spawn: the new server's whole record, exactly
+  as the end of the pass would write it for a successful start. Its pid,
+  create time, instance id, launch digest and generation change together or
+  not at all: a record never pairs one launch's pid with another launch's
+  identity. A reconciler killed between the spawn and this write leaves an
+  unrecorded server: re-adopted or stopped as an orphan (``readopt.py``).
 """
 
 from __future__ import annotations
@@ -18,10 +27,10 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from reconciler import events, instances, records
+from reconciler import events, failpoints, instances, records
 from reconciler.decisions import Decision, Plan
 from reconciler.desired import Desired
-from reconciler.observed import Observed, RoleRecord
+from reconciler.observed import Observed, RoleObservation, RoleRecord
 
 if TYPE_CHECKING:  # only a pass that acts makes outcomes
     from reconciler.outcomes import Outcome
@@ -45,6 +54,7 @@ def record_pass(
     records_now = {r.name: r for r in store.roles()}
     last = store.last_events()
     for decision in plan.decisions:
+        failpoints.reach("recording")
         outcome = by_role.get(decision.role)
         before = records_now.get(decision.role)
         after = records.after_decision(before, desired.role(decision.role), decision,
@@ -58,17 +68,27 @@ def record_pass(
             store.add_event(event)
 
 
-def spawned(store, desired: Desired, decision: Decision, pid: int | None,
-            create_time: float | None) -> None:
-    """Record a just-spawned server's pid and create time at once."""
-    spec = desired.role(decision.role)
+def intend(store, desired: Desired, decision: Decision, now: float) -> None:
+    """Write what an action is about to do into its role's record (one statement)."""
     record = store.role(decision.role)
-    if record is None and spec is not None:
+    if record is None:
+        spec = desired.role(decision.role)
+        if spec is None:
+            return
         record = records.new_record(spec, decision)
-    if record is not None:
-        store.put_role(attrs.evolve(
-            record, pid=pid, create_time=create_time,
-            instance_id=decision.instance_id or record.instance_id))
+    store.put_role(attrs.evolve(record, intent=records.intent_of(decision, now)))
+
+
+def spawned(store, desired: Desired, decision: Decision, pid: int | None,
+            create_time: float | None, *, now: float) -> None:
+    """Record a just-spawned server: its whole record after the start, in one write."""
+    spec = desired.role(decision.role)
+    before = store.role(decision.role)
+    facts = records.ActionFacts(ok=True, exited=True, pid=pid, create_time=create_time)
+    after = records.after_decision(before, spec, decision, RoleObservation(name=decision.role),
+                                   facts, now)
+    if after is not None:
+        store.put_role(after)
 
 
 def _facts(decision: Decision, outcome: Outcome | None) -> records.ActionFacts | None:
@@ -77,7 +97,7 @@ def _facts(decision: Decision, outcome: Outcome | None) -> records.ActionFacts |
         return None
     return records.ActionFacts(ok=outcome.ok and not outcome.skipped, skipped=outcome.skipped,
                                exited=outcome.exited, pid=outcome.pid,
-                               create_time=outcome.create_time)
+                               create_time=outcome.create_time, exposed=outcome.exposed)
 
 
 def _write(store, before: RoleRecord | None, after: RoleRecord | None, root: str) -> None:

@@ -7,6 +7,11 @@ when an exit was first observed (the backoff clock), the restart count
 states, reservations in the ledger and Ollama ``we_loaded``.
 
 ``None`` means "forget this role": nothing of it is left to remember.
+
+Every start, restart and load records the generation it ran (§4), whether
+it worked or not: a new generation is a fresh start, and a failed attempt of
+it must not look new again on the next pass. A record that still holds an
+``Intent`` was left by a killed pass (``finish_interrupted``).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import attrs
 
 from reconciler.decisions import Decision, Reason, Status, Verb
 from reconciler.desired import Mode, RoleSpec
-from reconciler.observed import Health, RoleObservation, RoleRecord, Terminal
+from reconciler.observed import Health, Intent, RoleObservation, RoleRecord, Terminal
 from reconciler.runtimes import spec_of
 
 
@@ -28,6 +33,45 @@ class ActionFacts:
     exited: bool = False  # a stopped process is really gone
     pid: int | None = None
     create_time: float | None = None
+    #: §5 after start: the new server listened beyond loopback on these
+    #: addresses, and was stopped within the same pass (it is gone).
+    exposed: tuple[str, ...] = ()
+
+
+def intent_of(decision: Decision, now: float) -> Intent:
+    """What the executor is about to do for ``decision`` (written before it does it)."""
+    launch = decision.launch
+    return Intent(verb=str(decision.verb), reason=str(decision.reason),
+                  instance_id=decision.instance_id or decision.role,
+                  launch_digest=launch.digest if launch is not None else None,
+                  port=decision.port or 0, at=now, stops=decision.pid)
+
+
+def finish_interrupted(record: RoleRecord, observation: RoleObservation) -> RoleRecord:
+    """A record a killed pass left mid-work, as if that work had finished (§4).
+
+    When the intent stopped our live server (a stop, or a restart's stop) and
+    that server is gone now, its exit was our own doing, not a crash: nothing
+    is counted and no backoff starts; the role is simply not running (the next
+    decision starts it as missing). An exposed server's stop holds the role
+    ``stopped-exposed``, as the finished stop would have. Any other intent
+    (a spawn the pass never recorded: re-adoption or the orphan sweep finds
+    its process) is only dropped.
+    """
+    intent = record.intent
+    if intent is None:
+        return record
+    process = observation.process
+    alive = process is not None and process.owned and process.alive
+    record = attrs.evolve(record, intent=None)
+    if alive or intent.stops is None or intent.stops != record.pid:
+        return record
+    done = attrs.evolve(record, pid=None, create_time=None, exited_at=None,
+                        healthy_since=None, reserved=0)
+    if intent.verb == Verb.STOP and intent.reason == Reason.EXPOSED:
+        return attrs.evolve(done, terminal=Terminal.STOPPED_EXPOSED,
+                            terminal_detail="reachable beyond loopback; stopped")
+    return done
 
 
 def new_record(spec: RoleSpec, decision: Decision) -> RoleRecord:
@@ -54,6 +98,8 @@ def after_decision(
     """The record to store after ``decision`` (and, when it acted, ``facts``)."""
     if facts is not None and facts.skipped:
         return record  # never attempted: no crash, no count, nothing changed
+    if record is not None:
+        record = finish_interrupted(record, observation)
     if record is None:
         if spec is None:
             return None
@@ -77,12 +123,24 @@ def after_decision(
             return record
         # (A crashed server's restart that was refused before spawning falls
         # through as a failed spawn: counted, with backoff, towards gave-up.)
+        record = _attempted(record, decision)
         if not facts.ok:
             # A failed spawn is a crash at once: the backoff clock starts now,
             # so a broken launcher is retried with delays, not in a hot loop.
             return attrs.evolve(
                 record, pid=None, create_time=None, exited_at=now, healthy_since=None,
                 restarts=decision.restarts, reserved=decision.reserve,
+            )
+        if facts.exposed:
+            # §5 after start: it listened beyond loopback and was stopped at once.
+            return attrs.evolve(
+                record, mode=Mode.MANAGED, pid=None, create_time=None, exited_at=None,
+                healthy_since=None, launch_digest=launch.digest if launch else None,
+                launch_argv=launch.argv if launch else (),
+                instance_id=decision.instance_id or record.instance_id,
+                terminal=Terminal.STOPPED_EXPOSED,
+                terminal_detail=f"listening on {', '.join(facts.exposed)}",
+                restarts=decision.restarts, reserved=0,
             )
         return attrs.evolve(
             record,
@@ -103,6 +161,11 @@ def after_decision(
             return record  # still there: keep everything, memory included
         if reason is Reason.REMOVED:
             return None
+        if reason is Reason.STARTUP_TIMEOUT:
+            # A failed start, like a crash: the backoff clock starts now and
+            # the reservation is kept across the backoff (§7).
+            return attrs.evolve(record, pid=None, create_time=None, exited_at=now,
+                                healthy_since=None)
         stopped = attrs.evolve(
             record, pid=None, create_time=None, exited_at=None, healthy_since=None, reserved=0,
         )
@@ -114,6 +177,7 @@ def after_decision(
         return stopped
     if verb is Verb.LOAD:
         assert facts is not None
+        record = _attempted(record, decision)
         if not facts.ok:
             # A failed Ollama load releases its reservation (BEHAVIOUR §7).
             return attrs.evolve(record, exited_at=now, reserved=0, restarts=decision.restarts)
@@ -139,6 +203,19 @@ def after_decision(
             terminal=Terminal.GAVE_UP, terminal_detail=decision.detail or decision.why,
         )
     return _observed(record, decision, observation, now)
+
+
+def _attempted(record: RoleRecord, decision: Decision) -> RoleRecord:
+    """A start, restart or load was tried: no hold is left, and the count belongs to its generation.
+
+    (A hold is only ever passed by an operator start or a new generation: either way
+    a failed attempt is a crash of the generation it tried, not the old hold.)
+    """
+    record = attrs.evolve(record, terminal=None, terminal_detail="")
+    if decision.generation is None:
+        return record
+    return attrs.evolve(record, generation=decision.generation,
+                        restarted_at=decision.restarted_at)
 
 
 def _observed(
