@@ -42,6 +42,7 @@ _TESTS = {
     "nodecheck": ("tests/manifests", "tests/fleet"),
     "fleet": ("tests/fleet", "tests/manifests", "tests/plan"),
     "runtimes": ("tests/observe", "tests/identity", "tests/execute", "tests/doubles"),
+    "procs": ("tests/loop",),  # the orphan proof of ownership (shell, but a safety rule)
 }
 
 
@@ -52,6 +53,7 @@ def _m(module: str, name: str, old: str, new: str, breaks: str) -> Mutant:
 
 P, L, PO, R = "plan", "ledger", "policy", "records"
 D, RE, I, E, C, RU = "decisions", "render", "identity", "extra_args", "crosscheck", "runtimes"
+PR = "procs"
 
 MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------ plan: safety
@@ -481,4 +483,33 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(RU, "common.not-probed", 'return Status.REFUSED, facts.detail or "port outside allowed_ports: not probed"',
        'return Status.UNKNOWN, facts.detail or "port outside allowed_ports: not probed"',
        "§4: a role outside allowed_ports reads as unknown, not refused"),
+    # ------------------------------------------------------------ §4 generations, orphans, intents
+    _m(P, "generation-ignored", "fresh = generation is not None and record is not None and (",
+       "fresh = False and record is not None and (",
+       "§4: a committed fix does not reach a gave-up or backed-off role"),
+    _m(P, "generation-counted", "operator_start=operator or fresh)", "operator_start=operator)",
+       "§4: a new generation inherits the old one's restart count"),
+    _m(P, "orphan-under-guard", "    if guard and not exposed:\n        return Draft(",
+       "    if False:\n        return Draft(",
+       "§6: an empty manifest set stops our orphans"),
+    _m(P, "startup-grace-ignored", "now - rec.started_at >= grace:", "now - rec.started_at >= grace * 1000:",
+       "§4: a server that never answers stays starting for ever"),
+    _m(P, "refusal-behind-backoff", "        refused = _model_refusal(r, checks, release=r.reserved, kept=None)\n        if refused is not None:\n            return refused\n        proc",
+       "        proc",
+       "§1.1: a known bad model hides behind backoff (exit 0, not 3)"),
+    _m(R, "interrupted-counted", "    if alive or intent.stops is None or intent.stops != record.pid:\n        return record",
+       "    if True:\n        return record",
+       "§4: the reconciler's own interrupted restart is counted as a crash"),
+    _m(PR, "orphan-any-uid", "if not _alive(proc) or proc.uids().real != uid:\n                continue\n            if _marker",
+       "if not _alive(proc):\n                continue\n            if _marker",
+       "§4: a process of another uid with our marker is stopped as an orphan"),
+    _m(PR, "orphan-any-group", "            if os.getpgid(pid) != pid:\n                continue\n            cwd = os.readlink",
+       "            if False:\n                continue\n            cwd = os.readlink",
+       "§4: a process that does not lead its own group is stopped as an orphan"),
+    _m(PR, "orphan-any-root", 'instance = cwd[len(prefix):] if cwd.startswith(prefix) else ""',
+       "instance = os.path.basename(cwd)",
+       "§4: another node's (another data_root's) server is stopped as an orphan"),
+    _m(PR, "orphan-recheck-skipped", "        return (os.getpgid(pid) == pid and proc.uids().real == uid\n",
+       "        return (True or proc.uids().real == uid\n",
+       "§4: the proof is not asked again right before an orphan's signal"),
 )

@@ -16,6 +16,7 @@ except ``expect`` or ``steps``)::
               excludes: [role:voice], restart: {max_restarts: 3}, keep_alive: 300}
     observed:
       models: {qwen: verified}          # default: every model verified
+      orphans: [{pid: 700, instance_id: old-1234abcd, listen: ["127.0.0.1:8095"]}]
       roles:
         coder: {pid: 100, alive: true, owned: true, exit_observed_at: 5,
                 health: up, detail: "", listed: [], resident: [],
@@ -24,7 +25,9 @@ except ``expect`` or ``steps``)::
       coder: {pid: 100, restarts: 0, exited_at: null, healthy_since: null,
               terminal: gave-up, terminal_detail: "", we_loaded: false,
               model_tag: null, reserved: 55GB, port: 8090, runtime: llamacpp,
-              mode: managed, launch: current}   # launch: current | none | {ctx: 2048, …}
+              mode: managed, launch: current,   # launch: current | none | {ctx: 2048, …}
+              restarted_at: "a", started_at: 990,  # the generation's restarted_at
+              intent: {verb: restart, reason: spec_changed, instance_id: …, stops: 100}}
     now: 1000
     expect:
       coder: {verb: start, reason: missing, status: loaded, why: "…", restarts: 0, …}
@@ -67,9 +70,11 @@ from reconciler.desired import (
 )
 from reconciler.observed import (
     Health,
+    Intent,
     ModelCheck,
     ModelState,
     Observed,
+    Orphan,
     ProbeFacts,
     ProcessFacts,
     Remembered,
@@ -140,6 +145,7 @@ def role_spec(name: str, data: dict[str, Any], node: NodeConfig) -> RoleSpec:
         excludes=frozenset(e.removeprefix("role:") for e in data.get("excludes", ())),
         restart=restart_policy(data.get("restart"), node.restart),
         keep_alive=data.get("keep_alive", node.keep_alive if runtime is Runtime.OLLAMA else None),
+        restarted_at=data.get("restarted_at"),
     )
 
 
@@ -188,7 +194,9 @@ def observed(case: dict[str, Any], want: Desired) -> Observed:
         raw = raw if isinstance(raw, dict) else {"state": raw}
         checks.append(ModelCheck(name=m.name, state=ModelState(raw["state"]), detail=raw.get("detail", "")))
     roles = tuple(observation(n, d or {}) for n, d in sorted((data.get("roles") or {}).items()))
-    return Observed(roles=roles, models=tuple(checks))
+    orphans = tuple(Orphan(pid=o["pid"], create_time=1.0, instance_id=o["instance_id"],
+                           listen=tuple(o.get("listen", ()))) for o in data.get("orphans", ()))
+    return Observed(roles=roles, models=tuple(checks), orphans=orphans)
 
 
 def record(name: str, data: dict[str, Any], want: Desired) -> RoleRecord:
@@ -222,6 +230,11 @@ def record(name: str, data: dict[str, Any], want: Desired) -> RoleRecord:
         terminal_detail=data.get("terminal_detail", ""),
         we_loaded=data.get("we_loaded", False),
         reserved=size(data.get("reserved", 0)),
+        # generation: the launch's own unless the record names restarted_at (§4).
+        generation=(identity.generation(digest, data["restarted_at"])
+                    if digest is not None and data.get("restarted_at") else None),
+        restarted_at=data.get("restarted_at"),
+        intent=Intent(**data["intent"]) if data.get("intent") else None,
     )
 
 

@@ -28,6 +28,7 @@ RULES = {
     ("refuse", "port_taken"), ("refuse", "port_not_allowed"), ("refuse", "model_unverified"),
     ("refuse", "not_pulled"), ("refuse", "unplaceable"), ("refuse", "excluded"),
     ("forget", "removed"), ("forget", "state_stopped"),
+    ("stop", "orphan"), ("stop", "startup_timeout"), ("start", "spec_changed"),
 }
 
 _SIZE_FIELDS = {"reserve", "release"}
