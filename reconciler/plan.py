@@ -172,8 +172,10 @@ def plan(
         drafts.append(_decide(r, desired.node, models, checks, guard, now,
                               elsewhere.get(name)))
     names = specs.keys() | records.keys()
-    drafts += [_orphan(o, guard) for o in sorted(observed.orphans, key=lambda o: o.instance_id)
-               if o.instance_id not in names]
+    orphans = sorted(observed.orphans, key=lambda o: (o.instance_id, o.pid))
+    ids = [o.instance_id for o in orphans]
+    twice = {iid for iid in ids if ids.count(iid) > 1}
+    drafts += [_orphan(o, guard, twice) for o in orphans if o.instance_id not in names]
     excludes = {name: spec.excludes for name, spec in specs.items()}
     together = {name: frozenset(group - {name}) for here in served.values()
                 for _, group in here if len(group) > 1 for name in group}
@@ -370,12 +372,17 @@ def _changes(r: _Role) -> str:
     return ", ".join(dict.fromkeys(parts)) or "a new generation"
 
 
-def _orphan(o: Orphan, guard: bool) -> Draft:
-    """§4 orphans: our server by proof that no role wants is stopped (not under the guard)."""
+def _orphan(o: Orphan, guard: bool, twice: set[str]) -> Draft:
+    """§4 orphans: our server by proof that no role wants is stopped (not under the guard).
+
+    Its plan line names its instance, or ``instance@pid`` when two servers of
+    one instance are orphans (one decision per name).
+    """
     exposed = [a for a in o.listen if not _loopback(a)]
     ports = sorted({int(a.rsplit(":", 1)[1]) for a in o.listen if a.rsplit(":", 1)[1].isdigit()})
     decision = functools.partial(
-        Decision, role=o.instance_id, port=ports[0] if ports else None, pid=o.pid,
+        Decision, role=f"{o.instance_id}@{o.pid}" if o.instance_id in twice else o.instance_id,
+        port=ports[0] if ports else None, pid=o.pid,
         create_time=o.create_time, owner_id=o.instance_id, instance_id=o.instance_id)
     what = f"pid {o.pid} of instance {o.instance_id}, which no role wants"
     if guard and not exposed:

@@ -236,7 +236,7 @@ def test_crash_backoff_restart_gave_up_then_operator_start(world):
 
 
 def test_server_bound_beyond_loopback_is_stopped_and_held(world):
-    """A launcher that ignores --host and binds 0.0.0.0 is stopped: stopped-exposed."""
+    """A launcher that binds 0.0.0.0 is stopped within the pass that starts it: stopped-exposed."""
     from tests.e2e.conftest import LLAMA_SERVER
 
     bad = executable(world.root / "bin" / "exposing-llama-server", f"""\
@@ -247,15 +247,14 @@ def test_server_bound_beyond_loopback_is_stopped_and_held(world):
     world.node(program=bad)
     world.model()
     world.role("chat", port)
-    converge(world)
-    pid = world.pid("chat")
-    assert ready(port)
-    out = converge(world, expect=3)
-    assert "exposed" in out.stdout, out.stdout
-    assert wait_for(lambda: not alive(pid), 5)
+    out = converge(world, expect=3)  # §5 after start: checked once it listens, same pass
+    assert "reachable beyond loopback" in out.stdout, out.stdout
+    assert http_get(port, "/health")[0] == 0
+    assert world.processes() == []
     record = world.record("chat")
-    assert record.terminal == "stopped-exposed" and record.reserved == 0
-    converge(world, expect=3)
+    assert record.terminal == "stopped-exposed" and record.reserved == 0 and record.pid is None
+    out = converge(world, expect=3)
+    assert "= keep chat" in out.stdout and "stopped-exposed" in out.stdout, out.stdout
     assert http_get(port, "/health")[0] == 0  # nothing started again
 
 

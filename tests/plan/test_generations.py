@@ -11,6 +11,7 @@ from reconciler.decisions import Reason, Verb
 from reconciler.desired import Runtime, WantedState
 from reconciler.observed import Intent, Orphan, Remembered, Terminal
 from reconciler.plan import plan
+from reconciler.runtimes import spec_of
 from tests.plan.worlds import World, worlds
 
 #: The rungs a hold or the restart count of a *previous* generation decides.
@@ -30,7 +31,8 @@ def _with_restarted_at(w: World, value: str, *, records_too: bool) -> World:
     recs = tuple(
         attrs.evolve(r, restarted_at=value,
                      generation=identity.generation(r.launch_digest, value))
-        if r.launch_digest is not None else r for r in w.remembered.roles)
+        if r.launch_digest is not None and spec_of(r.runtime).launched else r
+        for r in w.remembered.roles)
     return attrs.evolve(w, desired=desired, remembered=Remembered(roles=recs))
 
 
@@ -92,18 +94,18 @@ _orphans = st.lists(
     st.builds(Orphan, pid=st.integers(5000, 5999), create_time=st.just(1.0),
               instance_id=st.sampled_from(["old-0000aaaa", "coder-1234abcd", "x-deadbeef"]),
               listen=st.sampled_from([(), ("127.0.0.1:8095",), ("0.0.0.0:8096",)])),
-    max_size=3, unique_by=lambda o: (o.pid, o.instance_id))
+    max_size=3, unique_by=lambda o: o.pid)
 
 
 @given(worlds(min_roles=0), _orphans)
 def test_orphans_only_as_observed(w: World, orphans) -> None:
     """Each proven orphan gets one stop (kept only under the guard); no other pid is an orphan."""
-    orphans = [o for o in orphans if o.instance_id not in {o2.instance_id for o2 in orphans
-                                                           if o2.pid < o.pid}]
     w = attrs.evolve(w, observed=attrs.evolve(w.observed, orphans=tuple(orphans)))
     p = run(w)
     by_pid = {o.pid: o for o in orphans}
-    orphan_decisions = [d for d in p.decisions if d.role in {o.instance_id for o in orphans}]
+    roles = [d.role for d in p.decisions]
+    assert len(roles) == len(set(roles)), "one decision per name, two orphans of one instance too"
+    orphan_decisions = [d for d in p.decisions if d.pid in by_pid]
     assert sorted(d.pid for d in orphan_decisions) == sorted(by_pid)
     guarded = not w.desired.roles and not w.ctx.allow_empty
     for d in orphan_decisions:
