@@ -124,13 +124,17 @@ def test_editing_the_port_moves_the_server(world):
     world.role("chat", old_port)
     converge(world)
     first = world.pid("chat")
-    assert ready(old_port)
+    old_dir = world.state / "instances" / world.record("chat").instance_id
+    assert ready(old_port) and old_dir.is_dir()
     world.role("chat", new_port)
     out = converge(world)
     assert f"~ restart chat :{new_port} (spec_changed: port {old_port} → {new_port})" in out.stdout
     assert not alive(first) and ready(new_port)
     assert http_get(old_port, "/health")[0] == 0
     assert "No changes" in converge(world).stdout
+    # The old instance's directory does not leak; the new one's is in use.
+    assert not old_dir.exists()
+    assert (world.state / "instances" / world.record("chat").instance_id).is_dir()
 
 
 def test_memory_only_edit_never_restarts(world):
