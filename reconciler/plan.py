@@ -58,12 +58,11 @@ Choices where the contract is silent:
 
 from __future__ import annotations
 
-import functools
 from typing import Mapping
 
 import attrs
 
-from reconciler import identity, ledger, policy, records
+from reconciler import generations, identity, ledger, orphans, policy, records
 from reconciler.runtimes import spec_of
 from reconciler.decisions import Decision, Plan, PlanContext, Reason, Status, Verb
 from reconciler.desired import (
@@ -81,7 +80,6 @@ from reconciler.observed import (
     ModelCheck,
     ModelState,
     Observed,
-    Orphan,
     Remembered,
     RoleObservation,
     RoleRecord,
@@ -171,11 +169,7 @@ def plan(
                   launcher, served, now)
         drafts.append(_decide(r, desired.node, models, checks, guard, now,
                               elsewhere.get(name)))
-    names = specs.keys() | records.keys()
-    orphans = sorted(observed.orphans, key=lambda o: (o.instance_id, o.pid))
-    ids = [o.instance_id for o in orphans]
-    twice = {iid for iid in ids if ids.count(iid) > 1}
-    drafts += [_orphan(o, guard, twice) for o in orphans if o.instance_id not in names]
+    drafts += orphans.drafts(observed.orphans, set(specs) | set(records), guard)
     excludes = {name: spec.excludes for name, spec in specs.items()}
     together = {name: frozenset(group - {name}) for here in served.values()
                 for _, group in here if len(group) > 1 for name in group}
@@ -199,9 +193,8 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
     instance = identity.instance_id(spec) if spec is not None else record.instance_id
     argv = launcher.argv(spec, models) if spec is not None else None
     digest = launcher.digest(argv, instance) if argv is not None else None
-    generation = _generation(spec, digest, models)
-    fresh = generation is not None and record is not None and (
-        _recorded_generation(record) not in (None, generation))
+    generation = generations.current(spec, digest, _tag_of(spec, models) if spec else None)
+    fresh = generations.is_new(generation, record)
     probe = obs.probe
     answering = probe is not None and policy.answering(probe.health)
     if spec is not None and spec_of(spec.runtime).shared_endpoint:
@@ -229,25 +222,6 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
         owner_id=record.instance_id if running and record is not None else None,
         generation=generation, fresh=fresh, interrupted=interrupted,
     )
-
-
-def _generation(spec: RoleSpec | None, digest: str | None, models) -> str | None:
-    """§4: what a managed role runs now — its launch, or the load it asks of Ollama."""
-    if spec is None or not spec.managed:
-        return None
-    if digest is not None:
-        return identity.generation(digest, spec.restarted_at)
-    if spec_of(spec.runtime).loads_models:
-        runs = identity.load_runs(_tag_of(spec, models), spec.keep_alive)
-        return identity.generation(runs, spec.restarted_at)
-    return None
-
-
-def _recorded_generation(record: RoleRecord) -> str | None:
-    """The generation a record's holds and count belong to (its launch digest before generations)."""
-    if record.generation is not None:
-        return record.generation
-    return record.launch_digest if spec_of(record.runtime).launched else None
 
 
 def _tag_of(spec: RoleSpec, models: Mapping[str, ModelSpec]) -> str | None:
@@ -357,46 +331,9 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float,
 
 
 def _changes(r: _Role) -> str:
-    """What makes the role's generation new: the launch's changes, restarted_at, the instance."""
-    rec = r.record
-    assert rec is not None
-    parts = []
-    if r.argv is not None and rec.launch_digest is not None and r.digest != rec.launch_digest:
-        parts.append(identity.argv_changes(rec.launch_argv, r.argv) if rec.launch_argv
-                     else "a new launch")
-    wanted = r.spec.restarted_at if r.spec is not None else None
-    if r.fresh and rec.restarted_at != wanted:
-        parts.append(f"restarted_at {rec.restarted_at or '(none)'} → {wanted or '(none)'}")
-    if not parts and r.owner_id is not None and r.owner_id != r.instance_id:
-        parts.append(f"running instance {r.owner_id} is not {r.instance_id}")
-    return ", ".join(dict.fromkeys(parts)) or "a new generation"
-
-
-def _orphan(o: Orphan, guard: bool, twice: set[str]) -> Draft:
-    """§4 orphans: our server by proof that no role wants is stopped (not under the guard).
-
-    Its plan line names its instance, or ``instance@pid`` when two servers of
-    one instance are orphans (one decision per name).
-    """
-    exposed = [a for a in o.listen if not _loopback(a)]
-    ports = sorted({int(a.rsplit(":", 1)[1]) for a in o.listen if a.rsplit(":", 1)[1].isdigit()})
-    decision = functools.partial(
-        Decision, role=f"{o.instance_id}@{o.pid}" if o.instance_id in twice else o.instance_id,
-        port=ports[0] if ports else None, pid=o.pid,
-        create_time=o.create_time, owner_id=o.instance_id, instance_id=o.instance_id)
-    what = f"pid {o.pid} of instance {o.instance_id}, which no role wants"
-    if guard and not exposed:
-        return Draft(decision=decision(
-            verb=Verb.KEEP, reason=Reason.EMPTY_MANIFESTS, status=Status.RUNNING,
-            detail=f"an orphan ({what}); nothing is stopped without --allow-empty"))
-    return Draft(decision=decision(
-        verb=Verb.STOP, reason=Reason.ORPHAN, status=Status.RUNNING, why=what,
-        detail=f"an orphan: {what}"))
-
-
-def _loopback(address: str) -> bool:
-    host = address.rsplit(":", 1)[0].strip("[]")
-    return host.startswith("127.") or host == "::1"
+    assert r.record is not None
+    return generations.launch_changes(r.record, r.spec, r.argv, r.digest, fresh=r.fresh,
+                                      owner_id=r.owner_id, instance_id=r.instance_id)
 
 
 def _terminal(r: _Role, rec: RoleRecord) -> Draft:
@@ -647,14 +584,14 @@ def _ollama(r: _Role, models, now: float) -> Draft:
             # §4 a new generation of our resident model (keep_alive, restarted_at):
             # the load is sent again, which sets the new keep_alive.
             return _d(r, Verb.LOAD, Reason.SPEC_CHANGED, Status.RUNNING,
-                      f"{tag} resident; a new generation", why=_load_changes(r, tag),
+                      f"{tag} resident; a new generation", why=generations.load_changes(rec, spec, tag),
                       holds=r.reserved or spec.memory.footprint, **load)
         return _d(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, f"{tag} resident",
                   holds=r.reserved or spec.memory.footprint)
     if r.fresh:
         # §4 a new generation is a fresh start: no hold, no backoff, loaded now.
         return _d(r, Verb.LOAD, Reason.SPEC_CHANGED, Status.LOADED, f"{tag} not resident",
-                  why=_load_changes(r, tag), **load)
+                  why=generations.load_changes(rec, spec, tag), **load)
     # §2/§4 evicted behind our back (by a client or Ollama's scheduler): a
     # reload counts against the restart policy, with backoff, like a crash.
     if ours and not r.operator and spec_of(spec.runtime).same(rec.model_tag, tag):
@@ -677,16 +614,3 @@ def _ollama(r: _Role, models, now: float) -> Draft:
     # §2 wanted, pulled, not resident → load.
     return _d(r, Verb.LOAD, Reason.MISSING, Status.LOADED, f"{tag} not resident", **load)
 
-
-def _load_changes(r: _Role, tag: str | None) -> str:
-    """What makes an Ollama role's generation new (the record keeps only its tag and restarted_at)."""
-    rec, spec = r.record, r.spec
-    assert rec is not None and spec is not None
-    parts = []
-    if rec.restarted_at != spec.restarted_at:
-        parts.append(f"restarted_at {rec.restarted_at or '(none)'} → {spec.restarted_at or '(none)'}")
-    if not parts:
-        keep = spec.keep_alive
-        shown = "forever" if keep is not None and keep < 0 else format_duration(keep or 0)
-        parts.append(f"a new generation: {tag} with keep_alive {shown}")
-    return ", ".join(parts)

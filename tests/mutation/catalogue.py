@@ -42,7 +42,9 @@ _TESTS = {
     "nodecheck": ("tests/manifests", "tests/fleet"),
     "fleet": ("tests/fleet", "tests/manifests", "tests/plan"),
     "runtimes": ("tests/observe", "tests/identity", "tests/execute", "tests/doubles"),
-    "procs": ("tests/loop",),  # the orphan proof of ownership (shell, but a safety rule)
+    "procs": ("tests/loop",),
+    "generations": ("tests/plan", "tests/records"),
+    "orphans": ("tests/plan",),  # the orphan proof of ownership (shell, but a safety rule)
 }
 
 
@@ -53,7 +55,7 @@ def _m(module: str, name: str, old: str, new: str, breaks: str) -> Mutant:
 
 P, L, PO, R = "plan", "ledger", "policy", "records"
 D, RE, I, E, C, RU = "decisions", "render", "identity", "extra_args", "crosscheck", "runtimes"
-PR = "procs"
+PR, G, O = "procs", "generations", "orphans"
 
 MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------ plan: safety
@@ -484,12 +486,12 @@ MUTANTS: tuple[Mutant, ...] = (
        'return Status.UNKNOWN, facts.detail or "port outside allowed_ports: not probed"',
        "§4: a role outside allowed_ports reads as unknown, not refused"),
     # ------------------------------------------------------------ §4 generations, orphans, intents
-    _m(P, "generation-ignored", "fresh = generation is not None and record is not None and (",
-       "fresh = False and record is not None and (",
+    _m(G, "ignored", "return generation is not None and record is not None and (",
+       "return False and record is not None and (",
        "§4: a committed fix does not reach a gave-up or backed-off role"),
     _m(P, "generation-counted", "operator_start=operator or fresh)", "operator_start=operator)",
        "§4: a new generation inherits the old one's restart count"),
-    _m(P, "orphan-under-guard", "    if guard and not exposed:\n        return Draft(",
+    _m(O, "under-guard", "    if guard and not exposed:\n        return Draft(",
        "    if False:\n        return Draft(",
        "§6: an empty manifest set stops our orphans"),
     _m(P, "startup-grace-ignored", "now - rec.started_at >= grace:", "now - rec.started_at >= grace * 1000:",
