@@ -135,6 +135,9 @@ class Intent:
     port: int = 0
     at: float = 0.0
     stops: int | None = None  # the pid of our live server it signals (stop, restart)
+    #: Until then a stopped server still alive may yet exit from our SIGTERM
+    #: (its stop_grace and a margin): that exit is ours, not a crash.
+    until: float = 0.0
 
 
 @frozen

@@ -184,7 +184,7 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
     running = proc is not None and proc.owned and proc.alive
     interrupted = None
     if record is not None and record.intent is not None:
-        finished = records.finish_interrupted(record, obs)
+        finished = records.finish_interrupted(record, obs, now)
         if finished.pid is None and record.pid is not None:
             interrupted = record.intent
         record = finished

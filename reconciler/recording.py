@@ -76,7 +76,8 @@ def intend(store, desired: Desired, decision: Decision, now: float) -> None:
         if spec is None:
             return
         record = records.new_record(spec, decision)
-    store.put_role(attrs.evolve(record, intent=records.intent_of(decision, now)))
+    intent = records.intent_of(decision, now, desired.node.stop_grace)
+    store.put_role(attrs.evolve(record, intent=intent))
 
 
 def spawned(store, desired: Desired, decision: Decision, pid: int | None,

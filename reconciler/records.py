@@ -38,33 +38,47 @@ class ActionFacts:
     exposed: tuple[str, ...] = ()
 
 
-def intent_of(decision: Decision, now: float) -> Intent:
+#: How long past its stop_grace a server signalled by a killed pass may take to
+#: exit and still have its exit counted as ours (the SIGKILL never came).
+EXIT_MARGIN = 10.0
+
+
+def intent_of(decision: Decision, now: float, stop_grace: float = 0.0) -> Intent:
     """What the executor is about to do for ``decision`` (written before it does it)."""
     launch = decision.launch
     return Intent(verb=str(decision.verb), reason=str(decision.reason),
                   instance_id=decision.instance_id or decision.role,
                   launch_digest=launch.digest if launch is not None else None,
-                  port=decision.port or 0, at=now, stops=decision.pid)
+                  port=decision.port or 0, at=now, stops=decision.pid,
+                  until=now + stop_grace + EXIT_MARGIN if decision.pid is not None else now)
 
 
-def finish_interrupted(record: RoleRecord, observation: RoleObservation) -> RoleRecord:
+def finish_interrupted(record: RoleRecord, observation: RoleObservation,
+                       now: float) -> RoleRecord:
     """A record a killed pass left mid-work, as if that work had finished (§4).
 
     When the intent stopped our live server (a stop, or a restart's stop) and
     that server is gone now, its exit was our own doing, not a crash: nothing
     is counted and no backoff starts; the role is simply not running (the next
     decision starts it as missing). An exposed server's stop holds the role
-    ``stopped-exposed``, as the finished stop would have. Any other intent
-    (a spawn the pass never recorded: re-adoption or the orphan sweep finds
-    its process) is only dropped.
+    ``stopped-exposed``, as the finished stop would have. A server the intent
+    signalled that is still alive may still be exiting from that SIGTERM (the
+    killed pass never sent the SIGKILL): the intent is kept until
+    ``intent.until`` (stop_grace and a margin after it was written), so that
+    exit is not taken for a crash either. Any other intent (a spawn the pass
+    never recorded: re-adoption or the orphan sweep finds its process; a stop
+    never sent, its server alive past ``until``) is dropped.
     """
     intent = record.intent
     if intent is None:
         return record
     process = observation.process
     alive = process is not None and process.owned and process.alive
+    ours = intent.stops is not None and intent.stops == record.pid
+    if alive and ours and now < intent.until:
+        return record  # maybe still exiting from our SIGTERM: decided on a later pass
     record = attrs.evolve(record, intent=None)
-    if alive or intent.stops is None or intent.stops != record.pid:
+    if alive or not ours:
         return record
     done = attrs.evolve(record, pid=None, create_time=None, exited_at=None,
                         healthy_since=None, reserved=0)
@@ -99,7 +113,10 @@ def after_decision(
     if facts is not None and facts.skipped:
         return record  # never attempted: no crash, no count, nothing changed
     if record is not None:
-        record = finish_interrupted(record, observation)
+        # An intent this pass wrote is done with once its outcome is known; one a
+        # killed run left (no action now) is finished as that run would have.
+        record = (attrs.evolve(record, intent=None) if facts is not None
+                  else finish_interrupted(record, observation, now))
     if record is None:
         if spec is None:
             return None

@@ -52,6 +52,8 @@ def main() -> int:
         extra = killnine.check(world, wanted, figures)
         serving = killnine.all_serving(world, wanted)
         print(figures.line() + f", all wanted serving: {serving}")
+        for line in figures.miscounted:
+            print("  miscounted:", line)
         return 0 if serving and not extra and figures.restarts_counted == 0 \
             and figures.integrity == "ok" else 1
     finally:

@@ -40,6 +40,7 @@ class Figures:
     orphans_at_end: int = -1
     restarts_counted: int = -1
     integrity: str = ""
+    miscounted: list = attrs.Factory(list)  # the crash-like events, for a report
 
     def line(self) -> str:
         return (f"pass length {self.pass_length:.2f}s, rounds {self.rounds}, kills {self.kills} "
@@ -154,6 +155,7 @@ def check(world, wanted: dict[str, int], figures: Figures) -> set[int]:
     extra = {p.pid for p in ours(world)} - owned
     figures.orphans_at_end = len(extra)
     figures.restarts_counted = sum(r.restarts for r in records.values()) + len(miscounted)
+    figures.miscounted = [f"{e.role}: {e.kind} ({e.reason}: {e.detail})" for e in miscounted]
     db = sqlite3.connect(world.state / "state.db")
     try:
         figures.integrity = db.execute("PRAGMA integrity_check").fetchone()[0]

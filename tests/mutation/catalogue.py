@@ -499,7 +499,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(P, "refusal-behind-backoff", "        refused = _model_refusal(r, checks, release=r.reserved, kept=None)\n        if refused is not None:\n            return refused\n        proc",
        "        proc",
        "§1.1: a known bad model hides behind backoff (exit 0, not 3)"),
-    _m(R, "interrupted-counted", "    if alive or intent.stops is None or intent.stops != record.pid:\n        return record",
+    _m(R, "interrupted-counted", "    if alive or not ours:\n        return record",
        "    if True:\n        return record",
        "§4: the reconciler's own interrupted restart is counted as a crash"),
     _m(PR, "orphan-any-uid", "if not _alive(proc) or proc.uids().real != uid:\n                continue\n            if _marker",

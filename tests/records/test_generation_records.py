@@ -7,7 +7,13 @@ import attrs
 from reconciler.decisions import Decision, Reason, Verb
 from reconciler.desired import Launch, Mode, RoleSpec, Runtime, ServeSpec
 from reconciler.observed import Intent, ProcessFacts, RoleObservation, RoleRecord, Terminal
-from reconciler.records import ActionFacts, after_decision, finish_interrupted, intent_of
+from reconciler.records import (
+    EXIT_MARGIN,
+    ActionFacts,
+    after_decision,
+    finish_interrupted,
+    intent_of,
+)
 
 SPEC = RoleSpec(name="chat", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="tiny",
                 serve=ServeSpec(port=8090))
@@ -56,23 +62,46 @@ def test_an_interrupted_restart_whose_stop_happened_is_not_a_crash():
     intent = intent_of(decide(Verb.RESTART, Reason.SPEC_CHANGED, pid=10, launch=LAUNCH), 40.0)
     assert (intent.stops, intent.launch_digest, intent.at) == (10, "new", 40.0)
     left = attrs.evolve(RUNNING, intent=intent)
-    done = finish_interrupted(left, GONE)
+    done = finish_interrupted(left, GONE, 50.0)
     assert (done.pid, done.exited_at, done.restarts, done.intent) == (None, None, 1, None)
     assert done.terminal is None
 
 
-def test_an_intent_whose_server_still_runs_is_only_dropped():
-    """The stop never happened (the server lives): the record is kept as it was."""
+def test_an_intent_whose_server_still_runs_past_its_window_is_only_dropped():
+    """The server lives past stop_grace and the margin: the stop never took; the record stays."""
     left = attrs.evolve(RUNNING, intent=Intent(verb="stop", reason="removed",
-                                               instance_id="chat-1", stops=10))
-    assert finish_interrupted(left, LIVE) == RUNNING
+                                               instance_id="chat-1", stops=10, until=30.0))
+    assert finish_interrupted(left, LIVE, 30.0) == RUNNING
+
+
+def test_a_server_still_exiting_from_our_sigterm_is_not_a_crash_later():
+    """Alive within the window: the intent is kept, so its exit on a later pass is ours."""
+    intent = intent_of(decide(Verb.STOP, Reason.REMOVED, pid=10), 20.0, stop_grace=5.0)
+    assert intent.until == 20.0 + 5.0 + EXIT_MARGIN
+    left = attrs.evolve(RUNNING, intent=intent)
+    kept = finish_interrupted(left, LIVE, 21.0)
+    assert kept == left
+    after = after_decision(kept, SPEC, decide(Verb.KEEP, Reason.IN_SYNC, restarts=1), LIVE, None,
+                           21.0)
+    assert after.intent == intent, "a pass that does not act keeps a live target's intent"
+    done = finish_interrupted(after, GONE, 22.0)
+    assert (done.pid, done.exited_at, done.restarts, done.intent) == (None, None, 1, None)
+
+
+def test_an_action_clears_the_intent_it_wrote():
+    """Once this pass's action has an outcome, its own intent is gone from the record."""
+    intent = intent_of(decide(Verb.STOP, Reason.STATE_STOPPED, pid=10), 20.0, stop_grace=5.0)
+    left = attrs.evolve(RUNNING, intent=intent)
+    after = after_decision(left, SPEC, decide(Verb.STOP, Reason.STATE_STOPPED, pid=10), LIVE,
+                           ActionFacts(ok=True, exited=True), 21.0)
+    assert after.intent is None and after.pid is None
 
 
 def test_an_interrupted_exposed_stop_holds_the_role():
     """A killed pass's stop of an exposed server ends as the finished stop would: held."""
     left = attrs.evolve(RUNNING, intent=Intent(verb="stop", reason="exposed",
                                                instance_id="chat-1", stops=10))
-    done = finish_interrupted(left, GONE)
+    done = finish_interrupted(left, GONE, 50.0)
     assert done.terminal is Terminal.STOPPED_EXPOSED and done.pid is None
 
 
@@ -80,5 +109,5 @@ def test_an_intent_for_another_pid_never_clears_the_record():
     """An intent that stopped some other pid says nothing about the recorded server."""
     left = attrs.evolve(RUNNING, intent=Intent(verb="restart", reason="spec_changed",
                                                instance_id="chat-1", stops=99))
-    done = finish_interrupted(left, GONE)
+    done = finish_interrupted(left, GONE, 50.0)
     assert done.pid == 10 and done.intent is None
