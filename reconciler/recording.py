@@ -76,8 +76,7 @@ def intend(store, desired: Desired, decision: Decision, now: float) -> None:
         if spec is None:
             return
         record = records.new_record(spec, decision)
-    intent = records.intent_of(decision, now, desired.node.stop_grace)
-    store.put_role(attrs.evolve(record, intent=intent))
+    store.put_role(records.with_intent(record, decision, now, desired.node.stop_grace))
 
 
 def spawned(store, desired: Desired, decision: Decision, pid: int | None,

@@ -53,6 +53,23 @@ def intent_of(decision: Decision, now: float, stop_grace: float = 0.0) -> Intent
                   until=now + stop_grace + EXIT_MARGIN if decision.pid is not None else now)
 
 
+def with_intent(record: RoleRecord, decision: Decision, now: float,
+                stop_grace: float) -> RoleRecord:
+    """``record`` as written right before acting on ``decision``: with its intent.
+
+    A start is planned only for a role that runs nothing, so a pid its record
+    still names is a dead server the plan has already accounted for (a killed
+    run's own stop, finished by ``finish_interrupted`` in the plan's view only).
+    It is dropped in the same write: otherwise a run killed before the spawn
+    would leave that dead pid without the intent that explained it, and the
+    next pass would count it as a crash.
+    """
+    intent = intent_of(decision, now, stop_grace)
+    if decision.verb is Verb.START:
+        return attrs.evolve(record, pid=None, create_time=None, intent=intent)
+    return attrs.evolve(record, intent=intent)
+
+
 def finish_interrupted(record: RoleRecord, observation: RoleObservation,
                        now: float) -> RoleRecord:
     """A record a killed pass left mid-work, as if that work had finished (§4).

@@ -156,6 +156,13 @@ def check(world, wanted: dict[str, int], figures: Figures) -> set[int]:
     figures.orphans_at_end = len(extra)
     figures.restarts_counted = sum(r.restarts for r in records.values()) + len(miscounted)
     figures.miscounted = [f"{e.role}: {e.kind} ({e.reason}: {e.detail})" for e in miscounted]
+    if miscounted and os.environ.get("RECONCILER_KILL9_HISTORY"):
+        with world.store() as store:
+            history = store.events()
+        for bad in miscounted:
+            before = [e for e in history if e.role == bad.role and e.at <= bad.at][-10:]
+            figures.miscounted.append("    history: " + " | ".join(
+                f"{e.at:.2f} {e.kind} {e.reason} {e.detail}" for e in before))
     db = sqlite3.connect(world.state / "state.db")
     try:
         figures.integrity = db.execute("PRAGMA integrity_check").fetchone()[0]

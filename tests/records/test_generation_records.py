@@ -111,3 +111,18 @@ def test_an_intent_for_another_pid_never_clears_the_record():
                                                instance_id="chat-1", stops=99))
     done = finish_interrupted(left, GONE, 50.0)
     assert done.pid == 10 and done.intent is None
+
+
+def test_a_start_intent_drops_the_dead_pid_it_was_planned_over():
+    """Start after a killed run's finished stop, killed again before the spawn: no crash later."""
+    from reconciler.records import with_intent
+
+    stopped = attrs.evolve(RUNNING, intent=Intent(verb="stop", reason="state_stopped",
+                                                  instance_id="chat-1", stops=10, until=25.0))
+    start = decide(Verb.START, Reason.MISSING, launch=LAUNCH, reserve=100)
+    left = with_intent(stopped, start, 30.0, 5.0)
+    assert (left.pid, left.create_time, left.intent.verb) == (None, None, "start")
+    again = finish_interrupted(left, NOTHING, 31.0)
+    assert (again.pid, again.exited_at, again.restarts) == (None, None, 1)
+    restart = decide(Verb.RESTART, Reason.SPEC_CHANGED, launch=LAUNCH, pid=10)
+    assert with_intent(RUNNING, restart, 30.0, 5.0).pid == 10, "a restart's target stays named"
