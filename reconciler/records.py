@@ -185,8 +185,7 @@ def after_decision(
             launch_digest=launch.digest if launch else record.launch_digest,
             launch_argv=launch.argv if launch else record.launch_argv,
             instance_id=decision.instance_id or record.instance_id,
-            started_at=now, exited_at=None, healthy_since=None,
-            terminal=None, terminal_detail="",
+            started_at=now, exited_at=None, healthy_since=None,  # (no hold: _attempted)
             restarts=decision.restarts, reserved=decision.reserve,
         )
     if verb is Verb.STOP:
