@@ -46,7 +46,7 @@ def assemble(
     warnings: list[Problem] = []
     for draft in drafts:
         problems += _references(draft, models, declared)
-        warnings += _role_warnings(draft)
+        warnings += _role_warnings(draft, declared)
     problems += _shared_model_excludes(drafts, models)
     for _, doc in nodes:
         problems += _model_roots(doc, models, declared)
@@ -86,8 +86,6 @@ def _references(draft: RoleDraft, models: Mapping[str, ModelSpec],
         other = str(raw).removeprefix("role:")
         if other == spec.name:
             out.append(doc.problem(("spec", "excludes", i), "a role cannot exclude itself"))
-        elif other not in declared.roles:
-            out.append(doc.problem(("spec", "excludes", i), f"no InferenceSpec named {other!r}"))
     return out
 
 
@@ -130,10 +128,18 @@ def _shared_model_excludes(drafts: Sequence[RoleDraft],
     return out
 
 
-def _role_warnings(draft: RoleDraft) -> list[Problem]:
+def _role_warnings(draft: RoleDraft, declared: Declared) -> list[Problem]:
     spec, doc = draft.spec, draft.doc
     rt = spec_of(spec.runtime)
     out: list[Problem] = []
+    # An exclusion of a role no document declares is a warning, not an error:
+    # deleting one role's file must not invalidate the roles that exclude it
+    # (then its removal would never be applied). It excludes nothing.
+    for i, raw in enumerate(_raw_list(doc, "spec", "excludes")):
+        other = str(raw).removeprefix("role:")
+        if other != spec.name and other not in declared.roles:
+            out.append(doc.problem(("spec", "excludes", i),
+                                   f"no InferenceSpec named {other!r}; it excludes nothing"))
     for field in ("ctx", "kv_quant"):
         if getattr(spec.serve, field) is not None and field not in rt.serve_options:
             takers = " and ".join(str(s) for s in SPECS.values() if field in s.serve_options)

@@ -105,6 +105,8 @@ class Reason(enum.StrEnum):
     DEMAND = "demand"  # §9 an on-demand role with requests waiting is started
     IDLE = "idle"  # §9 an on-demand role with no request for idle_after is stopped
     ON_DEMAND = "on_demand"  # §9 an on-demand role nobody asks for stays stopped
+    ORPHAN = "orphan"  # a server of ours by proof that no role wants (§4)
+    STARTUP_TIMEOUT = "startup_timeout"  # never answered within startup_grace: a failed start
 
 
 @frozen
@@ -136,6 +138,8 @@ class Decision:
     release: int = 0  # bytes released once the action completes
     retry_in: float | None = None  # seconds: backoff wait or requeue hint
     restarts: int = 0  # restart count after this decision
+    generation: str | None = None  # what a start/restart/load runs (§4 generations)
+    restarted_at: str | None = None  # that generation's spec.restarted_at
 
     @property
     def acts(self) -> bool:

@@ -115,6 +115,9 @@ class RestartPolicy:
     base: float = 2.0
     cap: float = 60.0
     stable_after: float = 60.0
+    #: How long a started server may stay ``starting`` (alive, never answered)
+    #: before that counts as a failed start (§4; Kubernetes' startupProbe).
+    startup_grace: float = 120.0
 
 
 @frozen
@@ -184,6 +187,8 @@ class RoleSpec:
     keep_alive: float | None = None  # seconds, Ollama only; negative = forever
     idle_after: float = DEFAULT_IDLE_AFTER  # seconds: an on-demand role with no request this long stops (§9)
     liveness: LivenessSpec | None = None  # §4.1: None = no liveness checks (opt-in)
+    #: Any text; a new value starts a new generation (§4), like `kubectl rollout restart`.
+    restarted_at: str | None = None
     ref: SourceRef | None = attrs.field(default=None, eq=False)
 
     @property

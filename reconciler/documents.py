@@ -142,8 +142,10 @@ def _restart(r: _Reader, *path: str) -> tuple[tuple[str, float], ...]:
     out: list[tuple[str, float]] = []
     if "max_restarts" in raw:
         out.append(("max_restarts", int(raw["max_restarts"])))
-    for field in ("base", "cap", "stable_after"):
+    for field in ("base", "cap", "stable_after", "startup_grace"):
         value = r.duration(*path, field)
+        if field == "startup_grace" and value == 0:
+            r.add((*path, field), "must be more than 0 seconds")  # else every start fails
         if value is not None:
             out.append((field, value))
     return tuple(out)
@@ -293,6 +295,7 @@ def role_draft(doc: Document) -> tuple[RoleDraft | None, list[Problem]]:
         keep_alive=None,
         idle_after=idle_after or DEFAULT_IDLE_AFTER,
         liveness=_liveness(r),
+        restarted_at=r.get("spec", "restarted_at"),
         ref=r.ref,
     )
     draft = RoleDraft(

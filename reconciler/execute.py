@@ -32,7 +32,7 @@ from typing import Callable, Protocol
 
 import attrs
 
-from reconciler import probe, procs, programs, signals, spawn
+from reconciler import failpoints, probe, procs, programs, signals, spawn
 from reconciler.identity import MARKER_ENV
 from reconciler.decisions import Decision, Plan, Reason, Verb
 from reconciler.desired import Launch, NodeConfig
@@ -64,10 +64,16 @@ class ActionResult:
 
 
 class Hooks(Protocol):
-    """What the pass adds around a spawn (``act.py``): a last check, and the record."""
+    """What the pass adds around an action (``act.py``): last checks, and the record."""
 
     def before_start(self, decision: Decision) -> Refusal | None:
         """Called before every spawn (START, RESTART) and Ollama LOAD; a Refusal stops it."""
+
+    def before_act(self, decision: Decision) -> None:
+        """Called right before the first step that cannot be undone: a signal, a spawn."""
+
+    def orphan_refusal(self, decision: Decision) -> Refusal | None:
+        """Called before an orphan's stop: the proof of ownership, checked again."""
 
     def after_spawn(self, decision: Decision, result: spawn.SpawnResult) -> None:
         """Called right after a successful spawn, before anything else happens."""
@@ -76,6 +82,12 @@ class Hooks(Protocol):
 class NoHooks:
     def before_start(self, decision: Decision) -> Refusal | None:
         return None
+
+    def before_act(self, decision: Decision) -> None:
+        pass
+
+    def orphan_refusal(self, decision: Decision) -> Refusal | None:
+        return Refusal(guard=Guard.NOT_PROVEN, detail="no proof of ownership to check")
 
     def after_spawn(self, decision: Decision, result: spawn.SpawnResult) -> None:
         pass
@@ -297,6 +309,13 @@ def _apply_one(d: Decision, node: NodeConfig, allowed: Callable[[int], bool], ho
     if d.verb in _NEEDS_PORT and not _loopback(host):
         return _outcome(d, ok=False, refusal=_not_loopback(host))
     if d.verb is Verb.STOP:
+        if d.reason is Reason.ORPHAN:
+            # §4: an orphan is ours only by proof (no record names it): proven again now.
+            refusal = hooks.orphan_refusal(d)
+            if refusal is not None:
+                return _outcome(d, ok=False, refusal=refusal)
+        else:
+            hooks.before_act(d)
         # §5: a server reachable beyond loopback gets 3 s, not the usual grace.
         exposed = d.reason is Reason.EXPOSED
         return _stop(d, min(node.stop_grace, EXPOSED_GRACE) if exposed else node.stop_grace)
@@ -308,9 +327,11 @@ def _apply_one(d: Decision, node: NodeConfig, allowed: Callable[[int], bool], ho
         if refusal is not None:
             kept = "the running server was left alone" if d.pid is not None else ""
             return _outcome(d, ok=False, refusal=refusal, detail=kept)
+        hooks.before_act(d)
         stopped = _stop(d, node.stop_grace)
         if not stopped.exited:
             return stopped
+        failpoints.reach("stopped")
         # Verified again now: the stop took up to stop_grace, and what is
         # spawned must be what was verified (the lazy re-check only stats).
         started = _start(d, host, hooks)
@@ -367,7 +388,11 @@ def _start(d: Decision, host: str, hooks: Hooks) -> Outcome:
         return _outcome(d, ok=False, refusal=refusal)
     launch = d.launch
     assert launch is not None
+    if d.verb is Verb.START:  # (a restart wrote its intent before its stop)
+        hooks.before_act(d)
+    failpoints.reach("before-spawn")
     result = spawn.spawn(launch)
+    failpoints.reach("after-spawn")
     if not result.ok:
         return _outcome(d, ok=False, detail=result.error)
     hooks.after_spawn(d, result)

@@ -27,6 +27,25 @@ def instance_id(role: RoleSpec) -> str:
     return f"{role.name}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
 
+def generation(runs: str, restarted_at: str | None) -> str:
+    """A role's generation (§4): what it runs, and its ``spec.restarted_at``.
+
+    ``runs`` is a launched role's launch digest, or ``load_runs(…)`` for a
+    role that loads a model into a server it never launches. Without
+    ``restarted_at`` the generation *is* ``runs``, so a record written before
+    generations existed (it has only its launch digest) reads as the same
+    generation as long as nothing changes.
+    """
+    if restarted_at is None:
+        return runs
+    return hashlib.sha256(f"{runs}\nrestarted_at={restarted_at}".encode()).hexdigest()
+
+
+def load_runs(tag: str | None, keep_alive: float | None) -> str:
+    """What an Ollama role runs: the tag it loads and the keep_alive it loads it with."""
+    return f"load {tag or ''} keep_alive={keep_alive if keep_alive is not None else ''}"
+
+
 def child_env(
     node: NodeConfig, environ: Mapping[str, str], instance: str
 ) -> tuple[tuple[str, str], ...]:

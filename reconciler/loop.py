@@ -17,11 +17,13 @@ Each room is one call into the module that owns it:
 =========  ==========================================================
 load       ``sources.load_desired``; ``gitcommit.manifests_commit``
 remember   ``store.roles()`` → ``Remembered``
-re-adopt   ``readopt.find`` (and ``readopt.record`` when applying)
+re-adopt   ``readopt.survey``: unrecorded servers of ours, re-adopted or
+           orphaned (``readopt.record`` writes the re-adopted when applying)
 observe    ``observe.observe``: probes, process table, model checks
 plan       ``plan.plan`` (pure)
 act        ``act.act``: ``execute.apply`` with the spawn hooks
-record     ``recording.record_pass``; ``instances.cap_server_logs``
+record     ``recording.record_pass``; ``instances.cap_server_logs``;
+           ``instances.sweep`` (directories of instances nobody wants)
 =========  ==========================================================
 """
 
@@ -39,7 +41,7 @@ from reconciler.demand import Demand
 from reconciler.desired import Desired
 from reconciler.errors import Problem
 from reconciler.fleet import NodeChoice
-from reconciler.observed import Observed, Remembered
+from reconciler.observed import Observed, Orphan, Remembered
 
 if TYPE_CHECKING:  # only a pass that acts makes outcomes
     from reconciler.outcomes import Outcome
@@ -92,8 +94,9 @@ def plan_pass(inputs: PassInputs) -> PassResult:
     root = instances.data_root(desired, inputs.state_dir)
     remembered = Remembered(roles=inputs.store.roles())
     # Shown as an applying pass would see them: with the re-adopted records.
-    remembered = readopt.merged(remembered, readopt.find(remembered, desired, root))
-    observed, the_plan = _observe_and_plan(inputs, desired, remembered, root)
+    found = readopt.survey(remembered, desired, root)
+    remembered = readopt.merged(remembered, found.readopted)
+    observed, the_plan = _observe_and_plan(inputs, desired, remembered, root, found.orphans)
     return began.result(loaded, observed, the_plan)
 
 
@@ -108,17 +111,20 @@ def apply_pass(inputs: PassInputs) -> PassResult:
     desired = loaded.desired
     root = instances.data_root(desired, inputs.state_dir)
     remembered = Remembered(roles=inputs.store.roles())
-    found = readopt.find(remembered, desired, root)
-    readopt.record(inputs.store, found, at=inputs.clock())
-    remembered = readopt.merged(remembered, found)
-    observed, the_plan = _observe_and_plan(inputs, desired, remembered, root)
-    outcomes = act.act(the_plan, desired, inputs.store, verifier=inputs.verifier)
+    found = readopt.survey(remembered, desired, root)
+    readopt.record(inputs.store, found.readopted, at=inputs.clock())
+    remembered = readopt.merged(remembered, found.readopted)
+    observed, the_plan = _observe_and_plan(inputs, desired, remembered, root, found.orphans)
+    outcomes = act.act(the_plan, desired, inputs.store, verifier=inputs.verifier, root=root,
+                       clock=inputs.clock)
     recording.record_pass(inputs.store, desired, observed, the_plan, outcomes,
                           git_commit=began.git_commit, now=inputs.clock(), root=root,
                           operator_starts=inputs.operator_starts)
     if outcomes:
         recording.ended(inputs.store, root, inputs.clock())
-    instances.cap_server_logs(inputs.store.roles(), root)
+    kept = inputs.store.roles()
+    instances.cap_server_logs(kept, root)
+    instances.sweep(root, instances.wanted_ids(desired, kept))
     return began.result(loaded, observed, the_plan, outcomes)
 
 
@@ -136,11 +142,13 @@ def _load(inputs: PassInputs):
 
 
 def _observe_and_plan(inputs: PassInputs, desired: Desired, remembered: Remembered,
-                      root: str) -> tuple[Observed, Plan]:
+                      root: str, orphans: tuple[Orphan, ...] = ()) -> tuple[Observed, Plan]:
     from reconciler import observe, plan
 
     observed = observe.observe(desired, remembered, probe_timeout=desired.node.probe_timeout,
                                sticky=inputs.store.sticky_mismatches(), root=root)
+    if orphans:
+        observed = attrs.evolve(observed, orphans=orphans)
     if inputs.demand is not None:  # §9 observed like the servers: at the start of the pass
         observed = attrs.evolve(observed, demand=inputs.demand)
     ctx = PlanContext(

@@ -114,11 +114,27 @@ class ModelCheck:
 
 
 @frozen
+class Orphan:
+    """A server of ours by proof that no role's record holds (§4 orphans).
+
+    Proof: it carries an instance marker, leads its own process group, runs as
+    the ``run_as`` uid (ours without one) and works in exactly
+    ``<data_root>/<marker>`` of *this* node. No desired role re-adopts it.
+    """
+
+    pid: int
+    create_time: float
+    instance_id: str  # the marker it carries
+    listen: tuple[str, ...] = ()  # "host:port" of its group's listeners, when read
+
+
+@frozen
 class Observed:
     roles: tuple[RoleObservation, ...] = ()
     models: tuple[ModelCheck, ...] = ()
     #: The router's counts at the start of the pass (§9); None outside the daemon.
     demand: Demand | None = None
+    orphans: tuple[Orphan, ...] = ()
 
     def role(self, name: str) -> RoleObservation:
         found = next((r for r in self.roles if r.name == name), None)
@@ -149,6 +165,28 @@ class Liveness:
 
 
 @frozen
+class Intent:
+    """What a pass was about to do to a role's server, written before doing it (§3).
+
+    Written right before the first step that cannot be taken back (a signal,
+    a spawn) and cleared when the pass records the outcome. A record that
+    still holds one was left by a killed run: its server's exit was our own
+    doing, not a crash, and the next pass finishes the work.
+    """
+
+    verb: str  # "start", "restart" or "stop"
+    reason: str  # the decision's reason ("exposed", "spec_changed", …)
+    instance_id: str  # what will run (start/restart) or what is stopped
+    launch_digest: str | None = None  # of the launch about to be spawned
+    port: int = 0
+    at: float = 0.0
+    stops: int | None = None  # the pid of our live server it signals (stop, restart)
+    #: Until then a stopped server still alive may yet exit from our SIGTERM
+    #: (its stop_grace and a margin): that exit is ours, not a crash.
+    until: float = 0.0
+
+
+@frozen
 class RoleRecord:
     """What the state store remembers about one role between passes."""
 
@@ -173,6 +211,12 @@ class RoleRecord:
     reserved: int = 0  # bytes held in the residency ledger
     exit: ExitInfo | None = None  # how the last server ended (kept until the next start)
     liveness: Liveness = Liveness()  # §4.1 counters
+    #: The generation (§4) of the last start, restart or load attempt: what the
+    #: restart count, the backoff clock and a terminal hold belong to. None:
+    #: recorded before generations (the launch digest stands in for it).
+    generation: str | None = None
+    restarted_at: str | None = None  # that generation's spec.restarted_at, for messages
+    intent: Intent | None = None  # a pass's unfinished work (see ``Intent``)
 
 
 @frozen

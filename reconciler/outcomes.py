@@ -29,6 +29,12 @@ class Guard(enum.StrEnum):
     KEEP_ALIVE_ZERO = "keep_alive_zero"  # a load that would unload what it loads
     MODEL_UNVERIFIED = "model_unverified"  # a model that failed verification before a spawn
     MODEL_PATH = "model_path"  # a model path that leaves its root, checked right before a spawn
+    NOT_PROVEN = "not_proven"  # an orphan that no longer proves itself ours (§4)
+
+
+#: Refusals found while acting that, like the planner's own, need an operator
+#: (exit 3): the models a start would serve do not verify.
+NEEDS_OPERATOR = frozenset({Guard.MODEL_UNVERIFIED, Guard.MODEL_PATH})
 
 
 @attrs.frozen(kw_only=True)
@@ -56,6 +62,14 @@ class Outcome:
     create_time: float | None = None
     exited: bool = False  # the stopped process is really gone → memory may be released
     at: float = 0.0  # wall time the action finished
+    #: §5 after start: the new server listened beyond loopback here, and was stopped.
+    exposed: tuple[str, ...] = ()
+
+    @property
+    def needs_operator(self) -> bool:
+        """Did acting find what the planner would have refused (a model, an exposed server)?"""
+        return bool(self.exposed) or (
+            self.refusal is not None and self.refusal.guard in NEEDS_OPERATOR)
 
     def text(self, *, pid: bool = True) -> str:
         """The outcome in words: ``refused: …``, ``skipped: …``, the detail, ``pid N``.

@@ -41,6 +41,19 @@ Choices where the contract is silent:
 * Our Ollama load is gone once a pass has seen the tag leave ``/api/ps``
   (``exited_at`` set, cleared only by our next load): a copy resident after
   that was loaded by someone else, and is never unloaded (§2).
+* A new generation (§4: the launch digest, or an Ollama role's tag and
+  keep_alive, or ``restarted_at``) is a fresh start: holds, backoff and the
+  restart count belong to the generation the record names, so they do not
+  apply to a new one, which is started (or restarted, or loaded) at once.
+  A record from before generations stands for its launch digest.
+* A record a killed pass left mid-work (an ``Intent``) is read as that work
+  finished (``records.finish_interrupted``): our own stop is not a crash.
+* A server that stays ``starting`` past ``startup_grace`` is stopped as a
+  failed start (``startup_timeout``): counted and backed off like a crash.
+* A known bad model outranks backoff: a crashed role whose model is known
+  to fail is refused now, not told to wait.
+* An orphan (a server of ours by proof that no record holds, §4) is
+  stopped; under the empty-manifest guard it is kept, unless exposed.
 """
 
 from __future__ import annotations
@@ -50,7 +63,8 @@ from typing import Mapping
 import attrs
 
 from reconciler import demand as demands
-from reconciler import eviction, exitreasons, identity, ledger, liveness, policy
+from reconciler import (eviction, exitreasons, generations, identity, ledger, liveness, orphans,
+                        policy, records)
 from reconciler.runtimes import spec_of
 from reconciler.decisions import Decision, Plan, PlanContext, Reason, Status, Verb
 from reconciler.desired import (
@@ -65,6 +79,7 @@ from reconciler.desired import (
 )
 from reconciler.observed import (
     Health,
+    Intent,
     ModelCheck,
     ModelState,
     Observed,
@@ -113,6 +128,9 @@ class _Role:
     pid: int | None  # our own live process, the one a stop/restart targets
     create_time: float | None
     owner_id: str | None  # the instance id that process was started with
+    generation: str | None  # what the role runs now (§4), None: nothing to run
+    fresh: bool  # a new generation: the record's holds, backoff and count do not apply
+    interrupted: Intent | None  # a killed pass's stop of our server, finished by this one
     why: str = ""  # the plan-line detail every decision carries unless it says its own
 
     def launch(self) -> Launch:
@@ -162,6 +180,7 @@ def plan(
                 idle[name] = demands.last_used(observed.demand.of(name), _started(r),
                                                observed.demand.since)
         drafts.append(draft)
+    drafts += orphans.drafts(observed.orphans, set(specs) | set(records), guard)
     excludes = {name: spec.excludes for name, spec in specs.items()}
     together = {name: frozenset(group - {name}) for here in served.values()
                 for _, group in here if len(group) > 1 for name in group}
@@ -197,11 +216,19 @@ def _liveness_wakes(specs: Mapping[str, RoleSpec], records: Mapping[str, RoleRec
 def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> _Role:
     proc = obs.process
     running = proc is not None and proc.owned and proc.alive
+    interrupted = None
+    if record is not None and record.intent is not None:
+        finished = records.finish_interrupted(record, obs, now)
+        if finished.pid is None and record.pid is not None:
+            interrupted = record.intent
+        record = finished
     rpolicy = spec.restart if spec is not None else node.restart
     operator = name in ctx.operator_starts
     instance = identity.instance_id(spec) if spec is not None else record.instance_id
     argv = launcher.argv(spec, models) if spec is not None else None
     digest = launcher.digest(argv, instance) if argv is not None else None
+    generation = generations.current(spec, digest, _tag_of(spec, models) if spec else None)
+    fresh = generations.is_new(generation, record)
     probe = obs.probe
     answering = probe is not None and policy.answering(probe.health)
     if spec is not None and spec_of(spec.runtime).shared_endpoint:
@@ -209,7 +236,7 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
     else:
         answering = answering and running and not _failing(spec, record, probe, now)
     restarts = policy.restart_count(record, rpolicy, now, answering=answering,
-                                    operator_start=operator)
+                                    operator_start=operator or fresh)
     sharing: frozenset[str] = frozenset()
     if record is not None and record.model_tag and spec_of(record.runtime).shared_endpoint:
         sharing = _serving(served, record.host, record.port, record.model_tag,
@@ -227,6 +254,7 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
         # An edit of model, port or host changes the instance id; the running
         # process still carries the id it was started with: stops use that.
         owner_id=record.instance_id if running and record is not None else None,
+        generation=generation, fresh=fresh, interrupted=interrupted,
     )
 
 
@@ -312,8 +340,8 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float,
                       release=r.reserved)
         return _d(r, Verb.KEEP, Reason.ABSENT, Status.STOPPED, "state: stopped; not running",
                   release=r.reserved)
-    # §4 gave-up / stopped-exposed hold until an operator start.
-    if rec is not None and rec.terminal is not None and not r.operator:
+    # §4 gave-up / stopped-exposed hold (for their generation) until an operator start.
+    if rec is not None and rec.terminal is not None and not r.operator and not r.fresh:
         return _terminal(r, rec)
     # §9 on-demand: nobody asks → stays stopped; no request for idle_after → stop.
     if spec.on_demand and not r.operator:
@@ -322,8 +350,17 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float,
             return held
     if r.running:
         return _running(r, checks, now)
+    # §4 a new generation is a fresh start: no hold, no backoff, applied now.
+    if r.fresh:
+        cleared = f"; {rec.terminal} cleared" if rec is not None and rec.terminal else ""
+        return _start(r, checks, Verb.START, Reason.SPEC_CHANGED, Status.LOADED,
+                      f"not running; a new generation{cleared}", why=_changes(r))
     # §4 crashed: we started it and it is gone (or its pid now belongs to another).
     if rec is not None and (rec.pid is not None or rec.exited_at is not None) and not r.operator:
+        # A known bad model outranks backoff: the role needs an operator now.
+        refused = _model_refusal(r, checks, release=r.reserved, kept=None)
+        if refused is not None:
+            return refused
         proc = r.obs.process
         exited = rec.exited_at if rec.exited_at is not None else (
             proc.exit_observed_at if proc is not None and proc.exit_observed_at is not None
@@ -341,8 +378,16 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float,
                       why=f"{told}; restart {n} of {most}" if ended else f"restart {n} of {most}",
                       restarts=n)
     # §4 missing: never started, cleanly stopped, or an operator start.
-    return _start(r, checks, Verb.START, Reason.MISSING, Status.LOADED, "not running",
-                  why="operator start" if r.operator else "")
+    why = "operator start" if r.operator else ""
+    if r.interrupted is not None and not why:
+        why = f"a killed pass's {r.interrupted.verb} is finished; not a crash"
+    return _start(r, checks, Verb.START, Reason.MISSING, Status.LOADED, "not running", why=why)
+
+
+def _changes(r: _Role) -> str:
+    assert r.record is not None
+    return generations.launch_changes(r.record, r.spec, r.argv, r.digest, fresh=r.fresh,
+                                      owner_id=r.owner_id, instance_id=r.instance_id)
 
 
 # ---------------------------------------------------------------- §9 on-demand
@@ -491,12 +536,14 @@ def _listed(nodes: tuple[str, ...], limit: int = 3) -> str:
 
 def _running(r: _Role, checks: Mapping[str, ModelCheck], now: float) -> Draft:
     rec, holds = r.record, r.reserved
-    # §3 spec_changed: the launch digest differs → restart (not counted).
-    if (r.argv is not None and rec is not None and rec.launch_digest is not None
-            and r.digest != rec.launch_digest):
+    # §3/§4 spec_changed: a new generation (the launch digest, restarted_at) → restart
+    # (a fresh start: the count is 0). A process started as another instance than
+    # the role's is never the role's server "starting": it is replaced too.
+    if r.argv is not None and rec is not None and (
+            (rec.launch_digest is not None and r.digest != rec.launch_digest) or r.fresh
+            or r.owner_id != r.instance_id):
         return _start(r, checks, Verb.RESTART, Reason.SPEC_CHANGED, Status.RUNNING,
-                      "running a previous launch",
-                      why=identity.argv_changes(rec.launch_argv, r.argv), keeps=True)
+                      "running a previous launch", why=_changes(r), keeps=True)
     # §4.1 liveness (opt-in): alive but failing its checks.
     hung = _liveness(r, checks, now)
     if hung is not None:
@@ -514,6 +561,13 @@ def _running(r: _Role, checks: Mapping[str, ModelCheck], now: float) -> Draft:
                   holds=holds)
     # Unknown is not down: alive, not answering (yet) → starting, else unknown.
     if rec is None or rec.healthy_since is None:
+        grace = r.policy.startup_grace
+        if rec is not None and rec.started_at is not None and now - rec.started_at >= grace:
+            # §4 starting for longer than startup_grace: a failed start. Stopped;
+            # the next pass counts it and backs off as after a crash.
+            late = f"not answering {format_duration(grace)} after its start"
+            return _d(r, Verb.STOP, Reason.STARTUP_TIMEOUT, Status.STARTING,
+                      f"{late}; a failed start", why=late, holds=holds)
         return _d(r, Verb.KEEP, Reason.STARTING, Status.STARTING,
                   r.probe_detail("not answering yet"), retry_in=policy.POLL, holds=holds)
     return _d(r, Verb.KEEP, Reason.UNKNOWN, Status.DEGRADED,
@@ -565,7 +619,20 @@ def _start(r: _Role, checks, verb: Verb, reason: Reason, status: Status, detail:
         msg = f"port {spec.serve.port} already taken; adopt it instead"
         return _d(r, Verb.REFUSE, Reason.PORT_TAKEN, Status.REFUSED, msg, why=msg,
                   release=release, holds=kept)
-    # §1.1 only verified weights are served (unverified: the executor verifies first).
+    refused = _model_refusal(r, checks, release=release, kept=kept)
+    if refused is not None:
+        return refused
+    held = r.reserved if keeps or r.reserved else None  # a crashed server keeps its reservation
+    return _d(r, verb, reason, status, detail, why=why, launch=r.launch(),
+              reserve=spec.memory.footprint, release=r.reserved, retry_in=policy.POLL,
+              restarts=r.restarts if restarts is None else restarts, holds=held, keeps=keeps,
+              generation=r.generation, restarted_at=spec.restarted_at)
+
+
+def _model_refusal(r: _Role, checks, *, release: int, kept: int | None) -> Draft | None:
+    """§1.1 only verified weights are served (unverified: the executor verifies first)."""
+    spec = r.spec
+    assert spec is not None
     for name in (spec.model, spec.serve.draft_model):
         check = checks.get(name) if name else None
         if check is None or check.state not in _BAD_MODEL:
@@ -576,10 +643,7 @@ def _start(r: _Role, checks, verb: Verb, reason: Reason, status: Status, detail:
         return _d(r, Verb.REFUSE, Reason.MODEL_UNVERIFIED,
                   Status.DEGRADED if detached else Status.REFUSED, msg, why=msg,
                   release=release, holds=kept)
-    held = r.reserved if keeps or r.reserved else None  # a crashed server keeps its reservation
-    return _d(r, verb, reason, status, detail, why=why, launch=r.launch(),
-              reserve=spec.memory.footprint, release=r.reserved, retry_in=policy.POLL,
-              restarts=r.restarts if restarts is None else restarts, holds=held, keeps=keeps)
+    return None
 
 
 _BAD_MODEL = (ModelState.MISMATCH, ModelState.MISSING, ModelState.DETACHED)
@@ -671,7 +735,7 @@ def _ollama(r: _Role, models, now: float) -> Draft:
     # §4 state: stopped → unload what we loaded.
     if spec.state is WantedState.STOPPED:
         return _ollama_release(r, Reason.STATE_STOPPED)
-    if rec is not None and rec.terminal is not None and not r.operator:
+    if rec is not None and rec.terminal is not None and not r.operator and not r.fresh:
         return _terminal(r, rec)
     # Unknown is not down: never act blind on an Ollama that does not answer.
     if probe is None or probe.health in (Health.UNREACHABLE, Health.NOT_PROBED):
@@ -699,11 +763,22 @@ def _ollama(r: _Role, models, now: float) -> Draft:
         msg = f"{tag} is not pulled; the reconciler never pulls"
         return _d(r, Verb.REFUSE, Reason.NOT_PULLED, Status.REFUSED, msg, why=msg,
                   release=r.reserved)
+    load = dict(model_tag=tag, keep_alive=spec.keep_alive, reserve=spec.memory.footprint,
+                release=r.reserved, retry_in=policy.POLL, generation=r.generation,
+                restarted_at=spec.restarted_at)
     if spec_of(spec.runtime).lists(probe.resident_models, tag):
+        if r.fresh and _our_load_live(rec) and spec_of(spec.runtime).same(rec.model_tag, tag):
+            # §4 a new generation of our resident model (keep_alive, restarted_at):
+            # the load is sent again, which sets the new keep_alive.
+            return _d(r, Verb.LOAD, Reason.SPEC_CHANGED, Status.RUNNING,
+                      f"{tag} resident; a new generation", why=generations.load_changes(rec, spec, tag),
+                      holds=r.reserved or spec.memory.footprint, **load)
         return _d(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, f"{tag} resident",
                   holds=r.reserved or spec.memory.footprint)
-    load = dict(model_tag=tag, keep_alive=spec.keep_alive, reserve=spec.memory.footprint,
-                release=r.reserved, retry_in=policy.POLL)
+    if r.fresh:
+        # §4 a new generation is a fresh start: no hold, no backoff, loaded now.
+        return _d(r, Verb.LOAD, Reason.SPEC_CHANGED, Status.LOADED, f"{tag} not resident",
+                  why=generations.load_changes(rec, spec, tag), **load)
     # §2/§4 evicted behind our back (by a client or Ollama's scheduler): a
     # reload counts against the restart policy, with backoff, like a crash.
     if ours and not r.operator and spec_of(spec.runtime).same(rec.model_tag, tag):
@@ -725,3 +800,4 @@ def _ollama(r: _Role, models, now: float) -> Draft:
                   why=f"load attempt {n + 1}; retry {n} of {most}", restarts=n, **load)
     # §2 wanted, pulled, not resident → load.
     return _d(r, Verb.LOAD, Reason.MISSING, Status.LOADED, f"{tag} not resident", **load)
+

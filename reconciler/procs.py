@@ -20,7 +20,7 @@ from reconciler.observed import ProcessFacts
 
 # psutil derives create_time from /proc ticks (10 ms); a stored float compared
 # with a fresh reading can differ in the last digits.
-_CREATE_TIME_SLACK = 0.05
+CREATE_TIME_SLACK = 0.05
 
 
 def create_time(pid: int) -> float | None:
@@ -53,7 +53,7 @@ def _recorded(pid: int | None, recorded_create_time: float | None):
         return None
     try:
         proc = psutil.Process(pid)
-        if abs(proc.create_time() - recorded_create_time) > _CREATE_TIME_SLACK:
+        if abs(proc.create_time() - recorded_create_time) > CREATE_TIME_SLACK:
             return None  # a recycled pid
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return None
@@ -225,6 +225,69 @@ def find_marked(
     return out
 
 
+def find_ours(root: str, uid: int) -> list[tuple[int, float, str, tuple[str, ...], dict[str, str]]]:
+    """Every live process that proves itself ours on this node: leader, uid, cwd, marker.
+
+    Ours means what ``spawn`` makes (BEHAVIOUR §3, §4 orphans): it leads its
+    own process group, its real uid is ``uid``, its working directory is
+    exactly ``<root>/<instance id>`` of this node's data root, and it carries
+    ``RECONCILER_INSTANCE=<that instance id>``. Another reconciler's servers
+    (another data root) and a process with a forged marker but the wrong
+    uid, directory or group all fail. The cheap tests come first (the group,
+    the directory), so a pass reads the environment of almost no process.
+    Each hit: pid, create time, instance id, cmdline, environment.
+    """
+    prefix = root.rstrip("/") + "/"
+    out = []
+    for pid in _all_pids():
+        try:
+            if os.getpgid(pid) != pid:
+                continue
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue  # gone, or not ours to look at
+        instance = cwd[len(prefix):] if cwd.startswith(prefix) else ""
+        if not instance or "/" in instance:
+            continue
+        try:
+            proc = psutil.Process(pid)
+            if not _alive(proc) or proc.uids().real != uid:
+                continue
+            if _marker(proc) != instance or proc.cwd() != cwd:
+                continue
+            out.append((pid, proc.create_time(), instance, tuple(proc.cmdline()),
+                        proc.environ()))
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
+def proves_ours(pid: int, create_time: float, instance_id: str, root: str, uid: int) -> bool:
+    """The proof ``find_ours`` asks, for one recorded pid (checked again before an orphan's stop)."""
+    if not is_owned(pid, create_time, instance_id):
+        return False
+    try:
+        proc = psutil.Process(pid)
+        return (os.getpgid(pid) == pid and proc.uids().real == uid
+                and proc.cwd() == os.path.join(root, instance_id))
+    except (psutil.Error, OSError):
+        return False
+
+
+def directories_in_use(root: str) -> set[str]:
+    """The entries of ``root`` that some live process works in (or below)."""
+    prefix = root.rstrip("/") + "/"
+    used = set()
+    for pid in _all_pids():
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if cwd.startswith(prefix):
+            used.add(cwd[len(prefix):].split("/", 1)[0])
+    return used
+
+
 def accepts_connections(host: str, port: int, timeout: float = 0.3) -> bool:
     """A plain TCP connect, no bytes sent: is anything listening there?"""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -276,7 +339,7 @@ def exiting(pid: int | None, recorded_create_time: float | None) -> bool:
         return False
     try:
         proc = psutil.Process(pid)
-        if abs(proc.create_time() - recorded_create_time) > _CREATE_TIME_SLACK:
+        if abs(proc.create_time() - recorded_create_time) > CREATE_TIME_SLACK:
             return False
         return proc.status() == psutil.STATUS_ZOMBIE and proc.num_threads() > 1
     except psutil.Error:

@@ -6,10 +6,19 @@ whether that decision is news for the event log. This module reads what they
 need from the store, writes what they return, and removes the working
 directory of a role that is forgotten.
 
-``spawned`` is the one write that cannot wait for the end of the pass: the
-executor calls it (``act.py``'s hook) right after a spawn, so a reconciler
-killed after that line still knows the pid (one killed before it re-adopts
-by marker, ``readopt.py``).
+Two writes cannot wait for the end of the pass; the executor makes them
+through ``act.py``'s hooks, each one statement (so one transaction):
+
+* ``intend``, right before an action's first signal or spawn: the record
+  gets the action's ``Intent`` (what will be stopped, what will run). A
+  reconciler killed after it leaves a record that says its server's exit
+  was its own doing (``records.finish_interrupted``), not a crash;
+* ``spawned``, right after a spawn: the new server's whole record, exactly
+  as the end of the pass would write it for a successful start. Its pid,
+  create time, instance id, launch digest and generation change together or
+  not at all: a record never pairs one launch's pid with another launch's
+  identity. A reconciler killed between the spawn and this write leaves an
+  unrecorded server: re-adopted or stopped as an orphan (``readopt.py``).
 
 ``ended`` is the last write of an acting pass: a server this process
 started that has already ended (a launch that fails at once, like a
@@ -23,10 +32,10 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from reconciler import events, instances, postmortem, programs, records
+from reconciler import events, failpoints, instances, postmortem, programs, records
 from reconciler.decisions import Decision, Plan
 from reconciler.desired import Desired
-from reconciler.observed import Observed, RoleRecord
+from reconciler.observed import Observed, RoleObservation, RoleRecord
 
 if TYPE_CHECKING:  # only a pass that acts makes outcomes
     from reconciler.outcomes import Outcome
@@ -50,6 +59,7 @@ def record_pass(
     records_now = {r.name: r for r in store.roles()}
     last = store.last_events()
     for decision in plan.decisions:
+        failpoints.reach("recording")
         outcome = by_role.get(decision.role)
         before = records_now.get(decision.role)
         after = records.after_decision(before, desired.role(decision.role), decision,
@@ -76,17 +86,27 @@ def ended(store, root: str, now: float) -> None:
         store.put_role(attrs.evolve(record, exited_at=now, healthy_since=None, exit=info))
 
 
-def spawned(store, desired: Desired, decision: Decision, pid: int | None,
-            create_time: float | None) -> None:
-    """Record a just-spawned server's pid and create time at once."""
-    spec = desired.role(decision.role)
+def intend(store, desired: Desired, decision: Decision, now: float) -> None:
+    """Write what an action is about to do into its role's record (one statement)."""
     record = store.role(decision.role)
-    if record is None and spec is not None:
+    if record is None:
+        spec = desired.role(decision.role)
+        if spec is None:
+            return
         record = records.new_record(spec, decision)
-    if record is not None:
-        store.put_role(attrs.evolve(
-            record, pid=pid, create_time=create_time,
-            instance_id=decision.instance_id or record.instance_id))
+    store.put_role(records.with_intent(record, decision, now, desired.node.stop_grace))
+
+
+def spawned(store, desired: Desired, decision: Decision, pid: int | None,
+            create_time: float | None, *, now: float) -> None:
+    """Record a just-spawned server: its whole record after the start, in one write."""
+    spec = desired.role(decision.role)
+    before = store.role(decision.role)
+    facts = records.ActionFacts(ok=True, exited=True, pid=pid, create_time=create_time)
+    after = records.after_decision(before, spec, decision, RoleObservation(name=decision.role),
+                                   facts, now)
+    if after is not None:
+        store.put_role(after)
 
 
 def _facts(decision: Decision, outcome: Outcome | None) -> records.ActionFacts | None:
@@ -95,7 +115,7 @@ def _facts(decision: Decision, outcome: Outcome | None) -> records.ActionFacts |
         return None
     return records.ActionFacts(ok=outcome.ok and not outcome.skipped, skipped=outcome.skipped,
                                exited=outcome.exited, pid=outcome.pid,
-                               create_time=outcome.create_time)
+                               create_time=outcome.create_time, exposed=outcome.exposed)
 
 
 def _write(store, before: RoleRecord | None, after: RoleRecord | None, root: str) -> None:

@@ -8,6 +8,11 @@ ended (its ``ExitInfo``, kept until the next start), the restart count
 states, reservations in the ledger and Ollama ``we_loaded``.
 
 ``None`` means "forget this role": nothing of it is left to remember.
+
+Every start, restart and load records the generation it ran (§4), whether
+it worked or not: a new generation is a fresh start, and a failed attempt of
+it must not look new again on the next pass. A record that still holds an
+``Intent`` was left by a killed pass (``finish_interrupted``).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import attrs
 from reconciler import liveness
 from reconciler.decisions import Decision, Reason, Status, Verb
 from reconciler.desired import Mode, RoleSpec
-from reconciler.observed import Health, Liveness, RoleObservation, RoleRecord, Terminal
+from reconciler.observed import Health, Intent, Liveness, RoleObservation, RoleRecord, Terminal
 from reconciler.runtimes import spec_of
 
 
@@ -30,6 +35,76 @@ class ActionFacts:
     exited: bool = False  # a stopped process is really gone
     pid: int | None = None
     create_time: float | None = None
+    #: §5 after start: the new server listened beyond loopback on these
+    #: addresses, and was stopped within the same pass (it is gone).
+    exposed: tuple[str, ...] = ()
+
+
+#: How long past its stop_grace a server signalled by a killed pass may take to
+#: exit and still have its exit counted as ours (the SIGKILL never came).
+EXIT_MARGIN = 10.0
+
+
+def intent_of(decision: Decision, now: float, stop_grace: float = 0.0) -> Intent:
+    """What the executor is about to do for ``decision`` (written before it does it)."""
+    launch = decision.launch
+    return Intent(verb=str(decision.verb), reason=str(decision.reason),
+                  instance_id=decision.instance_id or decision.role,
+                  launch_digest=launch.digest if launch is not None else None,
+                  port=decision.port or 0, at=now, stops=decision.pid,
+                  until=now + stop_grace + EXIT_MARGIN if decision.pid is not None else now)
+
+
+def with_intent(record: RoleRecord, decision: Decision, now: float,
+                stop_grace: float) -> RoleRecord:
+    """``record`` as written right before acting on ``decision``: with its intent.
+
+    A start is planned only for a role that runs nothing, so a pid its record
+    still names is a dead server the plan has already accounted for (a killed
+    run's own stop, finished by ``finish_interrupted`` in the plan's view only).
+    It is dropped in the same write: otherwise a run killed before the spawn
+    would leave that dead pid without the intent that explained it, and the
+    next pass would count it as a crash.
+    """
+    intent = intent_of(decision, now, stop_grace)
+    if decision.verb is Verb.START:
+        return attrs.evolve(record, pid=None, create_time=None, intent=intent)
+    return attrs.evolve(record, intent=intent)
+
+
+def finish_interrupted(record: RoleRecord, observation: RoleObservation,
+                       now: float) -> RoleRecord:
+    """A record a killed pass left mid-work, as if that work had finished (§4).
+
+    When the intent stopped our live server (a stop, or a restart's stop) and
+    that server is gone now, its exit was our own doing, not a crash: nothing
+    is counted and no backoff starts; the role is simply not running (the next
+    decision starts it as missing). An exposed server's stop holds the role
+    ``stopped-exposed``, as the finished stop would have. A server the intent
+    signalled that is still alive may still be exiting from that SIGTERM (the
+    killed pass never sent the SIGKILL): the intent is kept until
+    ``intent.until`` (stop_grace and a margin after it was written), so that
+    exit is not taken for a crash either. Any other intent (a spawn the pass
+    never recorded: re-adoption or the orphan sweep finds its process; a stop
+    never sent, its server alive past ``until``) is dropped.
+    """
+    intent = record.intent
+    if intent is None:
+        return record
+    process = observation.process
+    alive = process is not None and process.owned and process.alive
+    ours = intent.stops is not None and intent.stops == record.pid
+    if alive and ours and now < intent.until:
+        return record  # maybe still exiting from our SIGTERM: decided on a later pass
+    record = attrs.evolve(record, intent=None)
+    if alive or not ours:
+        return record
+    done = attrs.evolve(record, pid=None, create_time=None, exited_at=None,
+                        healthy_since=None, reserved=0)
+    if intent.verb == Verb.STOP and intent.reason == Reason.EXPOSED:
+        return attrs.evolve(done, terminal=Terminal.STOPPED_EXPOSED,
+                            terminal_detail="reachable beyond loopback; stopped")
+    return done
 
 
 def new_record(spec: RoleSpec, decision: Decision) -> RoleRecord:
@@ -56,6 +131,11 @@ def after_decision(
     """The record to store after ``decision`` (and, when it acted, ``facts``)."""
     if facts is not None and facts.skipped:
         return record  # never attempted: no crash, no count, nothing changed
+    if record is not None:
+        # An intent this pass wrote is done with once its outcome is known; one a
+        # killed run left (no action now) is finished as that run would have.
+        record = (attrs.evolve(record, intent=None) if facts is not None
+                  else finish_interrupted(record, observation, now))
     if record is None:
         if spec is None:
             return None
@@ -79,6 +159,7 @@ def after_decision(
             return record
         # (A crashed server's restart that was refused before spawning falls
         # through as a failed spawn: counted, with backoff, towards gave-up.)
+        record = _attempted(record, decision)
         if not facts.ok:
             # A failed spawn is a crash at once: the backoff clock starts now,
             # so a broken launcher is retried with delays, not in a hot loop.
@@ -86,6 +167,17 @@ def after_decision(
                 record, pid=None, create_time=None, exited_at=now, healthy_since=None,
                 restarts=decision.restarts, reserved=decision.reserve,
                 exit=None,  # nothing ran: the outcome says why (the old exit is stale now)
+            )
+        if facts.exposed:
+            # §5 after start: it listened beyond loopback and was stopped at once.
+            return attrs.evolve(
+                record, mode=Mode.MANAGED, pid=None, create_time=None, exited_at=None,
+                healthy_since=None, launch_digest=launch.digest if launch else None,
+                launch_argv=launch.argv if launch else (),
+                instance_id=decision.instance_id or record.instance_id,
+                terminal=Terminal.STOPPED_EXPOSED,
+                terminal_detail=f"listening on {', '.join(facts.exposed)}",
+                restarts=decision.restarts, reserved=0,
             )
         return attrs.evolve(
             record,
@@ -96,8 +188,7 @@ def after_decision(
             launch_digest=launch.digest if launch else record.launch_digest,
             launch_argv=launch.argv if launch else record.launch_argv,
             instance_id=decision.instance_id or record.instance_id,
-            started_at=now, exited_at=None, healthy_since=None,
-            terminal=None, terminal_detail="",
+            started_at=now, exited_at=None, healthy_since=None,  # (no hold: _attempted)
             restarts=decision.restarts, reserved=decision.reserve,
             exit=None, liveness=Liveness(),  # a new server: nothing ended, nothing failed yet
         )
@@ -107,6 +198,11 @@ def after_decision(
             return record  # still there: keep everything, memory included
         if reason is Reason.REMOVED:
             return None
+        if reason is Reason.STARTUP_TIMEOUT:
+            # A failed start, like a crash: the backoff clock starts now and
+            # the reservation is kept across the backoff (§7).
+            return attrs.evolve(record, pid=None, create_time=None, exited_at=now,
+                                healthy_since=None)
         stopped = attrs.evolve(
             record, pid=None, create_time=None, exited_at=None, healthy_since=None, reserved=0,
             exit=None, liveness=Liveness(),
@@ -119,6 +215,7 @@ def after_decision(
         return stopped
     if verb is Verb.LOAD:
         assert facts is not None
+        record = _attempted(record, decision)
         if not facts.ok:
             # A failed Ollama load releases its reservation (BEHAVIOUR §7).
             return attrs.evolve(record, exited_at=now, reserved=0, restarts=decision.restarts)
@@ -158,6 +255,19 @@ def _checked(record: RoleRecord, spec: RoleSpec | None, observation: RoleObserva
     started = record.started_at if spec.managed else None
     counters = liveness.look(spec.liveness, record.liveness, observation.probe, started, now)
     return record if counters == record.liveness else attrs.evolve(record, liveness=counters)
+
+
+def _attempted(record: RoleRecord, decision: Decision) -> RoleRecord:
+    """A start, restart or load was tried: no hold is left, and the count belongs to its generation.
+
+    (A hold is only ever passed by an operator start or a new generation: either way
+    a failed attempt is a crash of the generation it tried, not the old hold.)
+    """
+    record = attrs.evolve(record, terminal=None, terminal_detail="")
+    if decision.generation is None:
+        return record
+    return attrs.evolve(record, generation=decision.generation,
+                        restarted_at=decision.restarted_at)
 
 
 def _observed(

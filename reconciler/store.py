@@ -39,7 +39,7 @@ from reconciler import events as ev
 from reconciler.errors import StateError
 from reconciler.events import Event, EventKind
 from reconciler.desired import Mode, Runtime
-from reconciler.observed import ExitInfo, Liveness, RoleRecord, Terminal
+from reconciler.observed import ExitInfo, Intent, Liveness, RoleRecord, Terminal
 
 if TYPE_CHECKING:  # hashing models is not every pass's business: imported when stamps are read
     from reconciler.modelstore import Stamp
@@ -122,7 +122,45 @@ _MIGRATIONS: tuple[str, ...] = (
     DROP TABLE stamps;
     ALTER TABLE stamps_v3 RENAME TO stamps;
     """,
-    # 3 → 4: why the last server of a role ended (§4), and its liveness counters
+    # 3 → 4: generations and intents (§3, §4): the generation a record's count
+    # and holds belong to, its restarted_at, and a pass's unfinished work (JSON).
+    # A rebuild, like 2 → 3, so that a racing second run of the step succeeds too.
+    """
+    CREATE TABLE IF NOT EXISTS roles_v4 (
+        name TEXT PRIMARY KEY,
+        instance_id TEXT NOT NULL,
+        runtime TEXT NOT NULL,
+        mode TEXT NOT NULL,
+        host TEXT NOT NULL,
+        port INTEGER NOT NULL,
+        model_tag TEXT,
+        pid INTEGER,
+        create_time REAL,
+        launch_digest TEXT,
+        launch_argv TEXT NOT NULL DEFAULT '[]',
+        restarts INTEGER NOT NULL DEFAULT 0,
+        started_at REAL,
+        exited_at REAL,
+        healthy_since REAL,
+        terminal TEXT,
+        terminal_detail TEXT NOT NULL DEFAULT '',
+        we_loaded INTEGER NOT NULL DEFAULT 0,
+        reserved INTEGER NOT NULL DEFAULT 0,
+        generation TEXT DEFAULT NULL,
+        restarted_at TEXT DEFAULT NULL,
+        intent TEXT DEFAULT NULL,
+        updated_at REAL NOT NULL
+    );
+    INSERT OR IGNORE INTO roles_v4 (name, instance_id, runtime, mode, host, port, model_tag,
+        pid, create_time, launch_digest, launch_argv, restarts, started_at, exited_at,
+        healthy_since, terminal, terminal_detail, we_loaded, reserved, updated_at)
+        SELECT name, instance_id, runtime, mode, host, port, model_tag, pid, create_time,
+        launch_digest, launch_argv, restarts, started_at, exited_at, healthy_since, terminal,
+        terminal_detail, we_loaded, reserved, updated_at FROM roles;
+    DROP TABLE roles;
+    ALTER TABLE roles_v4 RENAME TO roles;
+    """,
+    # 4 → 5: why the last server of a role ended (§4), and its liveness counters
     # (§4.1), each a JSON object. A column already there is not added again
     # (``_apply``): a step replayed after a racing run still succeeds.
     """
@@ -298,6 +336,8 @@ class Store:
         values["terminal"] = str(record.terminal) if record.terminal else None
         values["exit"] = _exit_json(record.exit)
         values["liveness"] = json.dumps(attrs.asdict(record.liveness))
+        values["intent"] = (json.dumps(attrs.asdict(record.intent), sort_keys=True)
+                            if record.intent is not None else None)
         values["updated_at"] = time.time()
         cols = ", ".join(values)
         marks = ", ".join(f":{k}" for k in values)
@@ -485,6 +525,7 @@ def _record(row: sqlite3.Row) -> RoleRecord:
     values["we_loaded"] = bool(values["we_loaded"])
     values["exit"] = _exit_value(values["exit"])
     values["liveness"] = _liveness_value(values["liveness"])
+    values["intent"] = Intent(**json.loads(values["intent"])) if values["intent"] else None
     return RoleRecord(**values)
 
 

@@ -124,9 +124,13 @@ def _pass_and_report(args, store, operator_starts: frozenset[str]) -> int:
         print(render.text(result.plan).rstrip("\n"))
         for line in _outcome_lines(result.outcomes):
             print(line)
-    if not result.ok:
+    # A refusal found while acting (a model that fails verification at spawn) or a
+    # new server found exposed needs an operator, exactly as if the plan had found it.
+    failed = [o for o in result.outcomes if not (o.ok or o.skipped)]
+    if any(not o.needs_operator for o in failed):
         return Exit.ERROR
-    if any(_needs_operator(d) for d in result.plan.decisions):
+    if (any(_needs_operator(d) for d in result.plan.decisions)
+            or any(o.needs_operator for o in result.outcomes)):
         return Exit.OPERATOR
     return Exit.OK
 

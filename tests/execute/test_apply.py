@@ -32,6 +32,13 @@ class Recorder:
         self.calls.append(("before_start", decision.role))
         return self.refuse
 
+    def before_act(self, decision):
+        self.calls.append(("before_act", decision.role))
+
+    def orphan_refusal(self, decision):
+        self.calls.append(("orphan_refusal", decision.role))
+        return self.refuse
+
     def after_spawn(self, decision, result):
         self.calls.append(("after_spawn", decision.role, result.pid))
         self.world.pids.append(result.pid)
@@ -69,7 +76,8 @@ def test_start_spawns_and_records_through_the_hooks(world):
     marker = f"{MARKER_ENV}={INSTANCE}".encode()
     environ = Path(f"/proc/{outcome.pid}/environ")
     assert wait_for(lambda: marker in environ.read_bytes().split(b"\0"), 5.0)
-    assert hooks.calls == [("before_start", "coder"), ("after_spawn", "coder", outcome.pid)]
+    assert hooks.calls == [("before_start", "coder"), ("before_act", "coder"),
+                           ("after_spawn", "coder", outcome.pid)]
     assert outcome.text() == f"pid {outcome.pid}"
     assert abs(outcome.at - time.time()) < 5
 
@@ -134,7 +142,8 @@ def test_failed_stop_skips_only_starts_that_reserve_memory(world):
     assert started.ok and started.pid
     time.sleep(0.4)  # longer than the grace: a wrongly sent SIGTERM would have acted
     assert alive(foreign.pid)
-    assert [c[:2] for c in hooks.calls] == [("before_start", "small"), ("after_spawn", "small")]
+    assert [c[:2] for c in hooks.calls] == [("before_act", "old"), ("before_start", "small"),
+                                            ("before_act", "small"), ("after_spawn", "small")]
 
 
 def test_stop_without_recorded_create_time_sends_no_signal(world):

@@ -101,11 +101,11 @@ def test_a_v3_database_gains_the_columns_and_keeps_its_roles(tmp_path):
 
 
 def test_a_replayed_column_step_succeeds(tmp_path):
-    """A 3 → 4 step that finds its columns already there (a racing run) still succeeds."""
+    """A 4 → 5 step that finds its columns already there (a racing run) still succeeds."""
     with Store(tmp_path) as store:
         store.put_role(attrs.evolve(RUNNING, exit=ENDED))
     db = sqlite3.connect(tmp_path / "state.db")
-    db.execute("PRAGMA user_version = 3")
+    db.execute("PRAGMA user_version = 4")
     db.commit()
     db.close()
     with Store(tmp_path) as store:

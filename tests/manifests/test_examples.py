@@ -49,7 +49,11 @@ def test_defaults_are_merged_into_roles() -> None:
     """Restart policy, keep_alive, weights, host and the Ollama port come out merged."""
     desired = _load().desired
     coder, chat, planner = desired.role("coder"), desired.role("chat"), desired.role("planner")
-    assert coder.restart == RestartPolicy(max_restarts=3, base=2.0, cap=30.0, stable_after=60.0)
+    assert coder.restart == RestartPolicy(max_restarts=3, base=2.0, cap=30.0, stable_after=60.0,
+                                          startup_grace=180.0)
+    assert coder.restarted_at == "2026-12-01T07:00:00Z"
+    assert desired.role("planner").restarted_at is None
+    assert desired.node.restart.startup_grace == 120.0
     assert coder.memory.weights == desired.model("qwen2.5-coder-7b-q4").weights_size
     assert coder.memory.kv == 1_200_000_000
     assert coder.excludes == frozenset({"planner"})

@@ -45,6 +45,9 @@ _TESTS = {
     "eviction": ("tests/plan",),
     "router/rules": ("tests/router",),
     "liveness": ("tests/liveness", "tests/plan", "tests/records"),
+    "procs": ("tests/loop",),
+    "generations": ("tests/plan", "tests/records"),
+    "orphans": ("tests/plan",),  # the orphan proof of ownership (shell, but a safety rule)
 }
 
 
@@ -57,6 +60,7 @@ P, L, PO, R = "plan", "ledger", "policy", "records"
 EV, RR = "eviction", "router/rules"
 D, RE, I, E, C, RU = "decisions", "render", "identity", "extra_args", "crosscheck", "runtimes"
 LV = "liveness"
+PR, G, O = "procs", "generations", "orphans"
 
 MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------ plan: safety
@@ -117,11 +121,11 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(P, "absent-keeps-memory", '"state: stopped; not running",\n                  release=r.reserved)',
        '"state: stopped; not running",\n                  release=0)',
        "§7: a stopped role that is not running keeps its reservation"),
-    _m(P, "terminal-operator", "    # §4 gave-up / stopped-exposed hold until an operator start.\n    if rec is not None and rec.terminal is not None and not r.operator:",
-       "    # §4 gave-up / stopped-exposed hold until an operator start.\n    if rec is not None and rec.terminal is not None:",
+    _m(P, "terminal-operator", "until an operator start.\n    if rec is not None and rec.terminal is not None and not r.operator and not r.fresh:",
+       "until an operator start.\n    if rec is not None and rec.terminal is not None and not r.fresh:",
        "§4: `reconcile start` does not clear gave-up"),
-    _m(P, "terminal-ignored", "    # §4 gave-up / stopped-exposed hold until an operator start.\n    if rec is not None and rec.terminal is not None and not r.operator:",
-       "    # §4 gave-up / stopped-exposed hold until an operator start.\n    if rec is not None and rec.terminal is not None and r.operator:",
+    _m(P, "terminal-ignored", "until an operator start.\n    if rec is not None and rec.terminal is not None and not r.operator and not r.fresh:",
+       "until an operator start.\n    if rec is not None and rec.terminal is not None and r.operator and not r.fresh:",
        "§4: gave-up and stopped-exposed restart without an operator"),
     _m(P, "gave-up-alive-holds-nothing", "why=str(rec.terminal), holds=max(rec.reserved, footprint))",
        "why=str(rec.terminal), holds=None)",
@@ -154,11 +158,11 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(P, "requeue-latest", "requeue_after=min(hints) if hints else None",
        "requeue_after=max(hints) if hints else None",
        "polling: requeue_after takes the latest hint, not the earliest"),
-    _m(P, "spec-changed-refusal-releases", "why=identity.argv_changes(rec.launch_argv, r.argv), keeps=True)",
-       "why=identity.argv_changes(rec.launch_argv, r.argv), keeps=False)",
+    _m(P, "spec-changed-refusal-releases", '"running a previous launch", why=_changes(r), keeps=True)',
+       '"running a previous launch", why=_changes(r), keeps=False)',
        "§7: a refused restart of a live server drops its memory from the ledger"),
-    _m(P, "spec-changed-ignored", "and r.digest != rec.launch_digest):",
-       "and r.digest != rec.launch_digest and r.restarts > 0):",
+    _m(P, "spec-changed-ignored", "(rec.launch_digest is not None and r.digest != rec.launch_digest) or r.fresh\n",
+       "False\n",
        "§3: a changed launch does not restart"),
     _m(P, "unknown-is-down", 'return _d(r, Verb.KEEP, Reason.UNKNOWN, Status.DEGRADED,\n              r.probe_detail("not answering") + "; unknown is not down", holds=holds)',
        'return _start(r, checks, Verb.RESTART, Reason.CRASHED, Status.DEGRADED,\n              r.probe_detail("not answering") + "; unknown is not down")',
@@ -297,8 +301,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(R, "failed-spawn-no-clock", "record, pid=None, create_time=None, exited_at=now, healthy_since=None,",
        "record, pid=None, create_time=None, exited_at=None, healthy_since=None,",
        "§4: a failed spawn is retried in a hot loop"),
-    _m(R, "start-keeps-terminal", 'started_at=now, exited_at=None, healthy_since=None,\n            terminal=None, terminal_detail="",',
-       'started_at=now, exited_at=None, healthy_since=None,\n            terminal_detail="",',
+    _m(R, "start-keeps-terminal", 'record = attrs.evolve(record, terminal=None, terminal_detail="")',
+       'record = attrs.evolve(record, terminal_detail="")',
        "§4: an operator start leaves the role gave-up"),
     _m(R, "stop-lingering-forgets", "if not (facts.ok and facts.exited):", "if not facts.ok:",
        "§4: a stop that did not take forgets the live process and its memory"),
@@ -339,8 +343,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(R, "healthy-never-set", "if decision.status is Status.RUNNING and answering and record.healthy_since is None:",
        "if decision.status is Status.RUNNING and answering and record.healthy_since is not None:",
        "§4: stable_after never starts"),
-    _m(R, "removed-stop-remembered", "        if reason is Reason.REMOVED:\n            return None\n        stopped",
-       "        if reason is Reason.EXPOSED:\n            return None\n        stopped",
+    _m(R, "removed-stop-remembered", "        if reason is Reason.REMOVED:\n            return None\n        if reason is Reason.STARTUP_TIMEOUT:",
+       "        if reason is Reason.EXPOSED:\n            return None\n        if reason is Reason.STARTUP_TIMEOUT:",
        "§4: a removed role's record outlives its stop"),
     # ------------------------------------------------------------ decisions
     _m(D, "unplaceable-no-operator", "{Status.GAVE_UP, Status.STOPPED_EXPOSED, Status.UNPLACEABLE, Status.REFUSED}",
@@ -542,4 +546,36 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(P, "liveness-stable-resets", "answering = answering and running and not _failing(spec, record, probe, now)",
        "answering = answering and running",
        "§4.1: a hung server that /health does not show wins its restart count back (stable_after)"),
+    # ------------------------------------------------------------ §4 generations, orphans, intents
+    _m(G, "ignored", "return generation is not None and record is not None and (",
+       "return False and record is not None and (",
+       "§4: a committed fix does not reach a gave-up or backed-off role"),
+    _m(P, "generation-counted", "operator_start=operator or fresh)", "operator_start=operator)",
+       "§4: a new generation inherits the old one's restart count"),
+    _m(O, "under-guard", "    if guard and not exposed:\n        return Draft(",
+       "    if False:\n        return Draft(",
+       "§6: an empty manifest set stops our orphans"),
+    _m(P, "startup-grace-ignored", "now - rec.started_at >= grace:", "now - rec.started_at >= grace * 1000:",
+       "§4: a server that never answers stays starting for ever"),
+    _m(P, "refusal-behind-backoff", "        refused = _model_refusal(r, checks, release=r.reserved, kept=None)\n        if refused is not None:\n            return refused\n        proc",
+       "        proc",
+       "§1.1: a known bad model hides behind backoff (exit 0, not 3)"),
+    _m(R, "interrupted-counted", "    if alive or not ours:\n        return record",
+       "    if True:\n        return record",
+       "§4: the reconciler's own interrupted restart is counted as a crash"),
+    _m(R, "start-intent-keeps-dead-pid", "        return attrs.evolve(record, pid=None, create_time=None, intent=intent)",
+       "        return attrs.evolve(record, intent=intent)",
+       "§4: a run killed before a start's spawn leaves a dead pid that counts as a crash"),
+    _m(PR, "orphan-any-uid", "if not _alive(proc) or proc.uids().real != uid:\n                continue\n            if _marker",
+       "if not _alive(proc):\n                continue\n            if _marker",
+       "§4: a process of another uid with our marker is stopped as an orphan"),
+    _m(PR, "orphan-any-group", "            if os.getpgid(pid) != pid:\n                continue\n            cwd = os.readlink",
+       "            if False:\n                continue\n            cwd = os.readlink",
+       "§4: a process that does not lead its own group is stopped as an orphan"),
+    _m(PR, "orphan-any-root", 'instance = cwd[len(prefix):] if cwd.startswith(prefix) else ""',
+       "instance = os.path.basename(cwd)",
+       "§4: another node's (another data_root's) server is stopped as an orphan"),
+    _m(PR, "orphan-recheck-skipped", "        return (os.getpgid(pid) == pid and proc.uids().real == uid\n",
+       "        return (True or proc.uids().real == uid\n",
+       "§4: the proof is not asked again right before an orphan's signal"),
 )

@@ -17,6 +17,7 @@ except ``expect`` or ``steps``)::
               idle_after: 600}                  # state: on-demand (§9)
     observed:
       models: {qwen: verified}          # default: every model verified
+      orphans: [{pid: 700, instance_id: old-1234abcd, listen: ["127.0.0.1:8095"]}]
       roles:
         coder: {pid: 100, alive: true, owned: true, exit_observed_at: 5,
                 health: up, detail: "", listed: [], resident: [],
@@ -32,7 +33,9 @@ except ``expect`` or ``steps``)::
               model_tag: null, reserved: 55GB, port: 8090, runtime: llamacpp,
               mode: managed, launch: current,   # launch: current | none | {ctx: 2048, …}
               exit: {known: true, code: 1, log: ["…"]},      # how the last server ended
-              liveness: {failures: 2, since: 990, checked_at: 995, detail: "…"}}
+              liveness: {failures: 2, since: 990, checked_at: 995, detail: "…"},
+              restarted_at: "a", started_at: 990,  # the generation's restarted_at
+              intent: {verb: restart, reason: spec_changed, instance_id: …, stops: 100}}
     now: 1000
     expect:
       coder: {verb: start, reason: missing, status: loaded, why: "…", restarts: 0, …}
@@ -80,9 +83,11 @@ from reconciler.observed import (
     Health,
     Liveness,
     Progress,
+    Intent,
     ModelCheck,
     ModelState,
     Observed,
+    Orphan,
     ProbeFacts,
     ProcessFacts,
     Remembered,
@@ -155,6 +160,7 @@ def role_spec(name: str, data: dict[str, Any], node: NodeConfig) -> RoleSpec:
         keep_alive=data.get("keep_alive", node.keep_alive if runtime is Runtime.OLLAMA else None),
         idle_after=float(data.get("idle_after", 600)),
         liveness=LivenessSpec(**data["liveness"]) if "liveness" in data else None,
+        restarted_at=data.get("restarted_at"),
     )
 
 
@@ -220,7 +226,9 @@ def observed(case: dict[str, Any], want: Desired) -> Observed:
         demand = Demand(roles=tuple(RoleDemand(role=n, **(d or {}))
                                     for n, d in sorted((data["demand"] or {}).items())),
                         since=data.get("demand_since"))
-    return Observed(roles=roles, models=tuple(checks), demand=demand)
+    orphans = tuple(Orphan(pid=o["pid"], create_time=1.0, instance_id=o["instance_id"],
+                           listen=tuple(o.get("listen", ()))) for o in data.get("orphans", ()))
+    return Observed(roles=roles, models=tuple(checks), demand=demand, orphans=orphans)
 
 
 def record(name: str, data: dict[str, Any], want: Desired) -> RoleRecord:
@@ -256,6 +264,11 @@ def record(name: str, data: dict[str, Any], want: Desired) -> RoleRecord:
         reserved=size(data.get("reserved", 0)),
         exit=exit_info(data.get("exit")),
         liveness=Liveness(**data.get("liveness", {})),
+        # generation: the launch's own unless the record names restarted_at (§4).
+        generation=(identity.generation(digest, data["restarted_at"])
+                    if digest is not None and data.get("restarted_at") else None),
+        restarted_at=data.get("restarted_at"),
+        intent=Intent(**data["intent"]) if data.get("intent") else None,
     )
 
 

@@ -30,6 +30,7 @@ RULES = {
     ("forget", "removed"), ("forget", "state_stopped"),
     # §9 on-demand roles
     ("start", "demand"), ("stop", "idle"), ("stop", "evicted"), ("keep", "on_demand"),
+    ("stop", "orphan"), ("stop", "startup_timeout"), ("start", "spec_changed"),
 }
 
 _SIZE_FIELDS = {"reserve", "release"}

@@ -285,7 +285,9 @@ class Reconciling(RuleBasedStateMachine):
             rec = w.remembered.role(d.role)
             terminal = rec is not None and rec.terminal is not None
             if terminal and d.role not in w.ctx.operator_starts:
-                assert d.verb not in (Verb.START, Verb.RESTART, Verb.LOAD), d
+                # Holds are per generation (§4): only a new one passes them.
+                new = d.generation not in (None, rec.generation or rec.launch_digest)
+                assert d.verb not in (Verb.START, Verb.RESTART, Verb.LOAD) or new, d
             if d.verb is Verb.RESTART and d.reason.value == "crashed":
                 assert rec is not None and d.restarts <= POLICY.max_restarts
             _no_blind_ollama(w, d)

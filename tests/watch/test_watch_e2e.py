@@ -127,6 +127,10 @@ def test_edit_converges_now_kill_is_noticed_and_restarted_after_backoff(world, d
     assert json.loads(http_get(port, "/props")[1])["default_generation_settings"]["n_ctx"] == 512
     assert not alive(first)
 
+    # The pass that started it has ended (it waits for a new server to listen,
+    # §5 after start, then records the restart) and put a pidfd on it.
+    assert wait_for(lambda: any(e.kind == "restart" for e in events(world, "chat")), 5)
+    time.sleep(0.2)
     killed = time.time()
     os.kill(second, signal.SIGKILL)
     woke = wait_for(lambda: daemon.json_line(event="exit", role="chat", pid=second), 5)
@@ -136,7 +140,10 @@ def test_edit_converges_now_kill_is_noticed_and_restarted_after_backoff(world, d
     assert backoff and backoff[0].reason == "backoff", (backoff, daemon.log)
     third = new_pid(world, "chat", second)
     assert third, daemon.log
-    restart = next(e for e in events(world, "chat", after=killed) if e.kind == "restart")
+    # (its record is written at the spawn, its event when the pass ends)
+    restart = wait_for(lambda: next(
+        (e for e in events(world, "chat", after=killed) if e.kind == "restart"), None), 5)
+    assert restart, daemon.log
     assert 1.0 <= restart.at - woke["at"] < 2.5, (restart, woke)
     assert ready(port)
 
