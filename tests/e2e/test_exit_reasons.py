@@ -50,21 +50,20 @@ def _alive(pid: int | None) -> bool:
         return False
 
 
-def test_a_once_run_tells_why_a_server_it_no_longer_parents_exited(world):
-    """--once: a server that died after the run ended gets its log's line, honestly no code."""
+def test_a_once_run_knows_the_code_of_a_server_that_dies_while_it_waits(world):
+    """--once waits for a new server to listen (§5 after start): one dying then is its child."""
     port = free_port()
     world.node()
     world.model()
     _role(world, "chat", port, kv_quant="q8_0")
-    assert world.reconcile("--once").returncode == 0
+    world.reconcile("--once")
     assert wait_for(lambda: not _alive(world.pid("chat")), 10)
     row = _status(world, "chat")
     assert row["status"] == "backoff"
     assert row["detail"].startswith(
-        f"exited (exit status unknown: not a child of this reconciler): llama_init_from_model: {WHY}; "
-        "restart 1 of 3 in ")
+        f"exited (code 1): llama_init_from_model: {WHY}; restart 1 of 3 in "), row["detail"]
     assert "\n" not in row["detail"]
-    assert row["exit"]["known"] is False and row["exit"]["code"] is None
+    assert row["exit"]["known"] is True and row["exit"]["code"] == 1
     assert row["exit"]["log"][-1].endswith("exiting due to model loading error")
     # The event of the next pass says it too, and the record keeps it across runs.
     world.reconcile("--once")
@@ -72,6 +71,24 @@ def test_a_once_run_tells_why_a_server_it_no_longer_parents_exited(world):
         said = [e.detail for e in store.events("chat")]
         assert any(WHY in d for d in said), said
         assert any(WHY in line for line in store.role("chat").exit.log)
+
+
+def test_a_once_run_tells_why_a_server_it_no_longer_parents_exited(world):
+    """A server that dies after the --once run that started it ended: honestly no code."""
+    port = free_port()
+    world.node()
+    world.model()
+    _role(world, "chat", port)
+    assert world.reconcile("--once").returncode == 0
+    assert wait_for(lambda: http_get(port, "/health")[0] == 200, 30)
+    pid = world.pid("chat")
+    os.kill(pid, signal.SIGKILL)  # by someone else, after the run: its parent is long gone
+    assert wait_for(lambda: not _alive(pid), 10)
+    row = _status(world, "chat")
+    assert row["detail"].startswith(
+        "exited (exit status unknown: not a child of this reconciler)"), row["detail"]
+    assert row["exit"]["known"] is False and row["exit"]["code"] is None
+    assert row["exit"]["signal"] is None
 
 
 def test_watch_knows_the_exit_code_and_the_signal_of_its_own_children(world):
