@@ -11,7 +11,9 @@ what it alone can know, as the executor's hooks:
   (``recording.intend``): a reconciler killed in the middle leaves a record
   that says its server's exit was its own doing (§3, §4);
 * right after a spawn, the new server's whole record is written in one step
-  (``recording.spawned``);
+  (``recording.spawned``); right after a stop, the stopped server's record
+  (``recording.stopped``), so the store never shows a memory the stop freed
+  as held beside the start that claims it;
 * before an orphan's stop, its proof of ownership is checked again.
 
 Then §5 "after start": the servers this pass started are given a short,
@@ -98,6 +100,9 @@ class _PassHooks:
         return Refusal(guard=Guard.NOT_PROVEN, detail=(
             f"pid {decision.pid} no longer proves itself ours (marker, uid, "
             "working directory, process group); no signal sent"))
+
+    def after_stop(self, decision: Decision, outcome) -> None:
+        recording.stopped(self.store, self.desired, decision, self.clock())
 
     def after_spawn(self, decision: Decision, result) -> None:
         recording.spawned(self.store, self.desired, decision, result.pid, result.create_time,

@@ -78,6 +78,9 @@ class Hooks(Protocol):
     def after_spawn(self, decision: Decision, result: spawn.SpawnResult) -> None:
         """Called right after a successful spawn, before anything else happens."""
 
+    def after_stop(self, decision: Decision, outcome: Outcome) -> None:
+        """Called right after a stop that ended its server (not an orphan's: no record)."""
+
 
 class NoHooks:
     def before_start(self, decision: Decision) -> Refusal | None:
@@ -90,6 +93,9 @@ class NoHooks:
         return Refusal(guard=Guard.NOT_PROVEN, detail="no proof of ownership to check")
 
     def after_spawn(self, decision: Decision, result: spawn.SpawnResult) -> None:
+        pass
+
+    def after_stop(self, decision: Decision, outcome: Outcome) -> None:
         pass
 
 
@@ -318,7 +324,12 @@ def _apply_one(d: Decision, node: NodeConfig, allowed: Callable[[int], bool], ho
             hooks.before_act(d)
         # §5: a server reachable beyond loopback gets 3 s, not the usual grace.
         exposed = d.reason is Reason.EXPOSED
-        return _stop(d, min(node.stop_grace, EXPOSED_GRACE) if exposed else node.stop_grace)
+        stopped = _stop(d, min(node.stop_grace, EXPOSED_GRACE) if exposed else node.stop_grace)
+        if stopped.exited and d.reason is not Reason.ORPHAN:
+            # §7 the memory is free now: recorded before a later start in this
+            # pass claims it (an eviction, then the start it made room for).
+            hooks.after_stop(d, stopped)
+        return stopped
     if d.verb is Verb.RESTART:
         # Everything that can refuse the new launch is checked while the old
         # server still serves: a model that fails verification must not cost

@@ -20,6 +20,10 @@ through ``act.py``'s hooks, each one statement (so one transaction):
   identity. A reconciler killed between the spawn and this write leaves an
   unrecorded server: re-adopted or stopped as an orphan (``readopt.py``).
 
+``stopped``, right after a stop that ended its server, writes that role's
+record the same way, so a start later in the pass (an eviction's reason)
+never sits in the store beside the memory the stop freed.
+
 ``ended`` is the last write of an acting pass: a server this process
 started that has already ended (a launch that fails at once, like a
 llama-server refusing its KV cache type) is still our child, so its exit
@@ -33,7 +37,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from reconciler import events, failpoints, instances, postmortem, programs, records
-from reconciler.decisions import Decision, Plan
+from reconciler.decisions import Decision, Plan, Reason
 from reconciler.desired import Desired
 from reconciler.observed import Observed, RoleObservation, RoleRecord
 
@@ -95,6 +99,25 @@ def intend(store, desired: Desired, decision: Decision, now: float) -> None:
             return
         record = records.new_record(spec, decision)
     store.put_role(records.with_intent(record, decision, now, desired.node.stop_grace))
+
+
+def stopped(store, desired: Desired, decision: Decision, now: float) -> None:
+    """Record a stop that ended its server at once: its memory is free (one write).
+
+    A removed role's record is only emptied here (no pid, nothing reserved);
+    the end of the pass drops it and removes its directory.
+    """
+    before = store.role(decision.role)
+    if before is None:
+        return
+    if decision.reason is Reason.REMOVED:
+        store.put_role(attrs.evolve(before, pid=None, create_time=None, reserved=0))
+        return
+    facts = records.ActionFacts(ok=True, exited=True)
+    after = records.after_decision(before, desired.role(decision.role), decision,
+                                   RoleObservation(name=decision.role), facts, now)
+    if after is not None:
+        store.put_role(after)
 
 
 def spawned(store, desired: Desired, decision: Decision, pid: int | None,

@@ -43,6 +43,9 @@ class Recorder:
         self.calls.append(("after_spawn", decision.role, result.pid))
         self.world.pids.append(result.pid)
 
+    def after_stop(self, decision, outcome):
+        self.calls.append(("after_stop", decision.role))
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -246,3 +249,17 @@ def test_stop_of_a_process_already_gone_frees_its_memory(world):
     stopped, started = _apply([stop, start], Recorder(world))
     assert stopped.ok and stopped.exited
     assert started.ok and not started.skipped
+
+
+def test_a_stop_that_ends_its_server_is_recorded_before_the_next_start(world):
+    """§7: after_stop comes right after the server is gone, before the start it made room for."""
+    old = world.spawn(world.launch(SLEEPER, instance=INSTANCE))
+    stop = Decision(role="coder", verb=Verb.STOP, reason=Reason.EVICTED, pid=old.pid,
+                    create_time=old.create_time, instance_id=INSTANCE, release=10)
+    start = _start(world, role="next", instance="next-00000000", reserve=10)
+    hooks = Recorder(world)
+    stopped, started = _apply([stop, start], hooks)
+    assert stopped.ok and stopped.exited and started.ok
+    assert [c[:2] for c in hooks.calls] == [
+        ("before_act", "coder"), ("after_stop", "coder"), ("before_start", "next"),
+        ("before_act", "next"), ("after_spawn", "next")]
