@@ -19,6 +19,7 @@ PACKAGE = Path(__file__).parents[1] / "reconciler"
 PURE = {
     "reconciler/desired.py", "reconciler/observed.py", "reconciler/decisions.py",
     "reconciler/manifests.py", "reconciler/plan.py", "reconciler/records.py",
+    "reconciler/rungs.py",  # the parts every rung of the ladder is built from
     "reconciler/generations.py", "reconciler/orphans.py",
     "reconciler/policy.py", "reconciler/ledger.py", "reconciler/render.py", "reconciler/units.py",
     "reconciler/identity.py", "reconciler/extra_args.py", "reconciler/errors.py",
