@@ -20,6 +20,7 @@ PURE = {
     "reconciler/desired.py", "reconciler/observed.py", "reconciler/decisions.py",
     "reconciler/manifests.py", "reconciler/plan.py", "reconciler/records.py",
     "reconciler/rungs.py",  # the parts every rung of the ladder is built from
+    "reconciler/loadrungs.py",  # the ladder's rungs for models loaded on a shared server
     "reconciler/generations.py", "reconciler/orphans.py",
     "reconciler/policy.py", "reconciler/ledger.py", "reconciler/render.py", "reconciler/units.py",
     "reconciler/identity.py", "reconciler/extra_args.py", "reconciler/errors.py",
