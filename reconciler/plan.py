@@ -63,8 +63,8 @@ from typing import Mapping
 import attrs
 
 from reconciler import demand as demands
-from reconciler import (eviction, exitreasons, generations, identity, ledger, liveness,
-                        loadrungs, orphans, policy, records)
+from reconciler import (demandrungs, eviction, exitreasons, generations, identity, ledger,
+                        liveness, loadrungs, orphans, policy, records)
 from reconciler.decisions import Plan, PlanContext, Reason, Status, Verb
 from reconciler.demand import Demand
 from reconciler.desired import Desired, Mode, NodeConfig, RoleSpec, WantedState
@@ -112,8 +112,8 @@ def plan(
         drafted = _decide(r, desired.node, models, checks, guard, now, elsewhere.get(name),
                           observed.demand)
         if r.spec is not None and r.spec.on_demand and observed.demand is not None:
-            drafted = _demand_hint(r, drafted, observed.demand, now)
-            if _evictable(r, drafted, observed.demand):
+            drafted = demandrungs.demand_hint(r, drafted, observed.demand, now)
+            if demandrungs.evictable(r, drafted, observed.demand):
                 idle[name] = demands.last_used(observed.demand.of(name), started(r),
                                                observed.demand.since)
         drafts.append(drafted)
@@ -241,7 +241,7 @@ def _decide(r: Role, node: NodeConfig, models, checks, guard: bool, now: float,
         return terminal(r, rec)
     # §9 on-demand: nobody asks → stays stopped; no request for idle_after → stop.
     if spec.on_demand and not r.operator:
-        held = _on_demand(r, demand, now)
+        held = demandrungs.on_demand(r, demand, now)
         if held is not None:
             return held
     if r.running:
@@ -278,72 +278,6 @@ def _decide(r: Role, node: NodeConfig, models, checks, guard: bool, now: float,
     if r.interrupted is not None and not why:
         why = f"a killed pass's {r.interrupted.verb} is finished; not a crash"
     return start(r, checks, Verb.START, Reason.MISSING, Status.LOADED, "not running", why=why)
-
-
-# ---------------------------------------------------------------- §9 on-demand
-
-
-def _on_demand(r: Role, demand: Demand | None, now: float) -> Draft | None:
-    """§9 the on-demand rung: a Draft when it decides, None to go on down the ladder.
-
-    Without demand (outside the daemon) nothing is started or stopped for it:
-    a running one is kept as any role, a stopped one stays stopped.
-    """
-    spec = r.spec
-    assert spec is not None
-    seen = demand.of(r.name) if demand is not None else None
-    if r.running:
-        left = (demands.idle_left(seen, started(r), spec.idle_after, now, demand.since)
-                if seen is not None and demand is not None else None)
-        if left is not None and left <= 0:
-            return draft(r, Verb.STOP, Reason.IDLE, Status.RUNNING,
-                         f"on-demand; no request for {format_duration(spec.idle_after)}",
-                         why=format_duration(spec.idle_after), release=r.reserved)
-        return None
-    if seen is not None and seen.wants_start:
-        return None  # started (or restarted after its backoff) below, under the ledger
-    crashed = r.record is not None and (r.record.pid is not None
-                                        or r.record.exited_at is not None)
-    if demand is None:
-        detail = "on-demand; not running (demand is seen only by `reconcile watch`)"
-    else:
-        detail = "on-demand; not running, no request waiting"
-    # A dead on-demand server nobody asks for holds no memory; its record keeps
-    # the crash (and the count) for the backoff of the next request's start.
-    return draft(r, Verb.KEEP, Reason.ON_DEMAND, Status.EXITED if crashed else Status.STOPPED,
-                 detail, why="no demand known outside the daemon" if demand is None
-                 else "no request waiting", release=r.reserved)
-
-
-#: §9 while requests wait for a starting role, the daemon looks again this soon
-#: (a pass per 25 ms, only while a started role with waiters is not ready).
-WAITER_POLL = 0.025
-
-
-def _demand_hint(r: Role, draft: Draft, demand: Demand, now: float) -> Draft:
-    """§9 an on-demand role's reason and requeue: its demand, when it goes idle."""
-    d, seen = draft.decision, demand.of(r.name)
-    changes: dict = {}
-    if d.verb is Verb.START and d.reason is Reason.MISSING and seen.wants_start:
-        changes.update(reason=Reason.DEMAND, why=demands.waiting_text(seen))
-    if seen.waiting and (d.verb in (Verb.START, Verb.RESTART)
-                         or d.status in (Status.STARTING, Status.LOADING)):
-        changes["retry_in"] = WAITER_POLL
-    elif d.verb is Verb.KEEP and r.running and r.spec is not None:
-        left = demands.idle_left(seen, started(r), r.spec.idle_after, now, demand.since)
-        if left is None:  # busy now: its requests end unannounced, so look again idle_after on
-            left = r.spec.idle_after
-        if d.retry_in is None or left < d.retry_in:
-            changes["retry_in"] = left
-    if not changes:
-        return draft
-    return attrs.evolve(draft, decision=attrs.evolve(d, **changes))
-
-
-def _evictable(r: Role, draft: Draft, demand: Demand) -> bool:
-    """§9 running, holding memory, and no request in flight or waiting."""
-    return (r.running and draft.decision.verb is Verb.KEEP and draft.holds is not None
-            and not demand.of(r.name).busy)
 
 
 def _removed(r: Role, guard: bool, placed: tuple[str, ...] | None) -> Draft:

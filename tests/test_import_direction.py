@@ -37,7 +37,7 @@ PURE = {
     "reconciler/labels.py", "reconciler/fleet.py", "reconciler/nodecheck.py",
     "reconciler/offline.py", "reconciler/fleetview.py", "reconciler/fleetdiff.py",
     # §9 on-demand roles: demand as a planner input, eviction
-    "reconciler/demand.py", "reconciler/eviction.py",
+    "reconciler/demand.py", "reconciler/eviction.py", "reconciler/demandrungs.py",
     "reconciler/router/rules.py",  # the router's decisions: routes, headers, bodies, errors
 }
 

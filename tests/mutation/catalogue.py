@@ -33,6 +33,7 @@ _TESTS = {
     "plan": ("tests/plan", "tests/records"),
     "rungs": ("tests/plan", "tests/records"),
     "loadrungs": ("tests/plan", "tests/records"),
+    "demandrungs": ("tests/plan", "tests/records"),
     "ledger": ("tests/plan",),
     "policy": ("tests/plan", "tests/records", "tests/manifests"),
     "records": ("tests/records", "tests/plan", "tests/store", "tests/execute"),
@@ -59,7 +60,7 @@ def _m(module: str, name: str, old: str, new: str, breaks: str) -> Mutant:
 
 
 P, L, PO, R = "plan", "ledger", "policy", "records"
-RG, LR = "rungs", "loadrungs"
+RG, LR, DR = "rungs", "loadrungs", "demandrungs"
 EV, RR = "eviction", "router/rules"
 D, RE, I, E, C, RU = "decisions", "render", "identity", "extra_args", "crosscheck", "runtimes"
 LV = "liveness"
@@ -496,18 +497,18 @@ MUTANTS: tuple[Mutant, ...] = (
        'return Status.UNKNOWN, facts.detail or "port outside allowed_ports: not probed"',
        "§4: a role outside allowed_ports reads as unknown, not refused"),
     # ------------------------------------------------------------ §9 on-demand roles, eviction, the router
-    _m(P, "evict-busy", "and not demand.of(r.name).busy)", ")",
+    _m(DR, "evict-busy", "and not demand.of(r.name).busy)", ")",
        "§9: a role with requests in flight or waiting is evicted"),
     _m(P, "evict-always-on",
        "if r.spec is not None and r.spec.on_demand and observed.demand is not None:",
        "if r.spec is not None and observed.demand is not None:",
        "§9: an always-on (running) role is evicted for an on-demand one"),
-    _m(P, "idle-at-once", "if left is not None and left <= 0:", "if left is not None:",
+    _m(DR, "idle-at-once", "if left is not None and left <= 0:", "if left is not None:",
        "§9: an on-demand role is stopped before idle_after without a request"),
-    _m(P, "start-without-demand", "if seen is not None and seen.wants_start:",
+    _m(DR, "start-without-demand", "if seen is not None and seen.wants_start:",
        "if seen is None or seen.wants_start or True:",
        "§9: an on-demand role nobody asks for is started"),
-    _m(P, "busy-never-looked-at", "        if left is None:  # busy now",
+    _m(DR, "busy-never-looked-at", "        if left is None:  # busy now",
        "        if left is None and False:  # busy now",
        "§9: a role busy at the pass is never stopped for idleness afterwards"),
     _m(EV, "in-vain", "if _refused_by_ledger(everything[claim.role]):",
