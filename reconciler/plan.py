@@ -64,19 +64,12 @@ import attrs
 
 from reconciler import demand as demands
 from reconciler import (demandrungs, eviction, exitreasons, generations, identity, ledger,
-                        liveness, loadrungs, orphans, policy, records)
+                        livenessrungs, loadrungs, orphans, policy, records)
 from reconciler.decisions import Plan, PlanContext, Reason, Status, Verb
 from reconciler.demand import Demand
-from reconciler.desired import Desired, Mode, NodeConfig, RoleSpec, WantedState
+from reconciler.desired import Desired, Mode, NodeConfig, WantedState
 from reconciler.ledger import Draft
-from reconciler.observed import (
-    Health,
-    ModelCheck,
-    Observed,
-    Remembered,
-    RoleObservation,
-    RoleRecord,
-)
+from reconciler.observed import Health, ModelCheck, Observed, Remembered, RoleObservation
 from reconciler.rungs import Role, backoff, changes, draft, model_refusal, start, started, terminal
 from reconciler.runtimes import spec_of
 from reconciler.units import format_duration
@@ -129,25 +122,8 @@ def plan(
             drafts, decisions, idle, lambda ds: ledger.place(ds, budget, excludes, together))
     ordered = tuple(sorted(decisions, key=ledger.order_key))
     hints = [d.retry_in for d in ordered if d.retry_in is not None]
-    hints += _liveness_wakes(specs, records, observations, now)
+    hints += livenessrungs.wakes(specs, records, observations, now)
     return Plan(decisions=ordered, requeue_after=min(hints) if hints else None)
-
-
-def _liveness_wakes(specs: Mapping[str, RoleSpec], records: Mapping[str, RoleRecord],
-                    observations: Mapping[str, RoleObservation], now: float) -> list[float]:
-    """§4.1 the watch daemon looks again when a liveness check is next due (a requeue
-    hint, not a busy loop): for each role with checks whose server answers or is alive."""
-    wakes = []
-    for name, spec in specs.items():
-        rec, obs = records.get(name), observations.get(name)
-        if spec.liveness is None or rec is None or obs is None:
-            continue
-        alive = obs.process is not None and obs.process.alive and obs.process.owned
-        if not (alive or (not spec.managed and obs.probe is not None)):
-            continue
-        counters = liveness.look(spec.liveness, rec.liveness, obs.probe, rec.started_at, now)
-        wakes.append(liveness.next_check(spec.liveness, counters, rec.started_at, now))
-    return wakes
 
 
 def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> Role:
@@ -173,7 +149,7 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
         answering = answering and spec_of(spec.runtime).lists(probe.resident_models,
                                                               loadrungs.tag_of(spec, models))
     else:
-        answering = answering and running and not _failing(spec, record, probe, now)
+        answering = answering and running and not livenessrungs.failing(spec, record, probe, now)
     restarts = policy.restart_count(record, rpolicy, now, answering=answering,
                                     operator_start=operator or fresh)
     sharing: frozenset[str] = frozenset()
@@ -195,15 +171,6 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
         owner_id=record.instance_id if running and record is not None else None,
         generation=generation, fresh=fresh, interrupted=interrupted,
     )
-
-
-def _failing(spec: RoleSpec | None, record: RoleRecord | None, probe, now: float) -> bool:
-    """§4.1 a server failing liveness checks is not "answering" for stable_after: a hang
-    that /health does not show (no progress) must not win its restart count back."""
-    if spec is None or spec.liveness is None or record is None:
-        return False
-    counters = liveness.look(spec.liveness, record.liveness, probe, record.started_at, now)
-    return counters.failures > 0
 
 
 def _decide(r: Role, node: NodeConfig, models, checks, guard: bool, now: float,
@@ -324,7 +291,7 @@ def _running(r: Role, checks: Mapping[str, ModelCheck], now: float) -> Draft:
         return start(r, checks, Verb.RESTART, Reason.SPEC_CHANGED, Status.RUNNING,
                      "running a previous launch", why=changes(r), keeps=True)
     # §4.1 liveness (opt-in): alive but failing its checks.
-    hung = _liveness(r, checks, now)
+    hung = livenessrungs.managed(r, checks, now)
     if hung is not None:
         return hung
     # §4 in sync: alive and answering.
@@ -353,39 +320,6 @@ def _running(r: Role, checks: Mapping[str, ModelCheck], now: float) -> Draft:
                  r.probe_detail("not answering") + "; unknown is not down", holds=holds)
 
 
-def _liveness(r: Role, checks: Mapping[str, ModelCheck], now: float) -> Draft | None:
-    """§4.1 a managed server failing ``failures`` consecutive liveness checks is restarted
-    (``unresponsive``) under the restart policy: counted, after delay(restarts) since its
-    first failed check, and never past ``max_restarts`` (then it is reported, not touched:
-    it is alive, and a live server is never given up). Fewer failures: reported."""
-    spec, rec = r.spec, r.record
-    if spec is None or spec.liveness is None or rec is None:
-        return None
-    counters = liveness.look(spec.liveness, rec.liveness, r.obs.probe, rec.started_at, now)
-    if counters.failures == 0:
-        return None
-    said, why = liveness.summary(spec.liveness, counters), liveness.counted(spec.liveness, counters)
-    if not liveness.unresponsive(spec.liveness, counters):
-        return draft(r, Verb.KEEP, Reason.UNRESPONSIVE, Status.DEGRADED, said, why=why,
-                     holds=r.reserved,
-                     retry_in=liveness.next_check(spec.liveness, counters, rec.started_at, now))
-    n, most = r.restarts, r.policy.max_restarts
-    if n >= most:
-        held = f"not restarted: max_restarts {most} reached; run `reconcile start {r.name}`"
-        return draft(r, Verb.KEEP, Reason.UNRESPONSIVE, Status.DEGRADED, f"{said}; {held}",
-                     why=f"{why}; {held}", holds=r.reserved)
-    state = policy.retry(n, counters.since if counters.since is not None else now, now, r.policy)
-    if state.left > 0:
-        left = format_duration(state.left)
-        return draft(r, Verb.KEEP, Reason.UNRESPONSIVE, Status.DEGRADED,
-                     f"{said}; restart {n + 1} of {most} in {left}",
-                     why=f"{why}; restart {n + 1} of {most} in {left}", retry_in=state.left,
-                     holds=r.reserved)
-    return start(r, checks, Verb.RESTART, Reason.UNRESPONSIVE, Status.DEGRADED,
-                 f"{said}; restart {n + 1} of {most}",
-                 why=f"{counters.detail}; restart {n + 1} of {most}", restarts=n + 1, keeps=True)
-
-
 def _adopted(r: Role, models, now: float) -> Draft:
     """§1.2 adopted: observe only; status from the probe; never any action."""
     spec = r.spec
@@ -403,7 +337,7 @@ def _adopted(r: Role, models, now: float) -> Draft:
     detail = r.probe_detail(str(status))
     # Unknown is not down: a hung server still holds its memory.
     resident = status in (Status.RUNNING, Status.LOADING, Status.DEGRADED, Status.UNKNOWN)
-    status, detail = _adopted_liveness(r, status, detail, now)
+    status, detail = livenessrungs.adopted(r, status, detail, now)
     if spec_of(spec.runtime).shared_endpoint and probe is not None and resident:
         tag = loadrungs.tag_of(spec, models)
         resident = spec_of(spec.runtime).lists(probe.resident_models, tag)
@@ -415,18 +349,3 @@ def _adopted(r: Role, models, now: float) -> Draft:
                  retry_in=policy.POLL if status is Status.LOADING else None,
                  holds=max(spec.memory.footprint, r.reserved) if resident else None,
                  release=0 if resident else r.reserved)
-
-
-def _adopted_liveness(r: Role, status: Status, detail: str,
-                      now: float) -> tuple[Status, str]:
-    """§4.1 an adopted server failing its liveness checks is reported, never restarted."""
-    spec, rec = r.spec, r.record
-    if spec is None or spec.liveness is None or rec is None:
-        return status, detail
-    counters = liveness.look(spec.liveness, rec.liveness, r.obs.probe, None, now)
-    if counters.failures == 0:
-        return status, detail
-    said = liveness.summary(spec.liveness, counters)
-    if liveness.unresponsive(spec.liveness, counters):
-        return Status.DEGRADED, f"{said}; adopted: reported, never restarted"
-    return status, f"{detail}; {said}"

@@ -27,6 +27,7 @@ PURE = {
     "reconciler/exitcodes.py",
     "reconciler/exitreasons.py",  # why a server exited, in words (§4)
     "reconciler/liveness.py",  # §4.1 liveness counters
+    "reconciler/livenessrungs.py",  # §4.1 the ladder's liveness rungs
     "reconciler/events.py", "reconciler/outcomes.py",  # the vocabulary of a pass's results
     "reconciler/http11.py",  # sans-IO HTTP/1.1 framing
     "reconciler/runtimes/*",

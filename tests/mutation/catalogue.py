@@ -34,6 +34,7 @@ _TESTS = {
     "rungs": ("tests/plan", "tests/records"),
     "loadrungs": ("tests/plan", "tests/records"),
     "demandrungs": ("tests/plan", "tests/records"),
+    "livenessrungs": ("tests/liveness", "tests/plan", "tests/records"),
     "ledger": ("tests/plan",),
     "policy": ("tests/plan", "tests/records", "tests/manifests"),
     "records": ("tests/records", "tests/plan", "tests/store", "tests/execute"),
@@ -60,7 +61,7 @@ def _m(module: str, name: str, old: str, new: str, breaks: str) -> Mutant:
 
 
 P, L, PO, R = "plan", "ledger", "policy", "records"
-RG, LR, DR = "rungs", "loadrungs", "demandrungs"
+RG, LR, DR, LVR = "rungs", "loadrungs", "demandrungs", "livenessrungs"
 EV, RR = "eviction", "router/rules"
 D, RE, I, E, C, RU = "decisions", "render", "identity", "extra_args", "crosscheck", "runtimes"
 LV = "liveness"
@@ -538,16 +539,16 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(LV, "checks-not-apart", "due = counters.checked_at is None or now - counters.checked_at >= spec.period * _SLACK",
        "due = True",
        "§4.1: passes sooner than a period count as checks"),
-    _m(P, "liveness-past-max", "    if n >= most:\n        held = ",
+    _m(LVR, "liveness-past-max", "    if n >= most:\n        held = ",
        "    if n > most + 100:\n        held = ",
        "§4.1: an unresponsive server is restarted past max_restarts"),
-    _m(P, "liveness-no-backoff", "state = policy.retry(n, counters.since if counters.since is not None else now, now, r.policy)\n    if state.left > 0:",
+    _m(LVR, "liveness-no-backoff", "state = policy.retry(n, counters.since if counters.since is not None else now, now, r.policy)\n    if state.left > 0:",
        "state = policy.retry(n, counters.since if counters.since is not None else now, now, r.policy)\n    if state.left > 1e9:",
        "§4.1: an unresponsive restart skips the restart policy's backoff"),
     _m(P, "adopted-hung-exited", "resident = status in (Status.RUNNING, Status.LOADING, Status.DEGRADED, Status.UNKNOWN)",
        "resident = status in (Status.RUNNING, Status.LOADING, Status.DEGRADED)",
        "§4/§7: a hung adopted server (unknown) drops its hold in the ledger"),
-    _m(P, "liveness-stable-resets", "answering = answering and running and not _failing(spec, record, probe, now)",
+    _m(P, "liveness-stable-resets", "answering = answering and running and not livenessrungs.failing(spec, record, probe, now)",
        "answering = answering and running",
        "§4.1: a hung server that /health does not show wins its restart count back (stable_after)"),
     # ------------------------------------------------------------ §4 generations, orphans, intents
