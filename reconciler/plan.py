@@ -2,8 +2,12 @@
 
 ``plan(desired, observed, remembered, ctx, now)`` gives every role named in
 the manifests or in the state store exactly one ``Decision`` with a reason.
-Per role the ladder is walked top to bottom and the first matching rule wins;
-each rule is one commented branch citing BEHAVIOUR.md.  Memory is placed
+Per role the ladder (``_decide``) is walked top to bottom and the first
+matching rule wins; each rule is one commented branch citing BEHAVIOUR.md.
+The rungs of managed servers are here; those of models loaded on a shared
+server are in ``loadrungs`` (§2), the on-demand ones in ``demandrungs`` (§9),
+the liveness ones in ``livenessrungs`` (§4.1), and what they all build on
+(``Role``, ``draft``, start gates, backoff, holds) in ``rungs``.  Memory is placed
 afterwards by ``ledger.place`` (§7): what planned stops, unloads and
 give-ups release is counted before any new reservation, and claims are
 considered restarts first, then starts/loads, each in (port, name) order.
@@ -175,6 +179,7 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
 
 def _decide(r: Role, node: NodeConfig, models, checks, guard: bool, now: float,
             placed: tuple[str, ...] | None = None, demand: Demand | None = None) -> Draft:
+    """The ladder for one role, top to bottom: the first rung that matches decides."""
     spec, rec = r.spec, r.record
     managed = spec.managed if spec is not None else rec is not None and rec.mode is Mode.MANAGED
     # §5 loopback only: our own server reachable beyond loopback is stopped
