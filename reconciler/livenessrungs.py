@@ -26,7 +26,7 @@ def wakes(specs: Mapping[str, RoleSpec], records: Mapping[str, RoleRecord],
           observations: Mapping[str, RoleObservation], now: float) -> list[float]:
     """§4.1 the watch daemon looks again when a liveness check is next due (a requeue
     hint, not a busy loop): for each role with checks whose server answers or is alive."""
-    wakes = []
+    due = []
     for name, spec in specs.items():
         rec, obs = records.get(name), observations.get(name)
         if spec.liveness is None or rec is None or obs is None:
@@ -35,8 +35,8 @@ def wakes(specs: Mapping[str, RoleSpec], records: Mapping[str, RoleRecord],
         if not (alive or (not spec.managed and obs.probe is not None)):
             continue
         counters = liveness.look(spec.liveness, rec.liveness, obs.probe, rec.started_at, now)
-        wakes.append(liveness.next_check(spec.liveness, counters, rec.started_at, now))
-    return wakes
+        due.append(liveness.next_check(spec.liveness, counters, rec.started_at, now))
+    return due
 
 
 def failing(spec: RoleSpec | None, record: RoleRecord | None, probe, now: float) -> bool:

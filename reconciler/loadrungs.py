@@ -34,23 +34,23 @@ def served(roles, models) -> dict[tuple[str, int], list[tuple[str, set[str]]]]:
     roles are in memory together or not at all, so the ledger keeps their
     exclusions as one, and none of them unloads it while another wants it.
     """
-    served: dict[tuple[str, int], list[tuple[str, set[str]]]] = {}
+    by_server: dict[tuple[str, int], list[tuple[str, set[str]]]] = {}
     for spec in roles:
         runtime = spec_of(spec.runtime)
         name = tag_of(spec, models) if runtime.shared_endpoint and spec.wanted else None
         if name:
-            here = served.setdefault((spec.serve.host, spec.serve.port), [])
+            here = by_server.setdefault((spec.serve.host, spec.serve.port), [])
             group = next((g for named, g in here if runtime.same(named, name)), None)
             if group is None:
                 here.append((name, {spec.name}))
             else:
                 group.add(spec.name)
-    return served
+    return by_server
 
 
-def serving(served, host: str, port: int, name: str, runtime) -> frozenset[str]:
+def serving(by_server, host: str, port: int, name: str, runtime) -> frozenset[str]:
     """The wanted roles naming model ``name`` on the shared server at host:port."""
-    return next((frozenset(g) for named, g in served.get((host, port), ())
+    return next((frozenset(g) for named, g in by_server.get((host, port), ())
                  if runtime.same(named, name)), frozenset())
 
 
