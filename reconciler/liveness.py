@@ -3,7 +3,7 @@
 A role with ``spec.liveness`` is checked once a ``period``. The record keeps
 the counters between passes (``observed.Liveness``); ``look`` gives the
 counters after this pass's observation, and the planner decides from them
-(``plan._liveness``): ``failures`` consecutive failed checks make a managed
+(``livenessrungs``): ``failures`` consecutive failed checks make a managed
 server ``unresponsive`` (restarted under the restart policy) and an adopted
 one reported, never touched. ``records`` stores the same ``look``.
 

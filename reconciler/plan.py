@@ -2,8 +2,12 @@
 
 ``plan(desired, observed, remembered, ctx, now)`` gives every role named in
 the manifests or in the state store exactly one ``Decision`` with a reason.
-Per role the ladder is walked top to bottom and the first matching rule wins;
-each rule is one commented branch citing BEHAVIOUR.md.  Memory is placed
+Per role the ladder (``_decide``) is walked top to bottom and the first
+matching rule wins; each rule is one commented branch citing BEHAVIOUR.md.
+The rungs of managed servers are here; those of models loaded on a shared
+server are in ``loadrungs`` (§2), the on-demand ones in ``demandrungs`` (§9),
+the liveness ones in ``livenessrungs`` (§4.1), and what they all build on
+(``Role``, ``draft``, start gates, backoff, holds) in ``rungs``.  Memory is placed
 afterwards by ``ledger.place`` (§7): what planned stops, unloads and
 give-ups release is counted before any new reservation, and claims are
 considered restarts first, then starts/loads, each in (port, name) order.
@@ -63,33 +67,15 @@ from typing import Mapping
 import attrs
 
 from reconciler import demand as demands
-from reconciler import (eviction, exitreasons, generations, identity, ledger, liveness, orphans,
-                        policy, records)
-from reconciler.runtimes import spec_of
-from reconciler.decisions import Decision, Plan, PlanContext, Reason, Status, Verb
-from reconciler.desired import (
-    Desired,
-    Launch,
-    Mode,
-    ModelSpec,
-    NodeConfig,
-    RestartPolicy,
-    RoleSpec,
-    WantedState,
-)
-from reconciler.observed import (
-    Health,
-    Intent,
-    ModelCheck,
-    ModelState,
-    Observed,
-    Remembered,
-    RoleObservation,
-    RoleRecord,
-    Terminal,
-)
+from reconciler import (demandrungs, eviction, exitreasons, generations, identity, ledger,
+                        livenessrungs, loadrungs, orphans, policy, records)
+from reconciler.decisions import Plan, PlanContext, Reason, Status, Verb
 from reconciler.demand import Demand
+from reconciler.desired import Desired, Mode, NodeConfig, WantedState
 from reconciler.ledger import Draft
+from reconciler.observed import Health, ModelCheck, Observed, Remembered, RoleObservation
+from reconciler.rungs import Role, backoff, changes, draft, model_refusal, start, started, terminal
+from reconciler.runtimes import spec_of
 from reconciler.units import format_duration
 
 _HEALTH_STATUS = {
@@ -97,58 +83,6 @@ _HEALTH_STATUS = {
     Health.LOADING: Status.LOADING,
     Health.UNHEALTHY: Status.DEGRADED,
 }
-
-
-@attrs.define(kw_only=True)
-class _Role:
-    """Everything the ladder knows about one role this pass.
-
-    Never changed after it is built, but not frozen: it never leaves this
-    module, and a frozen class costs twice as much to build, once per role
-    per pass (``bench/bench_plan.py``).
-    """
-
-    name: str
-    spec: RoleSpec | None
-    record: RoleRecord | None
-    obs: RoleObservation
-    argv: tuple[str, ...] | None  # the launch of a managed server (None: never launched)
-    digest: str | None  # … and its digest
-    launcher: identity.Launcher
-    policy: RestartPolicy
-    running: bool  # our own process: owned and alive
-    restarts: int  # count carried into this pass (after resets)
-    operator: bool  # named by `reconcile start`
-    sharing: frozenset[str]  # other wanted roles serving the Ollama model we loaded for this one
-    # What every decision about the role says, whatever its verb:
-    runtime: Runtime
-    port: int
-    host: str
-    instance_id: str
-    pid: int | None  # our own live process, the one a stop/restart targets
-    create_time: float | None
-    owner_id: str | None  # the instance id that process was started with
-    generation: str | None  # what the role runs now (§4), None: nothing to run
-    fresh: bool  # a new generation: the record's holds, backoff and count do not apply
-    interrupted: Intent | None  # a killed pass's stop of our server, finished by this one
-    why: str = ""  # the plan-line detail every decision carries unless it says its own
-
-    def launch(self) -> Launch:
-        """The whole launch, built only for the decisions that carry it (start/restart)."""
-        assert self.argv is not None
-        return self.launcher.launch(self.argv, self.instance_id, self.digest)
-
-    @property
-    def reserved(self) -> int:
-        return self.record.reserved if self.record is not None else 0
-
-    @property
-    def health(self) -> Health | None:
-        return self.obs.probe.health if self.obs.probe is not None else None
-
-    def probe_detail(self, fallback: str) -> str:
-        probe = self.obs.probe
-        return probe.detail if probe is not None and probe.detail else fallback
 
 
 def plan(
@@ -165,21 +99,21 @@ def plan(
     elsewhere = dict(desired.placed_elsewhere)
     guard = not specs and not elsewhere and not ctx.allow_empty
     launcher = identity.Launcher(desired.node, dict(ctx.environ), ctx.data_root)
-    served = _served(desired.roles, models)
+    served = loadrungs.served(desired.roles, models)
     drafts = []
     idle: dict[str, float] = {}  # §9 on-demand roles that may be evicted → when last used
     for name in sorted(specs.keys() | records.keys()):
         obs = observations.get(name) or RoleObservation(name=name)
         r = _role(name, specs.get(name), records.get(name), obs, desired.node, models, ctx,
                   launcher, served, now)
-        draft = _decide(r, desired.node, models, checks, guard, now, elsewhere.get(name),
-                        observed.demand)
+        drafted = _decide(r, desired.node, models, checks, guard, now, elsewhere.get(name),
+                          observed.demand)
         if r.spec is not None and r.spec.on_demand and observed.demand is not None:
-            draft = _demand_hint(r, draft, observed.demand, now)
-            if _evictable(r, draft, observed.demand):
-                idle[name] = demands.last_used(observed.demand.of(name), _started(r),
+            drafted = demandrungs.demand_hint(r, drafted, observed.demand, now)
+            if demandrungs.evictable(r, drafted, observed.demand):
+                idle[name] = demands.last_used(observed.demand.of(name), started(r),
                                                observed.demand.since)
-        drafts.append(draft)
+        drafts.append(drafted)
     drafts += orphans.drafts(observed.orphans, set(specs) | set(records), guard)
     excludes = {name: spec.excludes for name, spec in specs.items()}
     together = {name: frozenset(group - {name}) for here in served.values()
@@ -192,28 +126,11 @@ def plan(
             drafts, decisions, idle, lambda ds: ledger.place(ds, budget, excludes, together))
     ordered = tuple(sorted(decisions, key=ledger.order_key))
     hints = [d.retry_in for d in ordered if d.retry_in is not None]
-    hints += _liveness_wakes(specs, records, observations, now)
+    hints += livenessrungs.wakes(specs, records, observations, now)
     return Plan(decisions=ordered, requeue_after=min(hints) if hints else None)
 
 
-def _liveness_wakes(specs: Mapping[str, RoleSpec], records: Mapping[str, RoleRecord],
-                    observations: Mapping[str, RoleObservation], now: float) -> list[float]:
-    """§4.1 the watch daemon looks again when a liveness check is next due (a requeue
-    hint, not a busy loop): for each role with checks whose server answers or is alive."""
-    wakes = []
-    for name, spec in specs.items():
-        rec, obs = records.get(name), observations.get(name)
-        if spec.liveness is None or rec is None or obs is None:
-            continue
-        alive = obs.process is not None and obs.process.alive and obs.process.owned
-        if not (alive or (not spec.managed and obs.probe is not None)):
-            continue
-        counters = liveness.look(spec.liveness, rec.liveness, obs.probe, rec.started_at, now)
-        wakes.append(liveness.next_check(spec.liveness, counters, rec.started_at, now))
-    return wakes
-
-
-def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> _Role:
+def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> Role:
     proc = obs.process
     running = proc is not None and proc.owned and proc.alive
     interrupted = None
@@ -227,21 +144,23 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
     instance = identity.instance_id(spec) if spec is not None else record.instance_id
     argv = launcher.argv(spec, models) if spec is not None else None
     digest = launcher.digest(argv, instance) if argv is not None else None
-    generation = generations.current(spec, digest, _tag_of(spec, models) if spec else None)
+    generation = generations.current(spec, digest,
+                                     loadrungs.tag_of(spec, models) if spec else None)
     fresh = generations.is_new(generation, record)
     probe = obs.probe
     answering = probe is not None and policy.answering(probe.health)
     if spec is not None and spec_of(spec.runtime).shared_endpoint:
-        answering = answering and spec_of(spec.runtime).lists(probe.resident_models, _tag_of(spec, models))
+        answering = answering and spec_of(spec.runtime).lists(probe.resident_models,
+                                                              loadrungs.tag_of(spec, models))
     else:
-        answering = answering and running and not _failing(spec, record, probe, now)
+        answering = answering and running and not livenessrungs.failing(spec, record, probe, now)
     restarts = policy.restart_count(record, rpolicy, now, answering=answering,
                                     operator_start=operator or fresh)
     sharing: frozenset[str] = frozenset()
     if record is not None and record.model_tag and spec_of(record.runtime).shared_endpoint:
-        sharing = _serving(served, record.host, record.port, record.model_tag,
-                           spec_of(record.runtime)) - {name}
-    return _Role(
+        sharing = loadrungs.serving(served, record.host, record.port, record.model_tag,
+                                    spec_of(record.runtime)) - {name}
+    return Role(
         name=name, spec=spec, record=record, obs=obs, argv=argv, digest=digest,
         launcher=launcher, policy=rpolicy,
         running=running, restarts=restarts, operator=operator, sharing=sharing,
@@ -258,94 +177,43 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
     )
 
 
-def _failing(spec: RoleSpec | None, record: RoleRecord | None, probe, now: float) -> bool:
-    """§4.1 a server failing liveness checks is not "answering" for stable_after: a hang
-    that /health does not show (no progress) must not win its restart count back."""
-    if spec is None or spec.liveness is None or record is None:
-        return False
-    counters = liveness.look(spec.liveness, record.liveness, probe, record.started_at, now)
-    return counters.failures > 0
-
-
-def _tag_of(spec: RoleSpec, models: Mapping[str, ModelSpec]) -> str | None:
-    model = models.get(spec.model or "")
-    return model.ollama_tag if model is not None else None
-
-
-def _served(roles, models) -> dict[tuple[str, int], list[tuple[str, set[str]]]]:
-    """Per shared server (host, port): each model named there, with the wanted roles naming it.
-
-    One resident model is the residency of every role that names it: such
-    roles are in memory together or not at all, so the ledger keeps their
-    exclusions as one, and none of them unloads it while another wants it.
-    """
-    served: dict[tuple[str, int], list[tuple[str, set[str]]]] = {}
-    for spec in roles:
-        runtime = spec_of(spec.runtime)
-        name = _tag_of(spec, models) if runtime.shared_endpoint and spec.wanted else None
-        if name:
-            here = served.setdefault((spec.serve.host, spec.serve.port), [])
-            group = next((g for named, g in here if runtime.same(named, name)), None)
-            if group is None:
-                here.append((name, {spec.name}))
-            else:
-                group.add(spec.name)
-    return served
-
-
-def _serving(served, host: str, port: int, name: str, runtime) -> frozenset[str]:
-    """The wanted roles naming model ``name`` on the shared server at host:port."""
-    return next((frozenset(g) for named, g in served.get((host, port), ())
-                 if runtime.same(named, name)), frozenset())
-
-
-def _d(r: _Role, verb: Verb, reason: Reason, status: Status, detail: str, *,
-       holds: int | None = None, keeps: bool = False, **kw) -> Draft:
-    kw.setdefault("restarts", r.restarts)
-    if r.why:
-        kw.setdefault("why", r.why)
-    decision = Decision(role=r.name, verb=verb, reason=reason, status=status, detail=detail,
-                        runtime=r.runtime, port=r.port, host=r.host, instance_id=r.instance_id,
-                        pid=r.pid, create_time=r.create_time, owner_id=r.owner_id, **kw)
-    return Draft(decision=decision, holds=holds, keeps_on_refusal=keeps)
-
-
-def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float,
+def _decide(r: Role, node: NodeConfig, models, checks, guard: bool, now: float,
             placed: tuple[str, ...] | None = None, demand: Demand | None = None) -> Draft:
+    """The ladder for one role, top to bottom: the first rung that matches decides."""
     spec, rec = r.spec, r.record
     managed = spec.managed if spec is not None else rec is not None and rec.mode is Mode.MANAGED
     # §5 loopback only: our own server reachable beyond loopback is stopped
     # first of all (even under the empty-manifest guard); terminal afterwards.
     if r.running and r.obs.exposed and managed:
         where = ", ".join(r.obs.exposed)
-        return _d(r, Verb.STOP, Reason.EXPOSED, Status.STOPPED_EXPOSED,
-                  f"reachable beyond loopback on {where}; stopped until `reconcile start "
-                  f"{r.name}`", why=f"listening on {where}", release=r.reserved)
+        return draft(r, Verb.STOP, Reason.EXPOSED, Status.STOPPED_EXPOSED,
+                     f"reachable beyond loopback on {where}; stopped until `reconcile start "
+                     f"{r.name}`", why=f"listening on {where}", release=r.reserved)
     if spec is None:
         return _removed(r, guard, placed)
     # §1.3/§2 port allowlist: a role outside it gets no packet and no action.
     if not node.port_allowed(spec.serve.port):
-        return _d(r, Verb.REFUSE, Reason.PORT_NOT_ALLOWED, Status.REFUSED,
-                  f"port {spec.serve.port} is outside allowed_ports {node.allowed_ports}; "
-                  "not probed", release=0 if r.running else r.reserved,
-                  holds=r.reserved if r.running else None)
+        return draft(r, Verb.REFUSE, Reason.PORT_NOT_ALLOWED, Status.REFUSED,
+                     f"port {spec.serve.port} is outside allowed_ports {node.allowed_ports}; "
+                     "not probed", release=0 if r.running else r.reserved,
+                     holds=r.reserved if r.running else None)
     if not spec.managed:
         return _adopted(r, models, now)
     if spec_of(spec.runtime).loads_models:
-        return _ollama(r, models, now)
+        return loadrungs.ollama(r, models, now)
     # §4 state: stopped → stop our server; nothing running → nothing to do.
     if spec.state is WantedState.STOPPED:
         if r.running:
-            return _d(r, Verb.STOP, Reason.STATE_STOPPED, Status.RUNNING, "state: stopped",
-                      release=r.reserved)
-        return _d(r, Verb.KEEP, Reason.ABSENT, Status.STOPPED, "state: stopped; not running",
-                  release=r.reserved)
+            return draft(r, Verb.STOP, Reason.STATE_STOPPED, Status.RUNNING, "state: stopped",
+                         release=r.reserved)
+        return draft(r, Verb.KEEP, Reason.ABSENT, Status.STOPPED, "state: stopped; not running",
+                     release=r.reserved)
     # §4 gave-up / stopped-exposed hold (for their generation) until an operator start.
     if rec is not None and rec.terminal is not None and not r.operator and not r.fresh:
-        return _terminal(r, rec)
+        return terminal(r, rec)
     # §9 on-demand: nobody asks → stays stopped; no request for idle_after → stop.
     if spec.on_demand and not r.operator:
-        held = _on_demand(r, demand, now)
+        held = demandrungs.on_demand(r, demand, now)
         if held is not None:
             return held
     if r.running:
@@ -353,12 +221,12 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float,
     # §4 a new generation is a fresh start: no hold, no backoff, applied now.
     if r.fresh:
         cleared = f"; {rec.terminal} cleared" if rec is not None and rec.terminal else ""
-        return _start(r, checks, Verb.START, Reason.SPEC_CHANGED, Status.LOADED,
-                      f"not running; a new generation{cleared}", why=_changes(r))
+        return start(r, checks, Verb.START, Reason.SPEC_CHANGED, Status.LOADED,
+                     f"not running; a new generation{cleared}", why=changes(r))
     # §4 crashed: we started it and it is gone (or its pid now belongs to another).
     if rec is not None and (rec.pid is not None or rec.exited_at is not None) and not r.operator:
         # A known bad model outranks backoff: the role needs an operator now.
-        refused = _model_refusal(r, checks, release=r.reserved, kept=None)
+        refused = model_refusal(r, checks, release=r.reserved, kept=None)
         if refused is not None:
             return refused
         proc = r.obs.process
@@ -368,140 +236,23 @@ def _decide(r: _Role, node: NodeConfig, models, checks, guard: bool, now: float,
         # §4 every exit says why: its code or signal and its log's telling line.
         ended = rec.exit if rec.exit is not None else r.obs.exit
         what, said = (exitreasons.headline(ended), exitreasons.said(ended)) if ended else ("exited", "")
-        held = _backoff(r, exited, now, what, "restart", said=said)
+        held = backoff(r, exited, now, what, "restart", said=said)
         if held is not None:
             return held
         n, most = r.restarts + 1, r.policy.max_restarts
         told = f"{what}: {said}" if said else what
-        return _start(r, checks, Verb.RESTART, Reason.CRASHED, Status.EXITED,
-                      f"{told}; restart {n} of {most}",
-                      why=f"{told}; restart {n} of {most}" if ended else f"restart {n} of {most}",
-                      restarts=n)
+        return start(r, checks, Verb.RESTART, Reason.CRASHED, Status.EXITED,
+                     f"{told}; restart {n} of {most}",
+                     why=f"{told}; restart {n} of {most}" if ended else f"restart {n} of {most}",
+                     restarts=n)
     # §4 missing: never started, cleanly stopped, or an operator start.
     why = "operator start" if r.operator else ""
     if r.interrupted is not None and not why:
         why = f"a killed pass's {r.interrupted.verb} is finished; not a crash"
-    return _start(r, checks, Verb.START, Reason.MISSING, Status.LOADED, "not running", why=why)
+    return start(r, checks, Verb.START, Reason.MISSING, Status.LOADED, "not running", why=why)
 
 
-def _changes(r: _Role) -> str:
-    assert r.record is not None
-    return generations.launch_changes(r.record, r.spec, r.argv, r.digest, fresh=r.fresh,
-                                      owner_id=r.owner_id, instance_id=r.instance_id)
-
-
-# ---------------------------------------------------------------- §9 on-demand
-
-
-def _started(r: _Role) -> float | None:
-    return r.record.started_at if r.record is not None else None
-
-
-def _on_demand(r: _Role, demand: Demand | None, now: float) -> Draft | None:
-    """§9 the on-demand rung: a Draft when it decides, None to go on down the ladder.
-
-    Without demand (outside the daemon) nothing is started or stopped for it:
-    a running one is kept as any role, a stopped one stays stopped.
-    """
-    spec = r.spec
-    assert spec is not None
-    seen = demand.of(r.name) if demand is not None else None
-    if r.running:
-        left = (demands.idle_left(seen, _started(r), spec.idle_after, now, demand.since)
-                if seen is not None and demand is not None else None)
-        if left is not None and left <= 0:
-            return _d(r, Verb.STOP, Reason.IDLE, Status.RUNNING,
-                      f"on-demand; no request for {format_duration(spec.idle_after)}",
-                      why=format_duration(spec.idle_after), release=r.reserved)
-        return None
-    if seen is not None and seen.wants_start:
-        return None  # started (or restarted after its backoff) below, under the ledger
-    crashed = r.record is not None and (r.record.pid is not None
-                                        or r.record.exited_at is not None)
-    if demand is None:
-        detail = "on-demand; not running (demand is seen only by `reconcile watch`)"
-    else:
-        detail = "on-demand; not running, no request waiting"
-    # A dead on-demand server nobody asks for holds no memory; its record keeps
-    # the crash (and the count) for the backoff of the next request's start.
-    return _d(r, Verb.KEEP, Reason.ON_DEMAND, Status.EXITED if crashed else Status.STOPPED,
-              detail, why="no demand known outside the daemon" if demand is None
-              else "no request waiting", release=r.reserved)
-
-
-#: §9 while requests wait for a starting role, the daemon looks again this soon
-#: (a pass per 25 ms, only while a started role with waiters is not ready).
-WAITER_POLL = 0.025
-
-
-def _demand_hint(r: _Role, draft: Draft, demand: Demand, now: float) -> Draft:
-    """§9 an on-demand role's reason and requeue: its demand, when it goes idle."""
-    d, seen = draft.decision, demand.of(r.name)
-    changes: dict = {}
-    if d.verb is Verb.START and d.reason is Reason.MISSING and seen.wants_start:
-        changes.update(reason=Reason.DEMAND, why=demands.waiting_text(seen))
-    if seen.waiting and (d.verb in (Verb.START, Verb.RESTART)
-                         or d.status in (Status.STARTING, Status.LOADING)):
-        changes["retry_in"] = WAITER_POLL
-    elif d.verb is Verb.KEEP and r.running and r.spec is not None:
-        left = demands.idle_left(seen, _started(r), r.spec.idle_after, now, demand.since)
-        if left is None:  # busy now: its requests end unannounced, so look again idle_after on
-            left = r.spec.idle_after
-        if d.retry_in is None or left < d.retry_in:
-            changes["retry_in"] = left
-    if not changes:
-        return draft
-    return attrs.evolve(draft, decision=attrs.evolve(d, **changes))
-
-
-def _evictable(r: _Role, draft: Draft, demand: Demand) -> bool:
-    """§9 running, holding memory, and no request in flight or waiting."""
-    return (r.running and draft.decision.verb is Verb.KEEP and draft.holds is not None
-            and not demand.of(r.name).busy)
-
-
-# ---------------------------------------------------------------- holds
-
-
-def _terminal(r: _Role, rec: RoleRecord) -> Draft:
-    status = Status.GAVE_UP if rec.terminal is Terminal.GAVE_UP else Status.STOPPED_EXPOSED
-    detail = rec.terminal_detail or f"{rec.terminal}; run `reconcile start {r.name}`"
-    if r.running:
-        # Held, yet our process is alive (it came back, or a stop never took):
-        # it is resident, so it keeps its memory and its exclusions.
-        footprint = r.spec.memory.footprint if r.spec is not None else 0
-        return _d(r, Verb.KEEP, Reason.TERMINAL, status, detail + "; its process is alive",
-                  why=str(rec.terminal), holds=max(rec.reserved, footprint))
-    return _d(r, Verb.KEEP, Reason.TERMINAL, status, detail, why=str(rec.terminal),
-              release=rec.reserved)
-
-
-def _backoff(r: _Role, exited: float, now: float, what: str, attempt: str,
-             said: str = "") -> Draft | None:
-    """§4 after an exit (or eviction): give up at max, else wait out delay(restarts).
-
-    ``what`` happened (``exited (code 1)``), and ``said``: the line that says why.
-    """
-    assert r.record is not None
-    n, most = r.restarts, r.policy.max_restarts
-    state = policy.retry(n, exited, now, r.policy)
-    because = f": {said}" if said else ""
-    # §4 max restarts reached and dead → gave-up (terminal, releases memory).
-    if state.gave_up:
-        return _d(r, Verb.GIVE_UP, Reason.MAX_RESTARTS, Status.GAVE_UP,
-                  f"{what} after {n} restart{'' if n == 1 else 's'} (max_restarts {most})"
-                  f"{because}; run `reconcile start {r.name}`", release=r.reserved)
-    # §4 backoff: the clock starts when the exit was first observed.
-    if state.left > 0:
-        left = format_duration(state.left)
-        return _d(r, Verb.WAIT, Reason.BACKOFF, Status.BACKOFF,
-                  f"{what}{because}; {attempt} {n + 1} of {most} in {left}",
-                  why=f"{what}{because}; retry in {left}" if said else f"retry in {left}",
-                  retry_in=state.left, holds=r.reserved or None)
-    return None
-
-
-def _removed(r: _Role, guard: bool, placed: tuple[str, ...] | None) -> Draft:
+def _removed(r: Role, guard: bool, placed: tuple[str, ...] | None) -> Draft:
     """§4 a role the manifests no longer give this node: removed, or (§10) placed elsewhere."""
     rec = r.record
     assert rec is not None
@@ -513,20 +264,20 @@ def _removed(r: _Role, guard: bool, placed: tuple[str, ...] | None) -> Draft:
     # §4 an empty manifest set stops nothing (and forgets nothing) unless --allow-empty.
     if guard:
         resident = r.running or (spec_of(rec.runtime).loads_models and rec.we_loaded)
-        return _d(r, Verb.KEEP, Reason.EMPTY_MANIFESTS,
-                  Status.RUNNING if r.running else Status.UNKNOWN,
-                  "the manifest set is empty; nothing is stopped without --allow-empty",
-                  holds=rec.reserved if resident or rec.reserved else None)
+        return draft(r, Verb.KEEP, Reason.EMPTY_MANIFESTS,
+                     Status.RUNNING if r.running else Status.UNKNOWN,
+                     "the manifest set is empty; nothing is stopped without --allow-empty",
+                     holds=rec.reserved if resident or rec.reserved else None)
     # §4 adopted role removed → forget (it was never ours to touch).
     if rec.mode is Mode.ADOPTED:
-        return _d(r, Verb.FORGET, Reason.REMOVED, Status.UNKNOWN, f"{gone}; forgotten")
+        return draft(r, Verb.FORGET, Reason.REMOVED, Status.UNKNOWN, f"{gone}; forgotten")
     if spec_of(rec.runtime).loads_models:
-        return _ollama_release(r, Reason.REMOVED)
+        return loadrungs.ollama_release(r, Reason.REMOVED)
     # §4 managed role removed → stop our server; once gone, forget it.
     if r.running:
-        return _d(r, Verb.STOP, Reason.REMOVED, Status.RUNNING, gone, release=rec.reserved)
-    return _d(r, Verb.FORGET, Reason.REMOVED, Status.STOPPED, f"{gone}; not running",
-              release=rec.reserved)
+        return draft(r, Verb.STOP, Reason.REMOVED, Status.RUNNING, gone, release=rec.reserved)
+    return draft(r, Verb.FORGET, Reason.REMOVED, Status.STOPPED, f"{gone}; not running",
+                 release=rec.reserved)
 
 
 def _listed(nodes: tuple[str, ...], limit: int = 3) -> str:
@@ -534,7 +285,7 @@ def _listed(nodes: tuple[str, ...], limit: int = 3) -> str:
         f"{', '.join(nodes[:limit])} and {len(nodes) - limit} more")
 
 
-def _running(r: _Role, checks: Mapping[str, ModelCheck], now: float) -> Draft:
+def _running(r: Role, checks: Mapping[str, ModelCheck], now: float) -> Draft:
     rec, holds = r.record, r.reserved
     # §3/§4 spec_changed: a new generation (the launch digest, restarted_at) → restart
     # (a fresh start: the count is 0). A process started as another instance than
@@ -542,23 +293,23 @@ def _running(r: _Role, checks: Mapping[str, ModelCheck], now: float) -> Draft:
     if r.argv is not None and rec is not None and (
             (rec.launch_digest is not None and r.digest != rec.launch_digest) or r.fresh
             or r.owner_id != r.instance_id):
-        return _start(r, checks, Verb.RESTART, Reason.SPEC_CHANGED, Status.RUNNING,
-                      "running a previous launch", why=_changes(r), keeps=True)
+        return start(r, checks, Verb.RESTART, Reason.SPEC_CHANGED, Status.RUNNING,
+                     "running a previous launch", why=changes(r), keeps=True)
     # §4.1 liveness (opt-in): alive but failing its checks.
-    hung = _liveness(r, checks, now)
+    hung = livenessrungs.managed(r, checks, now)
     if hung is not None:
         return hung
     # §4 in sync: alive and answering.
     if r.health is Health.UP:
-        return _d(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, r.probe_detail("up"), holds=holds)
+        return draft(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, r.probe_detail("up"), holds=holds)
     # §2 loading (503): poll again soon (polling, not backoff).
     if r.health is Health.LOADING:
-        return _d(r, Verb.KEEP, Reason.LOADING, Status.LOADING, r.probe_detail("loading"),
-                  retry_in=policy.POLL, holds=holds)
+        return draft(r, Verb.KEEP, Reason.LOADING, Status.LOADING, r.probe_detail("loading"),
+                     retry_in=policy.POLL, holds=holds)
     # §4 a live but unhealthy server is reported, not restarted.
     if r.health is Health.UNHEALTHY:
-        return _d(r, Verb.KEEP, Reason.UNHEALTHY, Status.DEGRADED, r.probe_detail("unhealthy"),
-                  holds=holds)
+        return draft(r, Verb.KEEP, Reason.UNHEALTHY, Status.DEGRADED, r.probe_detail("unhealthy"),
+                     holds=holds)
     # Unknown is not down: alive, not answering (yet) → starting, else unknown.
     if rec is None or rec.healthy_since is None:
         grace = r.policy.startup_grace
@@ -566,96 +317,21 @@ def _running(r: _Role, checks: Mapping[str, ModelCheck], now: float) -> Draft:
             # §4 starting for longer than startup_grace: a failed start. Stopped;
             # the next pass counts it and backs off as after a crash.
             late = f"not answering {format_duration(grace)} after its start"
-            return _d(r, Verb.STOP, Reason.STARTUP_TIMEOUT, Status.STARTING,
-                      f"{late}; a failed start", why=late, holds=holds)
-        return _d(r, Verb.KEEP, Reason.STARTING, Status.STARTING,
-                  r.probe_detail("not answering yet"), retry_in=policy.POLL, holds=holds)
-    return _d(r, Verb.KEEP, Reason.UNKNOWN, Status.DEGRADED,
-              r.probe_detail("not answering") + "; unknown is not down", holds=holds)
+            return draft(r, Verb.STOP, Reason.STARTUP_TIMEOUT, Status.STARTING,
+                         f"{late}; a failed start", why=late, holds=holds)
+        return draft(r, Verb.KEEP, Reason.STARTING, Status.STARTING,
+                     r.probe_detail("not answering yet"), retry_in=policy.POLL, holds=holds)
+    return draft(r, Verb.KEEP, Reason.UNKNOWN, Status.DEGRADED,
+                 r.probe_detail("not answering") + "; unknown is not down", holds=holds)
 
 
-def _liveness(r: _Role, checks: Mapping[str, ModelCheck], now: float) -> Draft | None:
-    """§4.1 a managed server failing ``failures`` consecutive liveness checks is restarted
-    (``unresponsive``) under the restart policy: counted, after delay(restarts) since its
-    first failed check, and never past ``max_restarts`` (then it is reported, not touched:
-    it is alive, and a live server is never given up). Fewer failures: reported."""
-    spec, rec = r.spec, r.record
-    if spec is None or spec.liveness is None or rec is None:
-        return None
-    counters = liveness.look(spec.liveness, rec.liveness, r.obs.probe, rec.started_at, now)
-    if counters.failures == 0:
-        return None
-    said, why = liveness.summary(spec.liveness, counters), liveness.counted(spec.liveness, counters)
-    if not liveness.unresponsive(spec.liveness, counters):
-        return _d(r, Verb.KEEP, Reason.UNRESPONSIVE, Status.DEGRADED, said, why=why,
-                  holds=r.reserved,
-                  retry_in=liveness.next_check(spec.liveness, counters, rec.started_at, now))
-    n, most = r.restarts, r.policy.max_restarts
-    if n >= most:
-        held = f"not restarted: max_restarts {most} reached; run `reconcile start {r.name}`"
-        return _d(r, Verb.KEEP, Reason.UNRESPONSIVE, Status.DEGRADED, f"{said}; {held}",
-                  why=f"{why}; {held}", holds=r.reserved)
-    state = policy.retry(n, counters.since if counters.since is not None else now, now, r.policy)
-    if state.left > 0:
-        left = format_duration(state.left)
-        return _d(r, Verb.KEEP, Reason.UNRESPONSIVE, Status.DEGRADED,
-                  f"{said}; restart {n + 1} of {most} in {left}",
-                  why=f"{why}; restart {n + 1} of {most} in {left}", retry_in=state.left,
-                  holds=r.reserved)
-    return _start(r, checks, Verb.RESTART, Reason.UNRESPONSIVE, Status.DEGRADED,
-                  f"{said}; restart {n + 1} of {most}",
-                  why=f"{counters.detail}; restart {n + 1} of {most}", restarts=n + 1, keeps=True)
-
-
-def _start(r: _Role, checks, verb: Verb, reason: Reason, status: Status, detail: str, *,
-           why: str = "", restarts: int | None = None, keeps: bool = False) -> Draft:
-    """Gates shared by start and restart: foreign port, model checks; memory comes later."""
-    spec = r.spec
-    assert spec is not None and r.argv is not None
-    kept = r.reserved if keeps else None
-    release = 0 if keeps else r.reserved
-    # §4 never start over a port something else accepts connections on.
-    if r.obs.port_taken:
-        msg = f"port {spec.serve.port} already taken; adopt it instead"
-        return _d(r, Verb.REFUSE, Reason.PORT_TAKEN, Status.REFUSED, msg, why=msg,
-                  release=release, holds=kept)
-    refused = _model_refusal(r, checks, release=release, kept=kept)
-    if refused is not None:
-        return refused
-    held = r.reserved if keeps or r.reserved else None  # a crashed server keeps its reservation
-    return _d(r, verb, reason, status, detail, why=why, launch=r.launch(),
-              reserve=spec.memory.footprint, release=r.reserved, retry_in=policy.POLL,
-              restarts=r.restarts if restarts is None else restarts, holds=held, keeps=keeps,
-              generation=r.generation, restarted_at=spec.restarted_at)
-
-
-def _model_refusal(r: _Role, checks, *, release: int, kept: int | None) -> Draft | None:
-    """§1.1 only verified weights are served (unverified: the executor verifies first)."""
-    spec = r.spec
-    assert spec is not None
-    for name in (spec.model, spec.serve.draft_model):
-        check = checks.get(name) if name else None
-        if check is None or check.state not in _BAD_MODEL:
-            continue
-        detached = check.state is ModelState.DETACHED
-        msg = (f"model store is detached ({name})" if detached
-               else f"model {name} {check.state}" + (f": {check.detail}" if check.detail else ""))
-        return _d(r, Verb.REFUSE, Reason.MODEL_UNVERIFIED,
-                  Status.DEGRADED if detached else Status.REFUSED, msg, why=msg,
-                  release=release, holds=kept)
-    return None
-
-
-_BAD_MODEL = (ModelState.MISMATCH, ModelState.MISSING, ModelState.DETACHED)
-
-
-def _adopted(r: _Role, models, now: float) -> Draft:
+def _adopted(r: Role, models, now: float) -> Draft:
     """§1.2 adopted: observe only; status from the probe; never any action."""
     spec = r.spec
     assert spec is not None
     if spec.state is WantedState.STOPPED:
-        return _d(r, Verb.FORGET, Reason.STATE_STOPPED, Status.STOPPED,
-                  "state: stopped; adopted roles are only forgotten")
+        return draft(r, Verb.FORGET, Reason.STATE_STOPPED, Status.STOPPED,
+                     "state: stopped; adopted roles are only forgotten")
     probe, health = r.obs.probe, r.health
     if health in _HEALTH_STATUS:
         status = _HEALTH_STATUS[health]
@@ -666,138 +342,15 @@ def _adopted(r: _Role, models, now: float) -> Draft:
     detail = r.probe_detail(str(status))
     # Unknown is not down: a hung server still holds its memory.
     resident = status in (Status.RUNNING, Status.LOADING, Status.DEGRADED, Status.UNKNOWN)
-    status, detail = _adopted_liveness(r, status, detail, now)
+    status, detail = livenessrungs.adopted(r, status, detail, now)
     if spec_of(spec.runtime).shared_endpoint and probe is not None and resident:
-        tag = _tag_of(spec, models)
+        tag = loadrungs.tag_of(spec, models)
         resident = spec_of(spec.runtime).lists(probe.resident_models, tag)
         if not spec_of(spec.runtime).lists(probe.listed_models, tag):
             status, detail = Status.DEGRADED, f"wanted model {tag} is not listed"
     # Answering adopted servers use memory: the ledger counts their footprint (or
     # what we still hold, for a server of ours that was switched to adopted).
-    return _d(r, Verb.KEEP, Reason.ADOPTED, status, detail,
-              retry_in=policy.POLL if status is Status.LOADING else None,
-              holds=max(spec.memory.footprint, r.reserved) if resident else None,
-              release=0 if resident else r.reserved)
-
-
-def _adopted_liveness(r: _Role, status: Status, detail: str,
-                      now: float) -> tuple[Status, str]:
-    """§4.1 an adopted server failing its liveness checks is reported, never restarted."""
-    spec, rec = r.spec, r.record
-    if spec is None or spec.liveness is None or rec is None:
-        return status, detail
-    counters = liveness.look(spec.liveness, rec.liveness, r.obs.probe, None, now)
-    if counters.failures == 0:
-        return status, detail
-    said = liveness.summary(spec.liveness, counters)
-    if liveness.unresponsive(spec.liveness, counters):
-        return Status.DEGRADED, f"{said}; adopted: reported, never restarted"
-    return status, f"{detail}; {said}"
-
-
-def _ollama_release(r: _Role, reason: Reason) -> Draft:
-    """§2 unload only what we loaded, and never blind; otherwise nothing to undo."""
-    rec, probe = r.record, r.obs.probe
-    if _our_load_live(rec):
-        assert rec is not None
-        if probe is None or probe.health not in (Health.UP, Health.UNHEALTHY):
-            return _d(r, Verb.KEEP, Reason.UNKNOWN, Status.UNKNOWN,
-                      f"Ollama not answering; {rec.model_tag} is not unloaded blind",
-                      holds=rec.reserved)
-        if r.sharing and spec_of(rec.runtime).lists(probe.resident_models, rec.model_tag):
-            # Another role wants the same model: unloading it would evict that
-            # role; it stays loaded, and stays ours, until the last one lets go.
-            serve = "serves" if len(r.sharing) == 1 else "serve"
-            return _d(r, Verb.KEEP, reason, Status.STOPPED,
-                      f"{rec.model_tag} stays loaded: {', '.join(sorted(r.sharing))} {serve} it",
-                      release=rec.reserved)
-        if spec_of(rec.runtime).lists(probe.resident_models, rec.model_tag):
-            return _d(r, Verb.UNLOAD, reason, Status.RUNNING,
-                      f"{rec.model_tag} resident; we loaded it", model_tag=rec.model_tag,
-                      release=rec.reserved)
-    if reason is Reason.REMOVED:
-        return _d(r, Verb.FORGET, reason, Status.STOPPED, "nothing of ours is resident",
-                  release=r.reserved)
-    return _d(r, Verb.KEEP, Reason.ABSENT, Status.STOPPED,
-              "state: stopped; nothing of ours is resident", release=r.reserved)
-
-
-def _our_load_live(rec: RoleRecord | None) -> bool:
-    """We loaded ``rec.model_tag`` and no pass has seen that load leave /api/ps since."""
-    return rec is not None and rec.we_loaded and bool(rec.model_tag) and rec.exited_at is None
-
-
-def _ollama(r: _Role, models, now: float) -> Draft:
-    """§2 managed Ollama: load/unload one tag on a server we never launch."""
-    spec, rec, probe = r.spec, r.record, r.obs.probe
-    assert spec is not None
-    tag = _tag_of(spec, models)
-    # §4 state: stopped → unload what we loaded.
-    if spec.state is WantedState.STOPPED:
-        return _ollama_release(r, Reason.STATE_STOPPED)
-    if rec is not None and rec.terminal is not None and not r.operator and not r.fresh:
-        return _terminal(r, rec)
-    # Unknown is not down: never act blind on an Ollama that does not answer.
-    if probe is None or probe.health in (Health.UNREACHABLE, Health.NOT_PROBED):
-        return _d(r, Verb.KEEP, Reason.UNKNOWN, Status.DEGRADED,
-                  r.probe_detail("Ollama not answering") + "; nothing is done blind",
-                  holds=r.reserved or None)
-    if probe.health is Health.LOADING:
-        return _d(r, Verb.KEEP, Reason.LOADING, Status.LOADING, "a load is in flight",
-                  retry_in=policy.POLL, holds=r.reserved or spec.memory.footprint)
-    # Answering, but /api/tags or /api/ps failed: its lists cannot be trusted,
-    # so an empty one is no eviction and no missing pull. Unknown is not down.
-    if probe.health is not Health.UP:
-        return _d(r, Verb.KEEP, Reason.UNKNOWN, Status.DEGRADED,
-                  r.probe_detail("Ollama answers badly") + "; nothing is done on it",
-                  holds=r.reserved or None)
-    ours = rec is not None and rec.we_loaded and rec.model_tag is not None
-    # A changed tag: unload the old tag we loaded first; the new one loads next pass.
-    if (_our_load_live(rec) and not spec_of(spec.runtime).same(rec.model_tag, tag)
-            and not r.sharing and spec_of(spec.runtime).lists(probe.resident_models, rec.model_tag)):
-        return _d(r, Verb.UNLOAD, Reason.SPEC_CHANGED, Status.RUNNING, f"tag changed to {tag}",
-                  why=f"tag {rec.model_tag} → {tag}", model_tag=rec.model_tag,
-                  release=rec.reserved)
-    # §2 never pull: a tag that is not pulled is refused.
-    if not spec_of(spec.runtime).lists(probe.listed_models, tag):
-        msg = f"{tag} is not pulled; the reconciler never pulls"
-        return _d(r, Verb.REFUSE, Reason.NOT_PULLED, Status.REFUSED, msg, why=msg,
-                  release=r.reserved)
-    load = dict(model_tag=tag, keep_alive=spec.keep_alive, reserve=spec.memory.footprint,
-                release=r.reserved, retry_in=policy.POLL, generation=r.generation,
-                restarted_at=spec.restarted_at)
-    if spec_of(spec.runtime).lists(probe.resident_models, tag):
-        if r.fresh and _our_load_live(rec) and spec_of(spec.runtime).same(rec.model_tag, tag):
-            # §4 a new generation of our resident model (keep_alive, restarted_at):
-            # the load is sent again, which sets the new keep_alive.
-            return _d(r, Verb.LOAD, Reason.SPEC_CHANGED, Status.RUNNING,
-                      f"{tag} resident; a new generation", why=generations.load_changes(rec, spec, tag),
-                      holds=r.reserved or spec.memory.footprint, **load)
-        return _d(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, f"{tag} resident",
-                  holds=r.reserved or spec.memory.footprint)
-    if r.fresh:
-        # §4 a new generation is a fresh start: no hold, no backoff, loaded now.
-        return _d(r, Verb.LOAD, Reason.SPEC_CHANGED, Status.LOADED, f"{tag} not resident",
-                  why=generations.load_changes(rec, spec, tag), **load)
-    # §2/§4 evicted behind our back (by a client or Ollama's scheduler): a
-    # reload counts against the restart policy, with backoff, like a crash.
-    if ours and not r.operator and spec_of(spec.runtime).same(rec.model_tag, tag):
-        held = _backoff(r, rec.exited_at if rec.exited_at is not None else now, now,
-                        f"{tag} evicted", "reload")
-        if held is not None:
-            return held
-        n, most = r.restarts + 1, r.policy.max_restarts
-        return _d(r, Verb.LOAD, Reason.EVICTED, Status.EXITED, f"{tag} evicted behind our back",
-                  why=f"reload {n} of {most}", restarts=n, holds=rec.reserved, **load)
-    # §4 a load of ours that failed is retried with backoff and counted, like
-    # a crashed start: polling is not backoff.
-    if rec is not None and rec.exited_at is not None and not r.operator:
-        held = _backoff(r, rec.exited_at, now, f"loading {tag} failed", "load")
-        if held is not None:
-            return held
-        n, most = r.restarts + 1, r.policy.max_restarts
-        return _d(r, Verb.LOAD, Reason.MISSING, Status.EXITED, f"loading {tag} failed before",
-                  why=f"load attempt {n + 1}; retry {n} of {most}", restarts=n, **load)
-    # §2 wanted, pulled, not resident → load.
-    return _d(r, Verb.LOAD, Reason.MISSING, Status.LOADED, f"{tag} not resident", **load)
-
+    return draft(r, Verb.KEEP, Reason.ADOPTED, status, detail,
+                 retry_in=policy.POLL if status is Status.LOADING else None,
+                 holds=max(spec.memory.footprint, r.reserved) if resident else None,
+                 release=0 if resident else r.reserved)

@@ -19,12 +19,15 @@ PACKAGE = Path(__file__).parents[1] / "reconciler"
 PURE = {
     "reconciler/desired.py", "reconciler/observed.py", "reconciler/decisions.py",
     "reconciler/manifests.py", "reconciler/plan.py", "reconciler/records.py",
+    "reconciler/rungs.py",  # the parts every rung of the ladder is built from
+    "reconciler/loadrungs.py",  # the ladder's rungs for models loaded on a shared server
     "reconciler/generations.py", "reconciler/orphans.py",
     "reconciler/policy.py", "reconciler/ledger.py", "reconciler/render.py", "reconciler/units.py",
     "reconciler/identity.py", "reconciler/extra_args.py", "reconciler/errors.py",
     "reconciler/exitcodes.py",
     "reconciler/exitreasons.py",  # why a server exited, in words (§4)
     "reconciler/liveness.py",  # §4.1 liveness counters
+    "reconciler/livenessrungs.py",  # §4.1 the ladder's liveness rungs
     "reconciler/events.py", "reconciler/outcomes.py",  # the vocabulary of a pass's results
     "reconciler/http11.py",  # sans-IO HTTP/1.1 framing
     "reconciler/runtimes/*",
@@ -35,7 +38,7 @@ PURE = {
     "reconciler/labels.py", "reconciler/fleet.py", "reconciler/nodecheck.py",
     "reconciler/offline.py", "reconciler/fleetview.py", "reconciler/fleetdiff.py",
     # §9 on-demand roles: demand as a planner input, eviction
-    "reconciler/demand.py", "reconciler/eviction.py",
+    "reconciler/demand.py", "reconciler/eviction.py", "reconciler/demandrungs.py",
     "reconciler/router/rules.py",  # the router's decisions: routes, headers, bodies, errors
 }
 

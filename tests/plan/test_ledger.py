@@ -6,7 +6,7 @@ from hypothesis import assume, example, given, target
 from hypothesis import strategies as st
 
 from reconciler import ledger
-from reconciler import plan as planner
+from reconciler import loadrungs
 from reconciler.decisions import Decision, Reason, Verb
 from reconciler.ledger import Draft
 from reconciler.plan import plan
@@ -92,7 +92,7 @@ def test_plans_with_either_ledger_are_equal(w: World) -> None:
     oracle knows nothing of that, so such worlds are left to the goldens.)
     """
     models = {m.name: m for m in w.desired.models}
-    served = planner._served(w.desired.roles, models)
+    served = loadrungs.served(w.desired.roles, models)
     assume(all(len(group) < 2 for here in served.values() for _, group in here))
     got = plan(w.desired, w.observed, w.remembered, w.ctx, w.now)
     real = ledger.place
