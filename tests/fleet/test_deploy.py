@@ -23,7 +23,7 @@ def need(tool: str) -> str:
     message = f"{tool} is missing (`make tools` installs it)"
     if os.environ.get("CI"):
         pytest.fail(message)  # in CI a missing checker is a broken build, not a skip
-    pytest.skip(message)
+    pytest.skip(reason=message)
 
 
 # ---------------------------------------------------------------- systemd
