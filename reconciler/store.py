@@ -8,8 +8,8 @@ the memory reserved in the ledger. Beside it: an append-only event log, and
 the model verification stamps of §1.1, and the operator starts that a
 ``reconcile start`` queued for the daemon holding the lock.
 
-The schema is versioned with ``PRAGMA user_version``; ``_MIGRATIONS[i]``
-takes a database from version ``i`` to ``i + 1``.
+The schema is versioned with ``PRAGMA user_version``; its steps are in
+``storeschema.py``.
 
 One writer at a time: ``lock.Lock`` holds ``<state dir>/lock`` for a whole
 pass or the daemon's life. The one exception is brief and safe under WAL and
@@ -40,135 +40,11 @@ from reconciler.errors import StateError
 from reconciler.events import Event, EventKind
 from reconciler.desired import Mode, Runtime
 from reconciler.observed import ExitInfo, Intent, Liveness, RoleRecord, Terminal
+from reconciler.storeschema import MIGRATIONS, SCHEMA_VERSION
 
 if TYPE_CHECKING:  # hashing models is not every pass's business: imported when stamps are read
     from reconciler.modelstore import Stamp
 
-_MIGRATIONS: tuple[str, ...] = (
-    # 0 → 1: the first schema (IF NOT EXISTS: two first runs may race to create it).
-    """
-    CREATE TABLE IF NOT EXISTS roles (
-        name TEXT PRIMARY KEY,
-        instance_id TEXT NOT NULL,
-        runtime TEXT NOT NULL,
-        mode TEXT NOT NULL,
-        host TEXT NOT NULL,
-        port INTEGER NOT NULL,
-        model_tag TEXT,
-        pid INTEGER,
-        create_time REAL,
-        launch_digest TEXT,
-        launch_argv TEXT NOT NULL DEFAULT '[]',
-        restarts INTEGER NOT NULL DEFAULT 0,
-        started_at REAL,
-        exited_at REAL,
-        healthy_since REAL,
-        terminal TEXT,
-        terminal_detail TEXT NOT NULL DEFAULT '',
-        we_loaded INTEGER NOT NULL DEFAULT 0,
-        reserved INTEGER NOT NULL DEFAULT 0,
-        updated_at REAL NOT NULL
-    );
-    CREATE TABLE IF NOT EXISTS events (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        at REAL NOT NULL,
-        role TEXT NOT NULL,
-        verb TEXT NOT NULL,
-        reason TEXT NOT NULL,
-        detail TEXT NOT NULL DEFAULT '',
-        ok INTEGER,
-        git_commit TEXT
-    );
-    CREATE INDEX IF NOT EXISTS events_by_role ON events (role, at);
-    CREATE TABLE IF NOT EXISTS stamps (
-        model TEXT NOT NULL,
-        path TEXT NOT NULL,
-        size INTEGER NOT NULL,
-        mtime_ns INTEGER NOT NULL,
-        inode INTEGER NOT NULL,
-        sha256 TEXT NOT NULL,
-        PRIMARY KEY (model, path)
-    );
-    CREATE TABLE IF NOT EXISTS sticky_mismatch (
-        model TEXT PRIMARY KEY,
-        detail TEXT NOT NULL
-    );
-    """,
-    # 1 → 2: operator starts queued by `reconcile start` for the lock holder.
-    """
-    CREATE TABLE IF NOT EXISTS operator_starts (
-        name TEXT PRIMARY KEY,
-        requested_at REAL
-    );
-    """,
-    # 2 → 3: stronger model stamps, with ctime and device. Rows from before get
-    # NULL there and are never read back as stamps: their files re-hash once.
-    # A rebuild, not ALTER TABLE ADD COLUMN, so that a racing second run of the
-    # step succeeds too (it only costs that race's stamps one more re-hash).
-    """
-    CREATE TABLE IF NOT EXISTS stamps_v3 (
-        model TEXT NOT NULL,
-        path TEXT NOT NULL,
-        size INTEGER NOT NULL,
-        mtime_ns INTEGER NOT NULL,
-        inode INTEGER NOT NULL,
-        ctime_ns INTEGER DEFAULT NULL,
-        dev INTEGER DEFAULT NULL,
-        sha256 TEXT NOT NULL,
-        PRIMARY KEY (model, path)
-    );
-    INSERT OR IGNORE INTO stamps_v3 (model, path, size, mtime_ns, inode, sha256)
-        SELECT model, path, size, mtime_ns, inode, sha256 FROM stamps;
-    DROP TABLE stamps;
-    ALTER TABLE stamps_v3 RENAME TO stamps;
-    """,
-    # 3 → 4: generations and intents (§3, §4): the generation a record's count
-    # and holds belong to, its restarted_at, and a pass's unfinished work (JSON).
-    # A rebuild, like 2 → 3, so that a racing second run of the step succeeds too.
-    """
-    CREATE TABLE IF NOT EXISTS roles_v4 (
-        name TEXT PRIMARY KEY,
-        instance_id TEXT NOT NULL,
-        runtime TEXT NOT NULL,
-        mode TEXT NOT NULL,
-        host TEXT NOT NULL,
-        port INTEGER NOT NULL,
-        model_tag TEXT,
-        pid INTEGER,
-        create_time REAL,
-        launch_digest TEXT,
-        launch_argv TEXT NOT NULL DEFAULT '[]',
-        restarts INTEGER NOT NULL DEFAULT 0,
-        started_at REAL,
-        exited_at REAL,
-        healthy_since REAL,
-        terminal TEXT,
-        terminal_detail TEXT NOT NULL DEFAULT '',
-        we_loaded INTEGER NOT NULL DEFAULT 0,
-        reserved INTEGER NOT NULL DEFAULT 0,
-        generation TEXT DEFAULT NULL,
-        restarted_at TEXT DEFAULT NULL,
-        intent TEXT DEFAULT NULL,
-        updated_at REAL NOT NULL
-    );
-    INSERT OR IGNORE INTO roles_v4 (name, instance_id, runtime, mode, host, port, model_tag,
-        pid, create_time, launch_digest, launch_argv, restarts, started_at, exited_at,
-        healthy_since, terminal, terminal_detail, we_loaded, reserved, updated_at)
-        SELECT name, instance_id, runtime, mode, host, port, model_tag, pid, create_time,
-        launch_digest, launch_argv, restarts, started_at, exited_at, healthy_since, terminal,
-        terminal_detail, we_loaded, reserved, updated_at FROM roles;
-    DROP TABLE roles;
-    ALTER TABLE roles_v4 RENAME TO roles;
-    """,
-    # 4 → 5: why the last server of a role ended (§4), and its liveness counters
-    # (§4.1), each a JSON object. A column already there is not added again
-    # (``_apply``): a step replayed after a racing run still succeeds.
-    """
-    ALTER TABLE roles ADD COLUMN exit TEXT;
-    ALTER TABLE roles ADD COLUMN liveness TEXT;
-    """,
-)
-SCHEMA_VERSION = len(_MIGRATIONS)
 _ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN (\w+)", re.IGNORECASE)
 
 #: How long a statement waits for another connection's write lock (seconds).
@@ -288,7 +164,7 @@ class Store:
             with self._transaction():
                 version = self._version()
                 if version < SCHEMA_VERSION:
-                    for statement in _statements(_MIGRATIONS[version]):
+                    for statement in _statements(MIGRATIONS[version]):
                         self._apply(statement)
                     self._db.execute(f"PRAGMA user_version = {version + 1}")
             version = self._version()

@@ -37,6 +37,7 @@ PURE = {
     # the fleet: labels, placement, every node's checks
     "reconciler/labels.py", "reconciler/fleet.py", "reconciler/nodecheck.py",
     "reconciler/offline.py", "reconciler/fleetview.py", "reconciler/fleetdiff.py",
+    "reconciler/storeschema.py",  # the SQL text of state.db's schema steps
     # §9 on-demand roles: demand as a planner input, eviction
     "reconciler/demand.py", "reconciler/eviction.py", "reconciler/demandrungs.py",
     "reconciler/router/rules.py",  # the router's decisions: routes, headers, bodies, errors

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from reconciler.modelstore import Stamp, verify_model
 from reconciler.observed import ModelState
-from reconciler.store import _MIGRATIONS, SCHEMA_VERSION, Store
+from reconciler.store import Store
+from reconciler.storeschema import MIGRATIONS, SCHEMA_VERSION
 
 from .conftest import make_spec
 
@@ -20,7 +21,7 @@ def v2_database(state_dir: Path, rows: list[tuple]) -> None:
     state_dir.mkdir(exist_ok=True)
     db = sqlite3.connect(state_dir / "state.db", isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
-    db.executescript(f"BEGIN;{_MIGRATIONS[0]}{_MIGRATIONS[1]}PRAGMA user_version = 2;COMMIT;")
+    db.executescript(f"BEGIN;{MIGRATIONS[0]}{MIGRATIONS[1]}PRAGMA user_version = 2;COMMIT;")
     db.executemany("INSERT INTO stamps (model, path, size, mtime_ns, inode, sha256) "
                    "VALUES (?, ?, ?, ?, ?, ?)", rows)
     db.close()

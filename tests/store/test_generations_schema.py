@@ -6,7 +6,8 @@ import sqlite3
 
 from reconciler.desired import Mode, Runtime
 from reconciler.observed import Intent, RoleRecord, Terminal
-from reconciler.store import _MIGRATIONS, SCHEMA_VERSION, Store
+from reconciler.store import Store
+from reconciler.storeschema import MIGRATIONS, SCHEMA_VERSION
 
 
 def record(**overrides) -> RoleRecord:
@@ -57,4 +58,4 @@ def test_a_v3_database_migrates_to_v4_keeping_its_records(tmp_path):
         assert {"generation", "restarted_at", "intent"} <= columns
     finally:
         db.close()
-    assert "roles_v4" in _MIGRATIONS[3]
+    assert "roles_v4" in MIGRATIONS[3]

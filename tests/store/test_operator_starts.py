@@ -8,7 +8,8 @@ from reconciler.desired import Mode, Runtime
 from reconciler.events import Event, EventKind
 from reconciler.observed import RoleRecord, Terminal
 from reconciler.lock import Lock
-from reconciler.store import _MIGRATIONS, SCHEMA_VERSION, Store
+from reconciler.store import Store
+from reconciler.storeschema import MIGRATIONS, SCHEMA_VERSION
 
 
 def event(role: str, kind: EventKind, reason: str, *, at: float) -> Event:
@@ -29,7 +30,7 @@ def v1_database(state_dir) -> None:
     state_dir.mkdir(exist_ok=True)
     db = sqlite3.connect(state_dir / "state.db", isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
-    db.executescript(f"BEGIN;{_MIGRATIONS[0]}PRAGMA user_version = 1;COMMIT;")
+    db.executescript(f"BEGIN;{MIGRATIONS[0]}PRAGMA user_version = 1;COMMIT;")
     db.execute("INSERT INTO roles (name, instance_id, runtime, mode, host, port, restarts, "
                "terminal, updated_at) VALUES ('chat', 'chat-1', 'llamacpp', 'managed', "
                "'127.0.0.1', 8090, 2, 'gave-up', 1.0)")
@@ -46,8 +47,8 @@ def tables(state_dir) -> set[str]:
 
 def test_schema_2_adds_the_operator_starts_table():
     """Schema version 2 is one migration appended to the first (later ones follow it)."""
-    assert SCHEMA_VERSION == len(_MIGRATIONS) >= 2
-    assert "CREATE TABLE IF NOT EXISTS operator_starts" in _MIGRATIONS[1]
+    assert SCHEMA_VERSION == len(MIGRATIONS) >= 2
+    assert "CREATE TABLE IF NOT EXISTS operator_starts" in MIGRATIONS[1]
 
 
 def test_a_v1_database_migrates_to_v2_and_keeps_its_roles(tmp_path):
