@@ -184,18 +184,22 @@ class World:
     # ------------------------------------------------------------ teardown
 
     def processes(self) -> list[psutil.Process]:
-        """Every live process of this world: our markers, or cwd in our state dir."""
+        """Every live process of this world: cwd anywhere under its root.
+
+        The root, not only the state directory: a node may put its instance
+        directories elsewhere (``data_root``, as test_own_faults does), and its
+        servers must not outlive the test.
+        """
         mine = []
-        state = str(self.state)
+        root = str(self.root)
         for proc in psutil.process_iter():
             try:
                 if proc.status() == psutil.STATUS_ZOMBIE:
                     continue
                 cwd = proc.cwd()
-                marker = proc.environ().get("RECONCILER_INSTANCE")
             except (psutil.Error, OSError):
                 continue
-            if cwd.startswith(state) or (marker and cwd.startswith(state)):
+            if cwd == root or cwd.startswith(root + "/"):
                 mine.append(proc)
         return mine
 
