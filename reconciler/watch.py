@@ -62,6 +62,7 @@ from reconciler.errors import StateError
 from reconciler.filewatch import FileWatch
 from reconciler.desired import Desired, WantedState
 from reconciler.loop import PassInputs, PassResult
+from reconciler.routerslot import RouterSlot
 
 #: The requeue hint is honoured from this gap on, so a planner that keeps
 #: asking for 0 s cannot spin the daemon.
@@ -173,10 +174,7 @@ class Daemon:
         self.exits = pidwatch.ExitWatch(self._selector)
         self._files: FileWatch | None = None
         self._wakeups = signals.Wakeups(self._sig_w, SIGNALS)
-        self._router_factory = router_factory
-        self._began = wall()
-        self.router = None  # the running router (§9), if any
-        self._router_config = None
+        self._router = RouterSlot(router_factory, self.request_demand, wall())
 
     # ------------------------------------------------------------ control (any thread)
 
@@ -223,7 +221,7 @@ class Daemon:
             self.close()
 
     def close(self) -> None:
-        self._close_router()
+        self._router.close()
         if self._files is not None:
             self._files.close()
             self._files = None
@@ -318,7 +316,7 @@ class Daemon:
         failed = False
         try:
             starts = self._take_starts()
-            demand, seq = self._demand()
+            demand, seq = self._router.demand()
             result = self._call_pass(operator_starts=starts, demand=demand)
             problems = tuple(result.problems)
             if problems:
@@ -337,7 +335,8 @@ class Daemon:
                 self._log_warnings(result.warnings)
             self._logged = logs.log_pass(result, self._logged)
             self._requeue = result.plan.requeue_after if result.plan is not None else None
-            self._route(result, seq)
+            self._router.publish(self.last_good.node.router if self.last_good is not None
+                                 else None, result, seq)
         except StateError as exc:
             # The store's own world broke (a full disk …): one line, no traceback;
             # the next pass tries again (a server spawned before the failure was
@@ -359,49 +358,6 @@ class Daemon:
         self._publish(result, problems, started, duration, failed=failed)
         self._watch_exits()
         self._last_end = self._monotonic()
-
-    # ------------------------------------------------------------ the router (§9)
-
-    def _route(self, result, seq: int) -> None:
-        """(Re)start the router when its configuration changed; hand it the pass's plan."""
-        if self._router_factory is None:
-            return
-        config = self.last_good.node.router if self.last_good is not None else None
-        if config != self._router_config:
-            self._close_router()
-            self._router_config = config
-            if config is not None:
-                self.router = self._start_router(config)
-        if self.router is not None:
-            self.router.publish(result, seq)
-
-    def _demand(self):
-        """The router's demand now; before the router runs, none yet, counted from our start."""
-        if self.router is not None:
-            return self.router.demand()
-        if self._router_factory is None:
-            return None, 0
-        from reconciler.demand import Demand
-
-        return Demand(since=self._began), 0
-
-    def _start_router(self, config):
-        try:
-            router = self._router_factory(config, self.request_demand)
-            router.start()
-        except (OSError, ValueError) as exc:
-            logs.emit(f"cannot start the router on {config.listen}: {exc}; it starts when "
-                      "its configuration changes", level=logging.ERROR, event="error")
-            return None
-        host, port = router.address
-        logs.emit(f"router listening on http://{'[' + host + ']' if ':' in host else host}:"
-                  f"{port}", event="router", router_addr=f"{host}:{port}")
-        return router
-
-    def _close_router(self) -> None:
-        if self.router is not None:
-            self.router.close()
-            self.router = None
 
     def _take_starts(self) -> frozenset[str]:
         """The operator starts ``reconcile start`` queued for us, applied to the store (§4)."""
