@@ -97,14 +97,16 @@ def run_fleet(folder: Path) -> float:
 
 def stages(folder: Path) -> list[tuple[str, float]]:
     """Where the time goes, in-process (imports already paid)."""
-    from reconciler import fleetview, manifests, sources
+    from reconciler.fleet import fleetview
+    from reconciler.manifests import loader
+    from reconciler.repo import sources
 
     out = []
     t = time.perf_counter()
     files, _ = sources.read_manifests([str(folder)])
     out.append(("read files", time.perf_counter() - t))
     t = time.perf_counter()
-    loaded = manifests.load(files)
+    loaded = loader.load(files)
     out.append(("load: YAML, schemas, checks of every node", time.perf_counter() - t))
     t = time.perf_counter()
     view = fleetview.view(loaded.fleet)

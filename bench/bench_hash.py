@@ -22,9 +22,9 @@ import sys
 import tempfile
 import time
 
-from reconciler.desired import ModelFile, ModelFormat, ModelSpec
-from reconciler.observed import ModelState
-from reconciler.modelstore import MemoryStampStore, Verifier, hash_file
+from reconciler.core.desired import ModelFile, ModelFormat, ModelSpec
+from reconciler.core.observed import ModelState
+from reconciler.models.modelstore import MemoryStampStore, Verifier, hash_file
 
 BIG = 1 << 30
 MODELS = 100
@@ -98,7 +98,7 @@ def bench_lazy(work: str) -> None:
     specs = make_models(work)
     stores: list[tuple[str, object, object]] = [("memory stamps", MemoryStampStore(), None)]
     try:
-        from reconciler.store import Store
+        from reconciler.state.store import Store
 
         sqlite_store = Store(os.path.join(work, "state"))
         stores.append(("SQLite stamps", sqlite_store, sqlite_store))

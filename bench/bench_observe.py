@@ -43,10 +43,10 @@ sys.path.insert(0, str(TREE))
 
 import psutil  # noqa: E402
 
-from reconciler.desired import Desired, Mode, RoleSpec, Runtime, ServeSpec  # noqa: E402
-from reconciler.identity import MARKER_ENV  # noqa: E402
-from reconciler.observe import observe  # noqa: E402
-from reconciler.observed import Remembered, RoleRecord  # noqa: E402
+from reconciler.core.desired import Desired, Mode, RoleSpec, Runtime, ServeSpec
+from reconciler.planner.identity import MARKER_ENV
+from reconciler.world.observe import observe
+from reconciler.core.observed import Remembered, RoleRecord
 
 GOAL = 2.5
 MODEL = "/models/bench.gguf"

@@ -25,9 +25,9 @@ import collections
 import sys
 import time
 
-from reconciler import identity
-from reconciler.decisions import PlanContext
-from reconciler.desired import (
+from reconciler.planner import identity
+from reconciler.core.decisions import PlanContext
+from reconciler.core.desired import (
     Desired,
     MemorySpec,
     Mode,
@@ -42,7 +42,7 @@ from reconciler.desired import (
     ServeSpec,
     WantedState,
 )
-from reconciler.observed import (
+from reconciler.core.observed import (
     Health,
     ModelCheck,
     ModelState,
@@ -53,7 +53,7 @@ from reconciler.observed import (
     RoleObservation,
     RoleRecord,
 )
-from reconciler.plan import plan
+from reconciler.planner.plan import plan
 
 GB = 10**9
 NOW = 100_000.0

@@ -18,9 +18,9 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from reconciler.desired import Runtime
-from reconciler.errors import ReconcilerError
-from reconciler.exitcodes import Exit
+from reconciler.core.desired import Runtime
+from reconciler.core.errors import ReconcilerError
+from reconciler.core.exitcodes import Exit
 
 _TOP_HELP = """\
 Make this machine's local LLM inference servers match YAML manifests.
@@ -121,7 +121,7 @@ def _seconds(text: str) -> float:
 
 
 def _node_name(text: str) -> str:
-    from reconciler.units import is_plain_token
+    from reconciler.core.units import is_plain_token
 
     if not is_plain_token(text):
         raise argparse.ArgumentTypeError(

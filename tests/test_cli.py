@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reconciler import cli
-from reconciler.exitcodes import Exit
+from reconciler.core.exitcodes import Exit
 
 #: A command and an option only it has (built when that command is used).
 OWN_OPTION = [

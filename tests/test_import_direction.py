@@ -1,8 +1,11 @@
 """The dependency direction of STYLE.md, enforced by parsing every module's imports.
 
-* Pure modules (the functional core) import no IO library and no shell module.
+* The package is cut into layers (``LAYERS``, lowest first): no module imports
+  a module of a later layer, and the package has no import cycle.
+* Pure layers (the functional core), and modules of a shell layer whose
+  docstring opens with PURE, import no IO library and no shell module.
 * Each IO client library is imported by exactly one module, one of its listed
-  owners. Edit the tables below when a module is renamed or a new one is added.
+  owners. Edit ``LAYERS`` when a package is added, ``OWNERS`` when a library is.
 """
 
 from __future__ import annotations
@@ -15,33 +18,30 @@ import pytest
 
 PACKAGE = Path(__file__).parents[1] / "reconciler"
 
-#: Pure modules and packages (paths relative to the repository, "/*" = every module inside).
-PURE = {
-    "reconciler/desired.py", "reconciler/observed.py", "reconciler/decisions.py",
-    "reconciler/manifests.py", "reconciler/plan.py", "reconciler/records.py",
-    "reconciler/rungs.py",  # the parts every rung of the ladder is built from
-    "reconciler/loadrungs.py",  # the ladder's rungs for models loaded on a shared server
-    "reconciler/generations.py", "reconciler/orphans.py",
-    "reconciler/policy.py", "reconciler/ledger.py", "reconciler/render.py", "reconciler/units.py",
-    "reconciler/identity.py", "reconciler/extra_args.py", "reconciler/errors.py",
-    "reconciler/exitcodes.py",
-    "reconciler/exitreasons.py",  # why a server exited, in words (§4)
-    "reconciler/liveness.py",  # §4.1 liveness counters
-    "reconciler/livenessrungs.py",  # §4.1 the ladder's liveness rungs
-    "reconciler/events.py", "reconciler/outcomes.py",  # the vocabulary of a pass's results
-    "reconciler/http11.py",  # sans-IO HTTP/1.1 framing
-    "reconciler/runtimes/*",
-    # the manifest loader's helpers
-    "reconciler/yamlsafe.py", "reconciler/schemacheck.py", "reconciler/documents.py",
-    "reconciler/crosscheck.py", "reconciler/schemata.py", "reconciler/modeldoc.py",
-    # the fleet: labels, placement, every node's checks
-    "reconciler/labels.py", "reconciler/fleet.py", "reconciler/nodecheck.py",
-    "reconciler/offline.py", "reconciler/fleetview.py", "reconciler/fleetdiff.py",
-    "reconciler/storeschema.py",  # the SQL text of state.db's schema steps
-    # §9 on-demand roles: demand as a planner input, eviction
-    "reconciler/demand.py", "reconciler/eviction.py", "reconciler/demandrungs.py",
-    "reconciler/router/rules.py",  # the router's decisions: routes, headers, bodies, errors
-}
+#: The layers of the package, lowest first (docs/architecture.md draws them). A module may
+#: import modules of its own package and of the packages before its own, never of one after
+#: it. A pure layer imports no IO; in a shell layer, a module whose docstring opens with PURE
+#: is held to the pure rule too (the module says so once, the test enforces it).
+LAYERS: tuple[tuple[str, bool], ...] = (
+    ("core", True),        # values, units, errors, exit codes, labels, addresses
+    ("runtimes", True),    # one declaration per runtime: argv, flags, probes, answers
+    ("manifests", True),   # YAML → validated desired state, or every problem
+    ("planner", True),     # plan() and its rungs, the ledger, policy, records, render
+    ("fleet", True),       # every node's offline plan, what a revision changes
+    ("system", False),     # subprocess, signals, failpoints: the OS's primitives
+    ("models", False),     # model files: hashing, stamps, verification, checks
+    ("state", False),      # state.db and the lock
+    ("repo", False),       # the manifests checkout: files, git commit, revisions
+    ("world", False),      # observing and acting on servers and processes
+    ("engine", False),     # one pass, room by room
+    ("report", False),     # log lines and metrics
+    ("router", False),     # the OpenAI-compatible endpoint (§9)
+    ("daemon", False),     # `watch`: wake-ups and the pass policy
+    ("commands", False),   # one module per command
+    ("cli", False),        # argparse and dispatch (cli.py, __main__.py)
+)
+LAYER_INDEX = {name: i for i, (name, _) in enumerate(LAYERS)}
+PURE_LAYERS = {name for name, pure in LAYERS if pure}
 
 #: What a pure module may not import (top-level names).
 FORBIDDEN_IN_PURE = {
@@ -54,12 +54,12 @@ FORBIDDEN_IN_PURE = {
 OWNERS: dict[str, set[str]] = {
     "aiohttp": {"reconciler/router/proxy.py"},  # the router's server and upstream client (§9)
     "httpx": set(),  # probes are an asyncio protocol + http11.py (probe.py says why)
-    "prometheus_client": {"reconciler/metrics.py"},  # exposition, /metrics, the file
-    "psutil": {"reconciler/procs.py"},
-    "signal": {"reconciler/signals.py"},  # sending and catching signals
-    "sqlite3": {"reconciler/store.py"},
-    "subprocess": {"reconciler/programs.py"},  # servers, git, version probes
-    "watchfiles": {"reconciler/filewatch.py"},
+    "prometheus_client": {"reconciler/report/metrics.py"},  # exposition, /metrics, the file
+    "psutil": {"reconciler/world/procs.py"},
+    "signal": {"reconciler/system/signals.py"},  # sending and catching signals
+    "sqlite3": {"reconciler/state/store.py"},
+    "subprocess": {"reconciler/system/programs.py"},  # servers, git, version probes
+    "watchfiles": {"reconciler/daemon/filewatch.py"},
 }
 
 
@@ -71,9 +71,19 @@ def _rel(path: Path) -> str:
     return path.relative_to(PACKAGE.parent).as_posix()
 
 
+def _layer(rel: str) -> str:
+    """The layer of a module: its package under reconciler/, or "cli" for the top level."""
+    parts = rel.split("/")
+    return parts[1] if len(parts) > 2 else "cli"
+
+
+def _says_pure(rel: str) -> bool:
+    doc = ast.get_docstring(ast.parse((PACKAGE.parent / rel).read_text())) or ""
+    return "PURE" in doc.split("\n\n")[0]
+
+
 def _is_pure(rel: str) -> bool:
-    return rel in PURE or any(
-        p.endswith("/*") and rel.startswith(p[:-1]) for p in PURE)
+    return _layer(rel) in PURE_LAYERS or _says_pure(rel)
 
 
 def _dotted(rel: str) -> str:
@@ -120,7 +130,47 @@ MODULES = _modules()
 def test_the_walk_finds_the_package() -> None:
     """The test sees the package's modules (guards against a vacuous pass)."""
     names = {_rel(p) for p in MODULES}
-    assert {"reconciler/desired.py", "reconciler/manifests.py", "reconciler/cli.py"} <= names
+    assert {"reconciler/core/desired.py", "reconciler/manifests/loader.py", "reconciler/cli.py"} <= names
+
+
+def test_every_package_has_a_layer() -> None:
+    """reconciler/ holds only layered packages plus cli.py, __main__.py and __init__.py."""
+    top = {p.name for p in PACKAGE.iterdir() if not p.name.startswith((".", "__pycache__"))}
+    packages = {name for name in top if (PACKAGE / name / "__init__.py").is_file()}
+    assert packages == set(LAYER_INDEX) - {"cli"}, "a package without a layer, or a layer without a package"
+    assert top - packages == {"__init__.py", "__main__.py", "cli.py"}, sorted(top - packages)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_rel)
+def test_no_module_imports_a_layer_above_its_own(path: Path) -> None:
+    """Imports run down the layers: a module never imports one of a later package."""
+    rel = _rel(path)
+    mine = LAYER_INDEX[_layer(rel)]
+    above = sorted(
+        f"{name} ({_layer(target)})" for name in _imports(path)
+        if (target := _package_module(name)) is not None and target != "reconciler/__init__.py"
+        and LAYER_INDEX[_layer(target)] > mine)
+    assert not above, f"{rel} ({_layer(rel)}) imports from a layer above it: {above}"
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    """No module reaches itself through its imports (module-level and function-local alike)."""
+    graph = {_rel(p): {t for n in _imports(p) if (t := _package_module(n)) and t != _rel(p)}
+             for p in MODULES}
+    done: set[str] = set()
+
+    def visit(node: str, trail: list[str]) -> None:
+        if node in trail:
+            raise AssertionError(f"import cycle: {' → '.join(trail[trail.index(node):] + [node])}")
+        if node in done:
+            return
+        for nxt in sorted(graph.get(node, ())):
+            if not nxt.endswith("__init__.py"):
+                visit(nxt, trail + [node])
+        done.add(node)
+
+    for module in sorted(graph):
+        visit(module, [])
 
 
 @pytest.mark.parametrize("path", [p for p in MODULES if _is_pure(_rel(p))], ids=_rel)

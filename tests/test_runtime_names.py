@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.desired import Runtime
+from reconciler.core.desired import Runtime
 
 PACKAGE = Path(__file__).parents[1] / "reconciler"
 
 #: Where naming ``Runtime.<MEMBER>`` is allowed (paths relative to the repository).
-ALLOWED = ("reconciler/runtimes/", "reconciler/desired.py", "reconciler/observed.py",
-           "reconciler/decisions.py")
+ALLOWED = ("reconciler/runtimes/", "reconciler/core/desired.py", "reconciler/core/observed.py",
+           "reconciler/core/decisions.py")
 
 
 def _rel(path: Path) -> str:

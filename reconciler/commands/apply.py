@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import sys
 
-from reconciler.exitcodes import Exit
+from reconciler.core.exitcodes import Exit
 from reconciler.commands import common
-from reconciler.decisions import Decision, NEEDS_OPERATOR
+from reconciler.core.decisions import Decision, NEEDS_OPERATOR
 
 
 def run_plan(args) -> int:
@@ -16,7 +16,8 @@ def run_plan(args) -> int:
         from reconciler.commands.fleet import run_offline_plan
 
         return run_offline_plan(args)
-    from reconciler import loop, render
+    from reconciler.engine import loop
+    from reconciler.planner import render
 
     with common.open_store(args) as store:
         result = loop.plan_pass(loop.PassInputs(
@@ -51,9 +52,9 @@ def run_start(args) -> int:
     When ``reconcile watch`` holds the lock the start is handed to it
     (``commands/handoff.py``) instead of failing on the lock.
     """
-    from reconciler import sources
-    from reconciler.errors import LockHeld
-    from reconciler.lock import Lock
+    from reconciler.repo import sources
+    from reconciler.core.errors import LockHeld
+    from reconciler.state.lock import Lock
 
     args.allow_empty = False
     args.metrics_file = None
@@ -91,20 +92,21 @@ def _take_operator_starts(store, *names: str) -> frozenset[str]:
 
 
 def _pass_and_report(args, store, operator_starts: frozenset[str]) -> int:
-    from reconciler import loop, render
+    from reconciler.engine import loop
+    from reconciler.planner import render
 
     result = loop.apply_pass(loop.PassInputs(
         paths=common.manifest_paths(args), store=store, state_dir=common.state_dir(args),
         allow_empty=getattr(args, "allow_empty", False), operator_starts=operator_starts,
         node=common.node_choice(args)))
     if getattr(args, "metrics_file", None):
-        from reconciler import metrics
+        from reconciler.report import metrics
 
         metrics.write_file(args.metrics_file, result, store)
     if getattr(args, "log_format", "text") == "json":
         # Machine-readable lines on stderr for log collectors; the human plan
         # and outcomes below stay on stdout (text logs would only repeat them).
-        from reconciler import logs
+        from reconciler.report import logs
 
         logs.setup("json")
         if result.problems:

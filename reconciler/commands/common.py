@@ -7,11 +7,11 @@ import json
 import sys
 from typing import Iterator
 
-from reconciler.exitcodes import Exit
+from reconciler.core.exitcodes import Exit
 
 
 def state_dir(args) -> str:
-    from reconciler.store import default_state_dir
+    from reconciler.state.store import default_state_dir
 
     return getattr(args, "state_dir", None) or default_state_dir()
 
@@ -25,7 +25,7 @@ def node_choice(args):
     import os
     import socket
 
-    from reconciler.fleet import NodeChoice
+    from reconciler.manifests.fleet import NodeChoice
 
     given = getattr(args, "node", None) or os.environ.get("RECONCILER_NODE", "")
     if given:
@@ -35,7 +35,7 @@ def node_choice(args):
 
 @contextlib.contextmanager
 def open_store(args) -> Iterator:
-    from reconciler.store import Store
+    from reconciler.state.store import Store
 
     store = Store(state_dir(args))
     try:
@@ -54,7 +54,7 @@ def locked(args) -> Iterator:
 @contextlib.contextmanager
 def holding(args) -> Iterator:
     """``(lock, store)``: ``locked``, for a holder that checks its lock each pass (watch)."""
-    from reconciler.lock import Lock
+    from reconciler.state.lock import Lock
 
     lock = Lock(state_dir(args))
     lock.acquire(timeout=getattr(args, "lock_timeout", 0.0) or 0.0)

@@ -15,11 +15,12 @@ import json
 import sys
 
 from reconciler.commands import common
-from reconciler.exitcodes import Exit
+from reconciler.core.exitcodes import Exit
 
 
 def run(args) -> int:
-    from reconciler import fleetview, sources
+    from reconciler.fleet import fleetview
+    from reconciler.repo import sources
 
     paths = common.manifest_paths(args)
     loaded = sources.load_desired(paths)
@@ -38,11 +39,13 @@ def run(args) -> int:
 
 
 def _diff(args, paths: list[str], now, implicit: str) -> int:
-    from reconciler import fleetdiff, fleetview, gitrev, manifests
-    from reconciler.errors import sorted_problems
+    from reconciler.fleet import fleetdiff, fleetview
+    from reconciler.repo import gitrev
+    from reconciler.manifests import loader
+    from reconciler.core.errors import sorted_problems
 
     files, refused = gitrev.manifests_at(args.diff, paths)
-    before = manifests.load(files)
+    before = loader.load(files)
     problems = sorted_problems([*before.problems, *refused])
     if problems or before.fleet is None:
         for problem in problems:
@@ -61,8 +64,10 @@ def _diff(args, paths: list[str], now, implicit: str) -> int:
 
 def run_offline_plan(args) -> int:
     """``reconcile plan --offline``: this node's plan from the manifests alone."""
-    from reconciler import offline, render, sources
-    from reconciler.gitcommit import manifests_commit
+    from reconciler.fleet import offline
+    from reconciler.planner import render
+    from reconciler.repo import sources
+    from reconciler.repo.gitcommit import manifests_commit
 
     paths = common.manifest_paths(args)
     loaded = sources.load_desired(paths, node=common.node_choice(args))

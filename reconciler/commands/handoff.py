@@ -24,9 +24,9 @@ from __future__ import annotations
 import sys
 import time
 
-from reconciler.exitcodes import Exit
+from reconciler.core.exitcodes import Exit
 from reconciler.commands import common
-from reconciler.events import NEEDS_OPERATOR, EventKind
+from reconciler.core.events import NEEDS_OPERATOR, EventKind
 
 #: The shortest time ``start`` waits for the daemon's answer.
 WAIT = 30.0
@@ -64,7 +64,8 @@ def _holder(lock) -> int | None:
 
 def _wake(pid: int | None) -> bool:
     """SIGHUP to a live ``reconcile watch``; False for anything else."""
-    from reconciler import procs, signals
+    from reconciler.world import procs
+    from reconciler.system import signals
 
     if pid is None or not procs.looks_like_watch(pid):
         return False
@@ -73,7 +74,7 @@ def _wake(pid: int | None) -> bool:
 
 def _wait(store, name: str, before: int, holder: int, wait: float):
     """The daemon's ``operator-start`` event after ``before`` and the events after it."""
-    from reconciler import procs
+    from reconciler.world import procs
 
     deadline = time.monotonic() + wait
     while True:
@@ -123,7 +124,7 @@ def _report(args, name: str, holder: int, wait: float, taken, answer) -> int:
 
 def _running_pid(args, name: str) -> int | None:
     """The pid of the role's recorded server when it is ours and alive now, else None."""
-    from reconciler import procs
+    from reconciler.world import procs
 
     with common.open_store(args) as store:
         record = store.role(name)

@@ -17,10 +17,10 @@ from __future__ import annotations
 import os
 import sys
 
-from reconciler.exitcodes import Exit
+from reconciler.core.exitcodes import Exit
 from reconciler.commands import common
-from reconciler.desired import Desired, RoleSpec
-from reconciler.observed import Health, Remembered
+from reconciler.core.desired import Desired, RoleSpec
+from reconciler.core.observed import Health, Remembered
 from reconciler.runtimes import SPECS, spec_of
 from reconciler.runtimes.common import (
     DeepResult,
@@ -32,7 +32,7 @@ from reconciler.runtimes.common import (
 
 
 def _load(args) -> Desired | None:
-    from reconciler.sources import load_desired
+    from reconciler.repo.sources import load_desired
 
     result = load_desired(common.manifest_paths(args), node=common.node_choice(args))
     if result.problems or result.desired is None:
@@ -62,7 +62,7 @@ def deep_request(spec: RoleSpec, desired: Desired, listed: tuple[str, ...] = ())
 
 
 def deep_check(spec: RoleSpec, desired: Desired, listed: tuple[str, ...] = ()) -> DeepResult:
-    from reconciler import probe
+    from reconciler.world import probe
 
     if not desired.node.port_allowed(spec.serve.port):
         return DeepResult(
@@ -80,7 +80,7 @@ def deep_check(spec: RoleSpec, desired: Desired, listed: tuple[str, ...] = ()) -
 
 
 def health_report(spec: RoleSpec, desired: Desired, remembered: Remembered, deep: bool) -> dict:
-    from reconciler.observe import observe
+    from reconciler.world.observe import observe
 
     only = Desired(roles=(spec,), models=desired.models, node=desired.node)
     observed = observe(only, remembered)
@@ -159,7 +159,7 @@ def run_health(args) -> int:
 
 def capability_rows(desired: Desired) -> list[dict]:
     """One row per launched runtime, and per endpoint of a runtime never launched."""
-    from reconciler import capabilities
+    from reconciler.world import capabilities
 
     rows = []
     used = {r.runtime for r in desired.roles if r.managed}
@@ -189,7 +189,7 @@ def _endpoint_row(runtime, host: str, port: int, desired: Desired) -> dict:
     """Does a server the reconciler never launches answer its runtime's probes (GETs)?"""
     import asyncio
 
-    from reconciler import probe
+    from reconciler.world import probe
 
     row = {"runtime": str(runtime), "program": f"{host}:{port}", "version": None,
            "ok": False, "why": "", "needed": True}

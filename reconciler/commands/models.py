@@ -30,13 +30,14 @@ import sys
 import tempfile
 from typing import Iterator
 
-from reconciler import modeldoc, modelstore
-from reconciler.exitcodes import Exit
+from reconciler.manifests import modeldoc, schemata
+from reconciler.models import modelstore
+from reconciler.core.exitcodes import Exit
 from reconciler.commands import common
-from reconciler.desired import ModelFile, ModelFormat, ModelSpec
-from reconciler.observed import ModelCheck, ModelState
-from reconciler.modeldoc import FileFact
-from reconciler.units import format_size, is_plain_token
+from reconciler.core.desired import ModelFile, ModelFormat, ModelSpec
+from reconciler.core.observed import ModelCheck, ModelState
+from reconciler.manifests.modeldoc import FileFact
+from reconciler.core.units import format_size, is_plain_token
 
 _SMALL_FILE = 1 << 20  # config.json, Ollama manifests
 
@@ -200,9 +201,9 @@ def _ollama_document(args) -> dict:
 
 def _schema_ref(output: str | None) -> str | None:
     """The Model schema for editors: relative to the written file, else absolute."""
-    here = os.path.dirname(os.path.abspath(modelstore.__file__))
+    here = os.path.dirname(os.path.abspath(schemata.__file__))
     for candidate in (os.path.join(here, "schemas", "model.schema.json"),
-                      os.path.join(here, os.pardir, "schemas", "model.schema.json")):
+                      os.path.join(here, os.pardir, os.pardir, "schemas", "model.schema.json")):
         if os.path.isfile(candidate):
             schema = os.path.realpath(candidate)
             out_dir = os.path.realpath(os.path.dirname(os.path.abspath(output or "")))
@@ -257,7 +258,7 @@ def verify_rows(models: list[ModelSpec], verifier: modelstore.Verifier, *, full:
 
 
 def run_verify(args) -> int:
-    from reconciler import sources
+    from reconciler.repo import sources
 
     loaded = sources.load_desired(common.manifest_paths(args), node=common.node_choice(args))
     if loaded.problems or loaded.desired is None:

@@ -26,7 +26,7 @@ import sys
 import time
 
 from reconciler.commands import common
-from reconciler.exitcodes import Exit
+from reconciler.core.exitcodes import Exit
 
 POLL = 0.25  # seconds between looks for new lines when following
 _RELOOK = 1.0  # seconds between looks at the store for a new instance
@@ -34,7 +34,7 @@ _BLOCK = 65536
 
 
 def run(args) -> int:
-    from reconciler import serverlog
+    from reconciler.world import serverlog
 
     if args.lines < 0:
         print("reconcile: error: -n must be 0 or more", file=sys.stderr)
@@ -62,8 +62,10 @@ def run(args) -> int:
 
 def _locate(args, store):
     """``(instance directory, a callable giving it again)``, or why there is none."""
-    from reconciler import identity, instances, sources
-    from reconciler.desired import Mode
+    from reconciler.planner import identity
+    from reconciler.world import instances
+    from reconciler.repo import sources
+    from reconciler.core.desired import Mode
 
     state_dir = common.state_dir(args)
     loaded = sources.load_desired(common.manifest_paths(args), cache_dir=state_dir,
@@ -93,7 +95,7 @@ def _locate(args, store):
 
 def last_lines(where: str, count: int) -> list[bytes]:
     """The last ``count`` lines of the log, from the rotated files too when needed."""
-    from reconciler import serverlog
+    from reconciler.world import serverlog
 
     lines: list[bytes] = []
     for i in range(serverlog.DEFAULT_LOG_BACKUPS + 1):
@@ -132,7 +134,7 @@ def follow(where: str, find_again, out, *, poll: float = POLL,
 
     ``until`` ends it (tests); otherwise it runs until interrupted.
     """
-    from reconciler import serverlog
+    from reconciler.world import serverlog
 
     fd = serverlog.open_readable(where)
     offset = os.fstat(fd).st_size if fd is not None else 0
@@ -190,7 +192,7 @@ def _replaced(fd: int | None, where: str) -> bool:
 
 
 def _reopen(fd: int | None, where: str) -> int | None:
-    from reconciler import serverlog
+    from reconciler.world import serverlog
 
     if fd is not None:
         os.close(fd)

@@ -11,9 +11,9 @@ import json
 import sys
 import time
 
-from reconciler.exitcodes import Exit
+from reconciler.core.exitcodes import Exit
 from reconciler.commands import common
-from reconciler.units import format_size, parse_duration
+from reconciler.core.units import format_size, parse_duration
 
 _COLUMNS = ("ROLE", "RUNTIME", "MODE", "STATUS", "PID", "PORT", "RESTARTS", "MEMORY", "DETAIL")
 
@@ -47,7 +47,7 @@ def _exit_json(info) -> dict | None:
     """How the role's last server ended (§4), with its log's last lines; None: it did not."""
     if info is None:
         return None
-    from reconciler import exitreasons
+    from reconciler.planner import exitreasons
 
     return {"summary": exitreasons.summary(info), "known": info.known, "code": info.code,
             "signal": exitreasons.signal_name(info.signal) if info.signal is not None else None,
@@ -55,7 +55,7 @@ def _exit_json(info) -> dict | None:
 
 
 def run_status(args) -> int:
-    from reconciler import loop
+    from reconciler.engine import loop
 
     with common.open_store(args) as store:
         result = loop.plan_pass(loop.PassInputs(

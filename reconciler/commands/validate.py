@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from reconciler import sources
+from reconciler.repo import sources
 
 
 def run(args: argparse.Namespace) -> int:

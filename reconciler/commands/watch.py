@@ -13,12 +13,12 @@ from __future__ import annotations
 import logging
 import sys
 
-from reconciler.exitcodes import Exit
+from reconciler.core.exitcodes import Exit
 from reconciler.commands import common
 
 
 def run(args) -> int:
-    from reconciler import watch
+    from reconciler.daemon import watch
 
     # SIGHUP/SIGTERM/SIGINT wait from here until the daemon's handlers are in:
     # `reconcile start` signals us as soon as the lock file names our pid.
@@ -27,7 +27,7 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    from reconciler import logs, metrics
+    from reconciler.report import logs, metrics
 
     logs.setup(getattr(args, "log_format", "text") or "text")
     addr = getattr(args, "metrics_addr", None)
@@ -69,7 +69,7 @@ def _router_factory(published):
         from reconciler.router.service import Router
 
         if published is not None and metrics is None:
-            from reconciler.metrics import RouterMetrics
+            from reconciler.report.metrics import RouterMetrics
 
             metrics = RouterMetrics(published.registry)
         return Router(config, wake=wake, metrics=metrics)
@@ -78,8 +78,8 @@ def _router_factory(published):
 
 
 def _run_daemon(args, store, published, server, lock=None) -> int:
-    from reconciler import logs
-    from reconciler.watch import Daemon
+    from reconciler.report import logs
+    from reconciler.daemon.watch import Daemon
 
     paths = common.manifest_paths(args)
     state_dir = common.state_dir(args)

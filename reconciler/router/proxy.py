@@ -39,7 +39,7 @@ import aiohttp
 import attrs
 from aiohttp import web
 
-from reconciler.desired import RouterConfig
+from reconciler.core.desired import RouterConfig
 from reconciler.router import rules
 from reconciler.router.queues import Book, Refusal
 from reconciler.router.rules import Api, Route, RouteState, Table

@@ -28,7 +28,7 @@ from typing import Callable
 
 import attrs
 
-from reconciler.demand import Demand, RoleDemand
+from reconciler.core.demand import Demand, RoleDemand
 from reconciler.router.rules import Route, RouteState, Table
 
 

@@ -35,8 +35,8 @@ from typing import Iterable, Mapping
 
 import attrs
 
-from reconciler.decisions import Decision, Plan, Reason, Status, Verb
-from reconciler.desired import Desired, RoleSpec
+from reconciler.core.decisions import Decision, Plan, Reason, Status, Verb
+from reconciler.core.desired import Desired, RoleSpec
 from reconciler.runtimes import spec_of
 from reconciler.runtimes.ollama import keep_alive_value
 

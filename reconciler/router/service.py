@@ -23,9 +23,9 @@ import asyncio
 import threading
 from typing import Callable
 
-from reconciler.decisions import Reason, Verb
-from reconciler.demand import Demand
-from reconciler.desired import RouterConfig
+from reconciler.core.decisions import Reason, Verb
+from reconciler.core.demand import Demand
+from reconciler.core.desired import RouterConfig
 from reconciler.router import rules
 from reconciler.router.proxy import Proxy
 from reconciler.router.queues import Book

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from reconciler.desired import ModelSpec, RoleSpec, Runtime
+from reconciler.core.desired import ModelSpec, RoleSpec, Runtime
 from reconciler.runtimes import llamacpp, mlx_lm, ollama, openai
 from reconciler.runtimes.spec import RuntimeSpec
 

@@ -26,8 +26,8 @@ from typing import Any, Generator, Mapping, Sequence
 
 import attrs
 
-from reconciler.decisions import Status
-from reconciler.observed import Health, ProbeFacts
+from reconciler.core.decisions import Status
+from reconciler.core.observed import Health, ProbeFacts
 
 frozen = attrs.frozen(kw_only=True)
 

@@ -10,8 +10,8 @@ from typing import Any, Mapping
 
 import attrs
 
-from reconciler.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
-from reconciler.observed import ProbeFacts, Progress
+from reconciler.core.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
+from reconciler.core.observed import ProbeFacts, Progress
 from reconciler.runtimes import openai
 from reconciler.runtimes.common import (
     Exchange,

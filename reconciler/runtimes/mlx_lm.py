@@ -11,8 +11,8 @@ from typing import Mapping, Sequence
 
 import attrs
 
-from reconciler.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
-from reconciler.observed import Health, ProbeFacts
+from reconciler.core.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
+from reconciler.core.observed import Health, ProbeFacts
 from reconciler.runtimes.common import (
     ErrorKind,
     Exchange,

@@ -16,8 +16,8 @@ from typing import Any, Mapping
 
 import attrs
 
-from reconciler.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
-from reconciler.observed import Health, ProbeFacts
+from reconciler.core.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
+from reconciler.core.observed import Health, ProbeFacts
 from reconciler.runtimes.common import (
     ErrorKind,
     Exchange,

@@ -18,8 +18,8 @@ from typing import Callable, Iterable, Mapping
 
 import attrs
 
-from reconciler.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
-from reconciler.observed import ProbeFacts, Progress
+from reconciler.core.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
+from reconciler.core.observed import ProbeFacts, Progress
 from reconciler.runtimes.common import (
     Exchange,
     ProbeAnswer,

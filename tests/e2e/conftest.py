@@ -169,7 +169,7 @@ class World:
         )
 
     def store(self):
-        from reconciler.store import Store
+        from reconciler.state.store import Store
 
         return Store(self.state)
 

@@ -136,7 +136,7 @@ class Fleet:
 
     def running(self, node: str) -> dict[str, int]:
         """Role → pid of every live server this node's store records."""
-        from reconciler.store import Store
+        from reconciler.state.store import Store
 
         if not (self.state(node) / "state.db").exists():
             return {}

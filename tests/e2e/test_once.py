@@ -341,8 +341,8 @@ def test_launcher_ignoring_sigterm_is_killed_after_grace_with_its_grandchild(wor
 
 def _orphan(world, role: str, *, cwd: Path | None = None, extra_argv: tuple[str, ...] = ()):
     """Spawn exactly what the reconciler would, as if it died before recording it."""
-    from reconciler import identity
-    from reconciler.sources import load_desired
+    from reconciler.planner import identity
+    from reconciler.repo.sources import load_desired
 
     desired = load_desired([str(world.manifests)]).desired
     models = {m.name: m for m in desired.models}
@@ -420,7 +420,7 @@ def test_marker_alone_does_not_make_a_process_ours(world):
 
 def test_a_second_reconciler_waits_for_the_lock_then_gives_up(world):
     """Two runs never act at once: the second one exits 1 naming the holder."""
-    from reconciler.lock import Lock
+    from reconciler.state.lock import Lock
 
     world.node()
     world.model()

@@ -18,9 +18,10 @@ from typing import Callable
 
 import pytest
 
-from reconciler import programs, spawn
-from reconciler.identity import DEFAULT_PATH, MARKER_ENV
-from reconciler.desired import Launch, RunAs
+from reconciler.system import programs
+from reconciler.world import spawn
+from reconciler.planner.identity import DEFAULT_PATH, MARKER_ENV
+from reconciler.core.desired import Launch, RunAs
 
 PYTHON = "/usr/bin/python3"  # runnable by any uid, unlike the venv's interpreter
 NOBODY = RunAs(uid=65534, gid=65534)

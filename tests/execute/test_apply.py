@@ -9,11 +9,11 @@ from pathlib import Path
 import attrs
 import pytest
 
-from reconciler import execute
-from reconciler.identity import MARKER_ENV
-from reconciler.decisions import Decision, Plan, Reason, Verb
-from reconciler.desired import NodeConfig
-from reconciler.outcomes import Guard, Refusal
+from reconciler.world import execute
+from reconciler.planner.identity import MARKER_ENV
+from reconciler.core.decisions import Decision, Plan, Reason, Verb
+from reconciler.core.desired import NodeConfig
+from reconciler.core.outcomes import Guard, Refusal
 
 from .conftest import alive, wait_for
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import execute, procs
+from reconciler.world import execute, procs
 
 from .conftest import wait_for
 

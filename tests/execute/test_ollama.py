@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from reconciler import execute
-from reconciler.decisions import Decision, Plan, Reason, Verb
-from reconciler.outcomes import Guard, Refusal
-from reconciler.desired import NodeConfig
+from reconciler.world import execute
+from reconciler.core.decisions import Decision, Plan, Reason, Verb
+from reconciler.core.outcomes import Guard, Refusal
+from reconciler.core.desired import NodeConfig
 from tests.doubles.ollama import OllamaDouble
 
 TAG = "llama3.2:latest"

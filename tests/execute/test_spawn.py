@@ -9,8 +9,9 @@ from pathlib import Path
 import attrs
 import pytest
 
-from reconciler import programs, serverlog, spawn
-from reconciler.identity import MARKER_ENV
+from reconciler.system import programs
+from reconciler.world import serverlog, spawn
+from reconciler.planner.identity import MARKER_ENV
 
 from .conftest import NOBODY, alive, wait_for
 

@@ -7,8 +7,8 @@ import signal
 import time
 from pathlib import Path
 
-from reconciler import execute
-from reconciler.identity import MARKER_ENV
+from reconciler.world import execute
+from reconciler.planner.identity import MARKER_ENV
 
 from .conftest import alive, wait_for
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reconciler import exitreasons
-from reconciler.observed import ExitInfo
+from reconciler.planner import exitreasons
+from reconciler.core.observed import ExitInfo
 
 #: What the testbed's llama-server logs when ``kv_quant: q8_0`` meets head dim 16 (real output).
 Q8_LOG = (

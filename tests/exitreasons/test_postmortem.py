@@ -7,10 +7,12 @@ import time
 
 import attrs
 
-from reconciler import postmortem, procs, programs, recording
-from reconciler.desired import Mode, Runtime
-from reconciler.observed import ExitInfo, RoleRecord
-from reconciler.store import Store
+from reconciler.world import postmortem, procs
+from reconciler.system import programs
+from reconciler.engine import recording
+from reconciler.core.desired import Mode, Runtime
+from reconciler.core.observed import ExitInfo, RoleRecord
+from reconciler.state.store import Store
 
 
 def _child(tmp_path, script: str) -> tuple[int, float]:

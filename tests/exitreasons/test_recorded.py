@@ -6,12 +6,12 @@ import sqlite3
 
 import attrs
 
-from reconciler import store as store_module
-from reconciler.decisions import Decision, Reason, Status, Verb
-from reconciler.desired import Launch, Mode, RestartPolicy, RoleSpec, Runtime, ServeSpec
-from reconciler.observed import ExitInfo, Liveness, ProcessFacts, RoleObservation, RoleRecord
-from reconciler.records import ActionFacts, after_decision
-from reconciler.store import Store
+from reconciler.state import store as store_module
+from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.desired import Launch, Mode, RestartPolicy, RoleSpec, Runtime, ServeSpec
+from reconciler.core.observed import ExitInfo, Liveness, ProcessFacts, RoleObservation, RoleRecord
+from reconciler.planner.records import ActionFacts, after_decision
+from reconciler.state.store import Store
 from tests.plan import golden
 
 SPEC = RoleSpec(name="chat", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="tiny",
@@ -128,7 +128,7 @@ def _crash_case(exit_info: ExitInfo | None, now: float):
 
 def test_the_plan_says_why_in_the_backoff_and_the_restart():
     """A known exit puts its code and telling line in the wait and the restart; none: as before."""
-    from reconciler.plan import plan
+    from reconciler.planner.plan import plan
 
     for now, verb in ((1001.0, Verb.WAIT), (1010.0, Verb.RESTART)):
         step, remembered = _crash_case(ENDED, now)
@@ -144,7 +144,7 @@ def test_the_plan_says_why_in_the_backoff_and_the_restart():
 
 def test_the_give_up_says_why_too():
     """At max_restarts the gave-up detail carries the exit's headline and line."""
-    from reconciler.plan import plan
+    from reconciler.planner.plan import plan
 
     step, remembered = _crash_case(ENDED, 1010.0)
     remembered = attrs.evolve(remembered, roles=tuple(

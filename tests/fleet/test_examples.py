@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reconciler import fleetview, sources
-from reconciler.fleet import NodeChoice
+from reconciler.fleet import fleetview
+from reconciler.repo import sources
+from reconciler.manifests.fleet import NodeChoice
 
 FLEET = Path(__file__).parents[2] / "manifests" / "examples" / "fleet"
 

@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from reconciler.labels import (
-    Operator, Requirement, Selector, key_problem, requirement_problem, selector, value_problem,
+from reconciler.core.labels import (
+    Operator,
+    Requirement,
+    Selector,
+    key_problem,
+    requirement_problem,
+    selector,
+    value_problem,
 )
 
 KEYS = st.sampled_from(["pool", "gpu", "vram", "zone", "example.com/tier"])

@@ -6,9 +6,9 @@ import attrs
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from reconciler import metrics
-from reconciler.decisions import Decision, Reason, Status, Verb
-from reconciler.store import Store
+from reconciler.report import metrics
+from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.state.store import Store
 from tests.watch.fakes import bad, desired, good, keep
 
 

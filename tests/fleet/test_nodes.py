@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler import manifests
-from reconciler.fleet import NodeChoice
+from reconciler.manifests import loader
+from reconciler.manifests.fleet import NodeChoice
 from tests.fleet.worlds import files, model, node, role
 
 
 def load(*docs, choice: NodeChoice | None = None):
-    return manifests.load(files(*docs), node=choice)
+    return loader.load(files(*docs), node=choice)
 
 
 def names(desired) -> list[str]:

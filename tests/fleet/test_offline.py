@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from reconciler import fleetdiff, fleetview, manifests, offline
-from reconciler.fleet import NodeChoice
+from reconciler.fleet import fleetdiff, fleetview, offline
+from reconciler.manifests import loader
+from reconciler.manifests.fleet import NodeChoice
 from tests.fleet.worlds import files, model, node, role
 
 OLLAMA_MODEL = {"apiVersion": "reconciler/v1", "kind": "Model", "metadata": {"name": "l3"},
@@ -16,7 +17,7 @@ OLLAMA_ROLE = {"apiVersion": "reconciler/v1", "kind": "InferenceSpec", "metadata
 
 
 def fleet_of(*docs):
-    result = manifests.load(files(*docs))
+    result = loader.load(files(*docs))
     assert result.ok, result.problems
     return result.fleet
 
@@ -30,14 +31,14 @@ def test_an_offline_plan_starts_loads_and_refuses_as_an_empty_node_would() -> No
     docs = (node("gpu-1", budget="2.5GB", ports=(8000, 12000)), model(), OLLAMA_MODEL,
             OLLAMA_ROLE, role("a", 8001), role("b", 8002, kv="1GB"),
             role("c", 8003, state="stopped"))
-    desired = manifests.load(files(*docs), node=NodeChoice(name="gpu-1")).desired
+    desired = loader.load(files(*docs), node=NodeChoice(name="gpu-1")).desired
     assert sorted(lines(offline.plan(desired))) == [
         "keep c absent", "load ol missing", "refuse b unplaceable", "start a missing"]
 
 
 def test_the_offline_launch_ignores_the_callers_environment(monkeypatch) -> None:
     """The reviewer's shell does not change an offline plan: nothing is passed through."""
-    desired = manifests.load(files(node("n"), model(), role("a", 8001))).desired
+    desired = loader.load(files(node("n"), model(), role("a", 8001))).desired
     monkeypatch.setenv("HOME", "/somewhere/else")
     [start] = offline.plan(desired).decisions
     assert dict(start.launch.env).get("HOME") is None

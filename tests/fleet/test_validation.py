@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from reconciler import manifests
+from reconciler.manifests import loader
 from tests.fleet.worlds import files, model, node, role
 
 
 def problems(*docs) -> list[str]:
-    return [f"{p.path}: {p.message}" for p in manifests.load(files(*docs)).problems]
+    return [f"{p.path}: {p.message}" for p in loader.load(files(*docs)).problems]
 
 
 def warnings(*docs) -> list[str]:
-    result = manifests.load(files(*docs))
+    result = loader.load(files(*docs))
     assert result.ok, result.problems
     return [f"{p.path}: {p.message}" for p in result.warnings]
 

@@ -7,8 +7,8 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler import identity
-from reconciler.desired import (
+from reconciler.planner import identity
+from reconciler.core.desired import (
     MemorySpec,
     Mode,
     ModelFile,

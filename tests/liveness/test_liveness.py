@@ -6,9 +6,10 @@ import textwrap
 
 from hypothesis import given, strategies as st
 
-from reconciler import liveness, manifests
-from reconciler.desired import LivenessSpec
-from reconciler.observed import Health, Liveness, ProbeFacts, Progress
+from reconciler.planner import liveness
+from reconciler.manifests import loader
+from reconciler.core.desired import LivenessSpec
+from reconciler.core.observed import Health, Liveness, ProbeFacts, Progress
 from reconciler.runtimes import llamacpp
 from reconciler.runtimes.common import ErrorKind, ProbeAnswer
 
@@ -160,7 +161,7 @@ def _load(serve_extra: str, liveness_yaml: str = "liveness: {period: 1s, failure
           serve: {{port: 8090, {serve_extra}}}
           {liveness_yaml}
         """)
-    return manifests.load([("m.yaml", text.encode())])
+    return loader.load([("m.yaml", text.encode())])
 
 
 def test_the_loader_fills_defaults_and_keeps_liveness_off_unless_asked():
@@ -209,7 +210,7 @@ def test_liveness_on_a_shared_ollama_role_is_a_warning_not_a_check():
         metadata: {name: chat}
         spec: {runtime: ollama, mode: managed, model: llama, liveness: {}}
         """)
-    result = manifests.load([("m.yaml", text.encode())])
+    result = loader.load([("m.yaml", text.encode())])
     assert result.desired is not None, result.problems
     assert [str(w) for w in result.warnings] == [
         "m.yaml:14: $.spec.liveness: ignored: Ollama serves many roles from one server the "

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from reconciler.decisions import Reason, Verb
-from reconciler.plan import plan
+from reconciler.core.decisions import Reason, Verb
+from reconciler.planner.plan import plan
 from tests.plan import golden
 
 NOW = 1000.0

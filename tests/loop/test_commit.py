@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 
-from reconciler.gitcommit import manifests_commit
-from reconciler.units import parse_duration
+from reconciler.repo.gitcommit import manifests_commit
+from reconciler.core.units import parse_duration
 
 
 def git(cwd, *args: str) -> str:

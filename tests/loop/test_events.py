@@ -5,12 +5,12 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from reconciler import events
-from reconciler.decisions import Decision, Reason, Status, Verb
-from reconciler.desired import Mode, Runtime
-from reconciler.events import Event, EventKind
-from reconciler.observed import RoleRecord, Terminal
-from reconciler.outcomes import Guard, Outcome, Refusal
+from reconciler.core import events
+from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.desired import Mode, Runtime
+from reconciler.core.events import Event, EventKind
+from reconciler.core.observed import RoleRecord, Terminal
+from reconciler.core.outcomes import Guard, Outcome, Refusal
 
 NOW = 1_700_000_000.0
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import textwrap
 
-from reconciler import loop, sources
-from reconciler.decisions import Reason, Verb
-from reconciler.desired import Mode, Runtime
-from reconciler.observed import RoleRecord
-from reconciler.store import Store
+from reconciler.engine import loop
+from reconciler.repo import sources
+from reconciler.core.decisions import Reason, Verb
+from reconciler.core.desired import Mode, Runtime
+from reconciler.core.observed import RoleRecord
+from reconciler.state.store import Store
 
 NOW = 1_700_000_000.0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler import instances
+from reconciler.world import instances
 
 
 def test_a_forgotten_roles_directory_is_removed(tmp_path):
@@ -29,7 +29,7 @@ def test_sweep_removes_only_unwanted_unused_instance_directories(tmp_path):
     """An old instance's directory goes; a wanted one, one in use and a stranger stay."""
     import subprocess
 
-    from reconciler import instances
+    from reconciler.world import instances
 
     root = tmp_path / "instances"
     for name in ("chat-0000aaaa", "chat-1111bbbb", "busy-2222cccc", "notes", "x-zzzzzzzz"):

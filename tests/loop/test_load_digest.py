@@ -5,7 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from reconciler import schemata, sources
+from reconciler.manifests import schemata
+from reconciler.repo import sources
 
 FILES = [("m/a.yaml", b"apiVersion: reconciler/v1\n")]
 

@@ -11,10 +11,11 @@ import time
 import psutil
 import pytest
 
-from reconciler import loop, procs
-from reconciler.decisions import Reason, Verb
-from reconciler.identity import MARKER_ENV
-from reconciler.store import Store
+from reconciler.engine import loop
+from reconciler.world import procs
+from reconciler.core.decisions import Reason, Verb
+from reconciler.planner.identity import MARKER_ENV
+from reconciler.state.store import Store
 
 NOW = 1_700_000_000.0
 SLEEPER = ["/bin/sleep", "60"]

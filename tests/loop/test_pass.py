@@ -8,10 +8,10 @@ import textwrap
 
 import pytest
 
-from reconciler import loop
-from reconciler.decisions import Reason, Verb
-from reconciler.events import EventKind
-from reconciler.store import Store
+from reconciler.engine import loop
+from reconciler.core.decisions import Reason, Verb
+from reconciler.core.events import EventKind
+from reconciler.state.store import Store
 
 NOW = 1_700_000_000.0
 SHA = "a" * 64

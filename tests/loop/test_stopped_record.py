@@ -7,11 +7,11 @@ be written right after its stop, or the store shows both reservations at once.
 
 from __future__ import annotations
 
-from reconciler import recording
-from reconciler.decisions import Decision, Reason, Verb
-from reconciler.desired import Desired, Mode, NodeConfig, RoleSpec, Runtime, ServeSpec
-from reconciler.observed import RoleRecord
-from reconciler.store import Store
+from reconciler.engine import recording
+from reconciler.core.decisions import Decision, Reason, Verb
+from reconciler.core.desired import Desired, Mode, NodeConfig, RoleSpec, Runtime, ServeSpec
+from reconciler.core.observed import RoleRecord
+from reconciler.state.store import Store
 
 SPEC = RoleSpec(name="chat", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="tiny",
                 serve=ServeSpec(port=8091))

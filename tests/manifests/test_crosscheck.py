@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from reconciler import manifests
+from reconciler.manifests import loader
 
 NODE = """\
 apiVersion: reconciler/v1
@@ -20,7 +20,7 @@ spec: {format: ollama, source: {ollama_tag: "llama3:8b"}}
 
 
 def load(text: str):
-    return manifests.load([("m.yaml", (NODE + "---\n" + textwrap.dedent(text)).encode())])
+    return loader.load([("m.yaml", (NODE + "---\n" + textwrap.dedent(text)).encode())])
 
 
 def test_keep_alive_defaults_from_the_node() -> None:

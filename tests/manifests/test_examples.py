@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from reconciler import sources
-from reconciler.desired import Mode, RestartPolicy, Runtime
+from reconciler.repo import sources
+from reconciler.core.desired import Mode, RestartPolicy, Runtime
 
 ROOT = Path(__file__).parents[2]
 EXAMPLES = ROOT / "manifests" / "examples"
@@ -75,9 +75,9 @@ def test_values_carry_their_source() -> None:
 
 
 def _load_text(text: str):
-    from reconciler import manifests
+    from reconciler.manifests import loader
 
-    return manifests.load([("t.yaml", text.encode())])
+    return loader.load([("t.yaml", text.encode())])
 
 
 NODE = "apiVersion: reconciler/v1\nkind: NodeConfig\nmetadata: {name: n}\n"

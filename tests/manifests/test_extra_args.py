@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import extra_args
-from reconciler.extra_args import OWNED, check
-from reconciler.desired import Runtime
+from reconciler.manifests import extra_args
+from reconciler.manifests.extra_args import OWNED, check
+from reconciler.core.desired import Runtime
 from reconciler.runtimes import SPECS, spec_of
 
 LLAMA, MLX, OLLAMA = Runtime.LLAMACPP, Runtime.MLX_LM, Runtime.OLLAMA

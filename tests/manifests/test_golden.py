@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import manifests
+from reconciler.manifests import loader
 
 CASES = Path(__file__).parent / "invalid"
 
@@ -32,7 +32,7 @@ def test_every_case_has_expectations() -> None:
 def test_golden_case(case: str) -> None:
     """The case gives exactly its expected problems, sorted, and no desired state."""
     name = f"{case}.yaml"
-    result = manifests.load([(name, (CASES / name).read_bytes())])
+    result = loader.load([(name, (CASES / name).read_bytes())])
     want = (CASES / f"{case}.expected").read_text(encoding="utf-8").splitlines()
     got = [f"{p.line}: {p.path}: {p.message}" for p in result.problems]
     assert got == want
@@ -43,7 +43,7 @@ def test_golden_case(case: str) -> None:
 def test_cases_together_report_every_file() -> None:
     """Loaded as one set, the cases still report a problem in every file and no desired state."""
     files = [(p.name, p.read_bytes()) for p in sorted(CASES.glob("*.yaml"))]
-    result = manifests.load(files)
+    result = loader.load(files)
     assert result.desired is None
     assert {p.file for p in result.problems} == {name for name, _ in files}
     assert list(result.problems) == sorted(result.problems)

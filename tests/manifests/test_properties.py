@@ -10,16 +10,16 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler import manifests
-from reconciler.desired import Mode, Runtime
-from reconciler.units import is_plain_token
+from reconciler.manifests import loader
+from reconciler.core.desired import Mode, Runtime
+from reconciler.core.units import is_plain_token
 
 EXAMPLES = Path(__file__).parents[2] / "manifests" / "examples"
 EXAMPLE_DOCS = [d for p in sorted(EXAMPLES.glob("*.yaml"))
                 for d in yaml.safe_load_all(p.read_text())]
 
 
-def _check_result(result: manifests.LoadResult, files: list[tuple[str, bytes]]) -> None:
+def _check_result(result: loader.LoadResult, files: list[tuple[str, bytes]]) -> None:
     """Invariants of every LoadResult."""
     assert (result.desired is None) == bool(result.problems)
     assert list(result.problems) == sorted(result.problems)
@@ -36,14 +36,14 @@ def _check_result(result: manifests.LoadResult, files: list[tuple[str, bytes]]) 
 def test_arbitrary_bytes_never_raise(data: bytes) -> None:
     """Any bytes give a result with problems or a desired state, never an exception."""
     files = [("x.yaml", data)]
-    _check_result(manifests.load(files), files)
+    _check_result(loader.load(files), files)
 
 
 @given(st.text(alphabet=st.sampled_from(list("ab:- \n\t[]{}&*!|>'\"#%@,?~01.")), max_size=200))
 def test_yamlish_text_never_raises(text: str) -> None:
     """YAML-flavoured noise (anchors, tags, flow collections) never raises."""
     files = [("x.yaml", text.encode())]
-    _check_result(manifests.load(files), files)
+    _check_result(loader.load(files), files)
 
 
 _leaf = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
@@ -90,7 +90,7 @@ def _mutated_examples(draw: st.DrawFn) -> list[Any]:
 def test_mutated_examples_never_raise(docs: list[Any]) -> None:
     """Replacing, deleting or adding values anywhere in valid documents never raises."""
     files = [("m.yaml", yaml.safe_dump_all(docs).encode())]
-    _check_result(manifests.load(files), files)
+    _check_result(loader.load(files), files)
 
 
 _names = st.from_regex(r"[a-z0-9][a-z0-9._-]{0,20}", fullmatch=True).filter(is_plain_token)
@@ -138,7 +138,7 @@ def test_valid_sets_round_trip(docs: dict[str, Any], split: bool) -> None:
         files = [(f"{i}.yaml", yaml.safe_dump(d).encode()) for i, d in enumerate(all_docs)]
     else:
         files = [("all.yaml", yaml.safe_dump_all(all_docs).encode())]
-    result = manifests.load(files)
+    result = loader.load(files)
     assert result.problems == ()
     desired = result.desired
     assert desired is not None

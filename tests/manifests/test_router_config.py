@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reconciler import manifests
-from reconciler.desired import RouterConfig, WantedState
+from reconciler.manifests import loader
+from reconciler.core.desired import RouterConfig, WantedState
 
 MODEL = """\
 apiVersion: reconciler/v1
@@ -27,7 +27,7 @@ spec: {runtime: llamacpp, mode: managed, model: m, serve: {port: 8090}, state: o
 def _load(node_spec: str, role_extra: str = ""):
     node = ("---\napiVersion: reconciler/v1\nkind: NodeConfig\nmetadata: {name: n}\n"
             f"spec: {{allowed_ports: {{from: 8000, to: 8999}}{node_spec}}}\n")
-    return manifests.load([("m.yaml", (MODEL + node + ROLE % role_extra).encode())])
+    return loader.load([("m.yaml", (MODEL + node + ROLE % role_extra).encode())])
 
 
 def test_router_fields_are_parsed_with_units() -> None:

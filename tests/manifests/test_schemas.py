@@ -10,7 +10,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from reconciler import schemata
+from reconciler.manifests import schemata
 from reconciler.runtimes import SPECS
 
 ROOT = Path(__file__).parents[2]
@@ -26,7 +26,7 @@ def test_schema_is_valid_2020_12(kind: str) -> None:
 
 def test_package_sees_the_top_level_schemas() -> None:
     """importlib.resources finds the same files as the top-level schemas/ directory."""
-    pkg = importlib.resources.files("reconciler") / "schemas"
+    pkg = importlib.resources.files("reconciler.manifests") / "schemas"
     for stem in schemata.SCHEMA_FILES.values():
         top = json.loads((ROOT / "schemas" / f"{stem}.schema.json").read_text())
         assert json.loads((pkg / f"{stem}.schema.json").read_text()) == top

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from reconciler import sources
+from reconciler.repo import sources
 
 DOC = b"apiVersion: reconciler/v1\nkind: NodeConfig\nmetadata: {name: n}\nspec: {}\n"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from reconciler import sources
+from reconciler.repo import sources
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "examples"
 
@@ -22,7 +22,7 @@ def test_second_load_of_the_same_bytes_skips_the_schema_stage(tmp_path, monkeypa
     first = sources.load_desired([str(manifests)], cache_dir=str(cache))
     assert first.ok and (cache / "validated-manifests").exists()
 
-    from reconciler import schemacheck
+    from reconciler.manifests import schemacheck
 
     def refuse(*args, **kwargs):
         raise AssertionError("the schema stage ran for bytes already validated")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reconciler import yamlsafe
-from reconciler.yamlsafe import MAX_FILE_BYTES, parse
+from reconciler.manifests import yamlsafe
+from reconciler.manifests.yamlsafe import MAX_FILE_BYTES, parse
 
 
 def test_every_path_has_its_line() -> None:

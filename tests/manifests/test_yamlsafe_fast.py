@@ -8,7 +8,7 @@ import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
 
-from reconciler import yamlsafe
+from reconciler.manifests import yamlsafe
 
 HERE = Path(__file__).parent
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import modelstore
-from reconciler.desired import ModelFile, ModelFormat, ModelSpec
-from reconciler.modelstore import MemoryStampStore, Verifier
+from reconciler.models import modelstore
+from reconciler.core.desired import ModelFile, ModelFormat, ModelSpec
+from reconciler.models.modelstore import MemoryStampStore, Verifier
 
 
 def digest(data: bytes) -> str:

@@ -8,10 +8,10 @@ import threading
 import attrs
 import pytest
 
-from reconciler import modelstore
-from reconciler.desired import ModelFile
-from reconciler.observed import ModelState
-from reconciler.modelstore import ModelPathError, NotRegularFile, canonical_paths, hash_file
+from reconciler.models import modelstore
+from reconciler.core.desired import ModelFile
+from reconciler.core.observed import ModelState
+from reconciler.models.modelstore import ModelPathError, NotRegularFile, canonical_paths, hash_file
 
 from .conftest import digest, make_spec
 

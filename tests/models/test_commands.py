@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reconciler import manifests
+from reconciler.manifests import loader
 from reconciler.cli import main
-from reconciler.desired import ModelFormat
-from reconciler.observed import ModelState
-from reconciler.modelstore import MemoryStampStore, Verifier
+from reconciler.core.desired import ModelFormat
+from reconciler.core.observed import ModelState
+from reconciler.models.modelstore import MemoryStampStore, Verifier
 
 from .conftest import digest
 
@@ -29,7 +29,7 @@ def add(capsys, *argv: str) -> tuple[int, str, str]:
 
 def loaded_model(text: str):
     """The document through the real manifest loader (schema and rules)."""
-    result = manifests.load([("model.yaml", text.encode())])
+    result = loader.load([("model.yaml", text.encode())])
     assert result.problems == (), [str(p) for p in result.problems]
     (model,) = result.desired.models
     return model
@@ -247,7 +247,7 @@ def test_add_usage_errors(tmp_path, capsys, monkeypatch, argv, message):
 
 def test_add_bad_name_is_refused_before_hashing(tmp_path, capsys, monkeypatch):
     """A --name that is not a plain token fails before a byte is read."""
-    from reconciler import modelstore
+    from reconciler.models import modelstore
 
     (tmp_path / "a.gguf").write_bytes(W1)
     monkeypatch.setattr(modelstore, "hash_file", lambda *a, **k: pytest.fail("hashed"))

@@ -11,10 +11,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler import modeldoc
-from reconciler.desired import ModelFormat
-from reconciler.modeldoc import FileFact, FileKind
-from reconciler.units import is_plain_token
+from reconciler.manifests import modeldoc
+from reconciler.core.desired import ModelFormat
+from reconciler.manifests.modeldoc import FileFact, FileKind
+from reconciler.core.units import is_plain_token
 
 SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "model.schema.json"
 H = "ab" * 32

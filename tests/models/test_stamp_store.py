@@ -6,10 +6,10 @@ import os
 import sqlite3
 from pathlib import Path
 
-from reconciler.modelstore import Stamp, verify_model
-from reconciler.observed import ModelState
-from reconciler.store import Store
-from reconciler.storeschema import MIGRATIONS, SCHEMA_VERSION
+from reconciler.models.modelstore import Stamp, verify_model
+from reconciler.core.observed import ModelState
+from reconciler.state.store import Store
+from reconciler.state.storeschema import MIGRATIONS, SCHEMA_VERSION
 
 from .conftest import make_spec
 

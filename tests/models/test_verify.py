@@ -8,10 +8,10 @@ from pathlib import Path
 
 import attrs
 
-from reconciler import modelstore
-from reconciler.desired import ModelFormat, ModelSourceInfo, ModelSpec
-from reconciler.observed import ModelState
-from reconciler.modelstore import MemoryStampStore, Stamp, Verifier, hash_file, verify_model
+from reconciler.models import modelstore
+from reconciler.core.desired import ModelFormat, ModelSourceInfo, ModelSpec
+from reconciler.core.observed import ModelState
+from reconciler.models.modelstore import MemoryStampStore, Stamp, Verifier, hash_file, verify_model
 
 from .conftest import make_spec
 

@@ -55,8 +55,22 @@ _TESTS = {
 }
 
 
+#: The package each mutated module lives in (reconciler/PACKAGE/MODULE.py).
+_PACKAGE_OF = {
+    **dict.fromkeys(("plan", "rungs", "loadrungs", "demandrungs", "livenessrungs", "ledger", "policy",
+                     "records", "render", "identity", "eviction", "liveness", "generations", "orphans",
+                     "exitreasons"), "planner/"),
+    **dict.fromkeys(("decisions", "labels", "demand", "events", "desired", "observed"), "core/"),
+    **dict.fromkeys(("extra_args", "crosscheck", "nodecheck", "fleet", "documents"), "manifests/"),
+    **dict.fromkeys(("fleetdiff", "fleetview", "offline"), "fleet/"),
+    "procs": "world/",
+    "router/rules": "",  # reconciler/router/rules.py
+}
+
+
 def _m(module: str, name: str, old: str, new: str, breaks: str) -> Mutant:
-    path = f"reconciler/{module}.py" if module != "runtimes" else f"reconciler/runtimes/{name.split('.')[0]}.py"
+    path = f"reconciler/{_PACKAGE_OF[module]}{module}.py" if module != "runtimes" \
+        else f"reconciler/runtimes/{name.split('.')[0]}.py"
     return Mutant(f"{module}/{name}", path, old, new, breaks, _TESTS[module])
 
 

@@ -12,10 +12,10 @@ from typing import Iterator
 
 import pytest
 
-from reconciler import capabilities
+from reconciler.world import capabilities
 from reconciler.cli import main
 from reconciler.commands.health import health_report
-from reconciler.desired import (
+from reconciler.core.desired import (
     Desired,
     Mode,
     NodeConfig,
@@ -25,7 +25,7 @@ from reconciler.desired import (
     Runtime,
     ServeSpec,
 )
-from reconciler.observed import Remembered
+from reconciler.core.observed import Remembered
 from tests.doubles.ollama import OllamaDouble
 from tests.observe.servers import Scripted, Silent, free_port
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler import http11, probe
+from reconciler.world import http11, probe
 from reconciler.runtimes.common import ProbeRequest
 from tests.observe.servers import Scripted
 

@@ -15,10 +15,10 @@ import psutil
 import pytest
 
 from reconciler.commands.health import deep_check
-from reconciler.identity import MARKER_ENV, instance_id
-from reconciler.desired import Desired, Mode, RoleSpec, Runtime, ServeSpec
-from reconciler.observed import Health, Remembered, RoleRecord
-from reconciler.observe import observe
+from reconciler.planner.identity import MARKER_ENV, instance_id
+from reconciler.core.desired import Desired, Mode, RoleSpec, Runtime, ServeSpec
+from reconciler.core.observed import Health, Remembered, RoleRecord
+from reconciler.world.observe import observe
 
 TESTBED = Path(os.environ.get("RECONCILER_TESTBED", "/opt/reconciler-testbed"))
 LLAMA_SERVER = TESTBED / "bin" / "llama-server"

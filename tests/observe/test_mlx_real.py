@@ -14,11 +14,11 @@ import attrs
 import psutil
 import pytest
 
-from reconciler import probe
-from reconciler.identity import MARKER_ENV
-from reconciler.desired import Desired, Mode, RoleSpec, Runtime, ServeSpec
-from reconciler.observed import Health, Remembered, RoleRecord
-from reconciler.observe import observe
+from reconciler.world import probe
+from reconciler.planner.identity import MARKER_ENV
+from reconciler.core.desired import Desired, Mode, RoleSpec, Runtime, ServeSpec
+from reconciler.core.observed import Health, Remembered, RoleRecord
+from reconciler.world.observe import observe
 from reconciler.runtimes import mlx_lm
 
 TESTBED = Path(os.environ.get("RECONCILER_TESTBED", "/opt/reconciler-testbed"))

@@ -16,8 +16,8 @@ import attrs
 import psutil
 import pytest
 
-from reconciler.identity import MARKER_ENV
-from reconciler.desired import (
+from reconciler.planner.identity import MARKER_ENV
+from reconciler.core.desired import (
     Desired,
     Mode,
     ModelFormat,
@@ -27,8 +27,8 @@ from reconciler.desired import (
     Runtime,
     ServeSpec,
 )
-from reconciler.observed import Health, ProcessFacts, Remembered, RoleRecord
-from reconciler.observe import observe, probe_all, target, with_process
+from reconciler.core.observed import Health, ProcessFacts, Remembered, RoleRecord
+from reconciler.world.observe import observe, probe_all, target, with_process
 from tests.doubles.ollama import OllamaDouble
 from tests.observe.servers import Scripted, Silent, free_port
 
@@ -302,7 +302,7 @@ def test_ollama_evicted_model_is_no_longer_resident() -> None:
 
 def client_load(port: int, tag: str) -> None:
     """Load a model the way another Ollama client would (not through the reconciler)."""
-    from reconciler import probe
+    from reconciler.world import probe
     from reconciler.runtimes import ollama
 
     probe.send_sync("127.0.0.1", port, ollama.load_request(tag, 300), timeout=10)
@@ -365,8 +365,8 @@ def test_settled_llamacpp_gets_only_health() -> None:
 
 def test_a_hung_adopted_server_is_taken_not_free_and_planned_unknown() -> None:
     """Accepts, never answers: timed out and port_taken, so the plan says unknown, not exited."""
-    from reconciler.decisions import PlanContext, Status
-    from reconciler.plan import plan
+    from reconciler.core.decisions import PlanContext, Status
+    from reconciler.planner.plan import plan
 
     with Silent() as hung:
         desired = Desired(roles=(
@@ -385,7 +385,7 @@ def test_a_hung_adopted_server_is_taken_not_free_and_planned_unknown() -> None:
 
 def test_a_role_with_liveness_is_asked_within_its_own_timeout() -> None:
     """liveness.timeout, not the node's probe timeout, bounds the role's requests."""
-    from reconciler.desired import LivenessSpec
+    from reconciler.core.desired import LivenessSpec
 
     with Silent() as hung:
         spec = RoleSpec(name="hung", runtime=Runtime.LLAMACPP, mode=Mode.ADOPTED,

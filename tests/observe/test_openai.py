@@ -12,10 +12,10 @@ from typing import Iterator
 import pytest
 
 from reconciler.commands.health import deep_check
-from reconciler.decisions import Status
-from reconciler.desired import Desired, Mode, ModelFormat, RoleSpec, Runtime, ServeSpec
-from reconciler.observed import Health, ProbeFacts, Remembered
-from reconciler.observe import observe
+from reconciler.core.decisions import Status
+from reconciler.core.desired import Desired, Mode, ModelFormat, RoleSpec, Runtime, ServeSpec
+from reconciler.core.observed import Health, ProbeFacts, Remembered
+from reconciler.world.observe import observe
 from reconciler.runtimes import openai, spec_of
 from reconciler.runtimes.common import ErrorKind, ProbeAnswer, ProbeContext, probe_status
 from tests.observe.scripted import REFUSED, TIMEOUT, drive, ok

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.decisions import Status
-from reconciler.observed import Health, ProbeFacts
+from reconciler.core.decisions import Status
+from reconciler.core.observed import Health, ProbeFacts
 from reconciler.runtimes import llamacpp, mlx_lm, ollama, openai
 from reconciler.runtimes.common import (
     ErrorKind,

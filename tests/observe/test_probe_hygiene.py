@@ -8,10 +8,18 @@ import time
 
 import pytest
 
-from reconciler import probe
-from reconciler.desired import Desired, Mode, NodeConfig, PortRange, RoleSpec, Runtime, ServeSpec
-from reconciler.observed import Health, Remembered
-from reconciler.observe import observe
+from reconciler.world import probe
+from reconciler.core.desired import (
+    Desired,
+    Mode,
+    NodeConfig,
+    PortRange,
+    RoleSpec,
+    Runtime,
+    ServeSpec,
+)
+from reconciler.core.observed import Health, Remembered
+from reconciler.world.observe import observe
 from reconciler.runtimes.common import ErrorKind, ProbeRequest
 from tests.observe.servers import Scripted, Silent, free_port
 

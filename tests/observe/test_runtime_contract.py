@@ -11,9 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler import extra_args, identity, runtimes
-from reconciler.decisions import PlanContext
-from reconciler.desired import (
+from reconciler.manifests import extra_args
+from reconciler.planner import identity
+from reconciler import runtimes
+from reconciler.core.decisions import PlanContext
+from reconciler.core.desired import (
     Desired,
     Mode,
     ModelFile,
@@ -25,8 +27,8 @@ from reconciler.desired import (
     Runtime,
     ServeSpec,
 )
-from reconciler.observed import Health, Observed, ProbeFacts, Remembered, RoleObservation
-from reconciler.plan import plan
+from reconciler.core.observed import Health, Observed, ProbeFacts, Remembered, RoleObservation
+from reconciler.planner.plan import plan
 from reconciler.runtimes.common import ProbeAnswer, ProbeContext, ProbeRequest
 from reconciler.runtimes.spec import RuntimeSpec
 from tests.observe.scripted import REFUSED, drive

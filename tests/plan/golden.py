@@ -58,9 +58,9 @@ from typing import Any
 import attrs
 import yaml
 
-from reconciler import identity
-from reconciler.decisions import PlanContext
-from reconciler.desired import (
+from reconciler.planner import identity
+from reconciler.core.decisions import PlanContext
+from reconciler.core.desired import (
     LivenessSpec,
     Desired,
     MemorySpec,
@@ -77,8 +77,8 @@ from reconciler.desired import (
     ServeSpec,
     WantedState,
 )
-from reconciler.demand import Demand, RoleDemand
-from reconciler.observed import (
+from reconciler.core.demand import Demand, RoleDemand
+from reconciler.core.observed import (
     ExitInfo,
     Health,
     Liveness,
@@ -95,7 +95,7 @@ from reconciler.observed import (
     RoleRecord,
     Terminal,
 )
-from reconciler.units import parse_size
+from reconciler.core.units import parse_size
 
 GOLDEN = Path(__file__).parent / "golden"
 ENVIRON = (("HOME", "/home/op"), ("PATH", "/usr/bin:/bin"))

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import attrs
 
-from reconciler.decisions import Decision, Reason, Status, Verb
-from reconciler.ledger import CLAIMS, Draft, order_key
-from reconciler.units import format_size
+from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.planner.ledger import CLAIMS, Draft, order_key
+from reconciler.core.units import format_size
 
 
 @attrs.frozen(kw_only=True)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import attrs
 
-from reconciler.decisions import Decision, Plan, Verb
-from reconciler.desired import Desired
-from reconciler.observed import (
+from reconciler.core.decisions import Decision, Plan, Verb
+from reconciler.core.desired import Desired
+from reconciler.core.observed import (
     Health,
     Observed,
     ProbeFacts,
@@ -26,7 +26,7 @@ from reconciler.observed import (
     Remembered,
     RoleObservation,
 )
-from reconciler.records import ActionFacts, after_decision
+from reconciler.planner.records import ActionFacts, after_decision
 from reconciler.runtimes.ollama import SPEC as OLLAMA
 
 

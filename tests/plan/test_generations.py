@@ -6,11 +6,11 @@ import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler import identity
-from reconciler.decisions import Reason, Verb
-from reconciler.desired import Runtime, WantedState
-from reconciler.observed import Intent, Orphan, Remembered, Terminal
-from reconciler.plan import plan
+from reconciler.planner import identity
+from reconciler.core.decisions import Reason, Verb
+from reconciler.core.desired import Runtime, WantedState
+from reconciler.core.observed import Intent, Orphan, Remembered, Terminal
+from reconciler.planner.plan import plan
 from reconciler.runtimes import spec_of
 from tests.plan.worlds import World, worlds
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from reconciler import render
-from reconciler.decisions import ACTING_VERBS, Decision, Verb
-from reconciler.plan import plan
+from reconciler.planner import render
+from reconciler.core.decisions import ACTING_VERBS, Decision, Verb
+from reconciler.planner.plan import plan
 from tests.plan import golden
 from tests.plan.golden import size
 

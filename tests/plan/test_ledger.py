@@ -5,11 +5,11 @@ from __future__ import annotations
 from hypothesis import assume, example, given, target
 from hypothesis import strategies as st
 
-from reconciler import ledger
-from reconciler import loadrungs
-from reconciler.decisions import Decision, Reason, Verb
-from reconciler.ledger import Draft
-from reconciler.plan import plan
+from reconciler.planner import ledger
+from reconciler.planner import loadrungs
+from reconciler.core.decisions import Decision, Reason, Verb
+from reconciler.planner.ledger import Draft
+from reconciler.planner.plan import plan
 from tests.plan import oracle_ledger
 from tests.plan.worlds import World, worlds
 

@@ -13,9 +13,9 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from reconciler import render
-from reconciler.decisions import Decision, Plan, Verb
-from reconciler.desired import (
+from reconciler.planner import render
+from reconciler.core.decisions import Decision, Plan, Verb
+from reconciler.core.desired import (
     Desired,
     MemorySpec,
     Mode,
@@ -30,7 +30,7 @@ from reconciler.desired import (
     ServeSpec,
     WantedState,
 )
-from reconciler.observed import (
+from reconciler.core.observed import (
     Health,
     ModelCheck,
     ModelState,
@@ -40,7 +40,7 @@ from reconciler.observed import (
     RoleObservation,
     Terminal,
 )
-from reconciler.plan import plan
+from reconciler.planner.plan import plan
 from reconciler.runtimes import spec_of
 from tests.plan.simulate import simulate
 from tests.plan.test_properties import check_safety

@@ -12,18 +12,33 @@ import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconciler import demand as demands
-from reconciler.decisions import PlanContext, Reason, Verb
-from reconciler.demand import Demand, RoleDemand
-from reconciler.desired import (
-    Desired, MemorySpec, Mode, ModelFile, ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime,
-    ServeSpec, WantedState,
+from reconciler.core import demand as demands
+from reconciler.core.decisions import PlanContext, Reason, Verb
+from reconciler.core.demand import Demand, RoleDemand
+from reconciler.core.desired import (
+    Desired,
+    MemorySpec,
+    Mode,
+    ModelFile,
+    ModelFormat,
+    ModelSpec,
+    NodeConfig,
+    RoleSpec,
+    Runtime,
+    ServeSpec,
+    WantedState,
 )
-from reconciler.observed import (
-    Health, Observed, ProbeFacts, ProcessFacts, Remembered, RoleObservation, RoleRecord,
+from reconciler.core.observed import (
+    Health,
+    Observed,
+    ProbeFacts,
+    ProcessFacts,
+    Remembered,
+    RoleObservation,
+    RoleRecord,
 )
-from reconciler.plan import plan
-from reconciler import identity
+from reconciler.planner.plan import plan
+from reconciler.planner import identity
 
 GB = 10**9
 NOW = 10_000.0

@@ -8,10 +8,18 @@ import attrs
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
-from reconciler import identity, policy, render
-from reconciler.decisions import Plan, Reason, Status, Verb
-from reconciler.desired import Desired, Mode, NodeConfig, RestartPolicy, RoleSpec, Runtime, ServeSpec
-from reconciler.observed import (
+from reconciler.planner import identity, policy, render
+from reconciler.core.decisions import Plan, Reason, Status, Verb
+from reconciler.core.desired import (
+    Desired,
+    Mode,
+    NodeConfig,
+    RestartPolicy,
+    RoleSpec,
+    Runtime,
+    ServeSpec,
+)
+from reconciler.core.observed import (
     Health,
     ModelCheck,
     ModelState,
@@ -22,7 +30,7 @@ from reconciler.observed import (
     RoleObservation,
     RoleRecord,
 )
-from reconciler.plan import plan
+from reconciler.planner.plan import plan
 from reconciler.runtimes.ollama import SPEC as OLLAMA
 from tests.plan.simulate import simulate
 from tests.plan.worlds import (

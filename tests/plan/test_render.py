@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from reconciler import render
-from reconciler.decisions import ACTING_VERBS, Decision, Plan, Reason, Status, Verb
+from reconciler.planner import render
+from reconciler.core.decisions import ACTING_VERBS, Decision, Plan, Reason, Status, Verb
 
 FIELDS = {
     "role", "verb", "reason", "why", "acts", "status", "detail", "runtime", "port", "pid",
@@ -63,7 +63,7 @@ def test_json_has_stable_field_names_and_serialises() -> None:
 
 def test_json_never_carries_environment_values() -> None:
     """Launch env values (which may hold secrets) are withheld; only names are shown."""
-    from reconciler.desired import Launch
+    from reconciler.core.desired import Launch
 
     launch = Launch(argv=("/bin/x",), env=(("TOKEN", "s3cret"),), cwd="/d", run_as=None, digest="0")
     d = Decision(role="a", verb=Verb.START, reason=Reason.MISSING, launch=launch)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import attrs
 from hypothesis import strategies as st
 
-from reconciler import identity
+from reconciler.planner import identity
 from reconciler.runtimes import spec_of
-from reconciler.decisions import PlanContext
-from reconciler.desired import (
+from reconciler.core.decisions import PlanContext
+from reconciler.core.desired import (
     Desired,
     MemorySpec,
     Mode,
@@ -30,7 +30,7 @@ from reconciler.desired import (
     ServeSpec,
     WantedState,
 )
-from reconciler.observed import (
+from reconciler.core.observed import (
     Health,
     ModelCheck,
     ModelState,

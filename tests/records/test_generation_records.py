@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import attrs
 
-from reconciler.decisions import Decision, Reason, Verb
-from reconciler.desired import Launch, Mode, RoleSpec, Runtime, ServeSpec
-from reconciler.observed import Intent, ProcessFacts, RoleObservation, RoleRecord, Terminal
-from reconciler.records import (
+from reconciler.core.decisions import Decision, Reason, Verb
+from reconciler.core.desired import Launch, Mode, RoleSpec, Runtime, ServeSpec
+from reconciler.core.observed import Intent, ProcessFacts, RoleObservation, RoleRecord, Terminal
+from reconciler.planner.records import (
     EXIT_MARGIN,
     ActionFacts,
     after_decision,
@@ -115,7 +115,7 @@ def test_an_intent_for_another_pid_never_clears_the_record():
 
 def test_a_start_intent_drops_the_dead_pid_it_was_planned_over():
     """Start after a killed run's finished stop, killed again before the spawn: no crash later."""
-    from reconciler.records import with_intent
+    from reconciler.planner.records import with_intent
 
     stopped = attrs.evolve(RUNNING, intent=Intent(verb="stop", reason="state_stopped",
                                                   instance_id="chat-1", stops=10, until=25.0))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import attrs
 
-from reconciler.decisions import Decision, Reason, Status, Verb
-from reconciler.desired import Launch, Mode, RoleSpec, Runtime, ServeSpec
-from reconciler.observed import (
+from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.desired import Launch, Mode, RoleSpec, Runtime, ServeSpec
+from reconciler.core.observed import (
     Health,
     ProbeFacts,
     ProcessFacts,
@@ -14,7 +14,7 @@ from reconciler.observed import (
     RoleRecord,
     Terminal,
 )
-from reconciler.records import ActionFacts, after_decision
+from reconciler.planner.records import ActionFacts, after_decision
 
 SPEC = RoleSpec(name="chat", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="tiny",
                 serve=ServeSpec(port=8090))

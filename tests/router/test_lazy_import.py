@@ -11,7 +11,7 @@ EXAMPLE = Path(__file__).parents[2] / "manifests" / "examples" / "on-demand"
 PROBE = """
 import sys
 from reconciler import cli
-import reconciler.watch, reconciler.commands.watch, reconciler.router.rules
+import reconciler.daemon.watch, reconciler.commands.watch, reconciler.router.rules
 code = cli.main(["-f", sys.argv[1], "plan", "--offline"])
 print(code, sorted(m for m in ("aiohttp", "openai") if m in sys.modules))
 """

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from reconciler.desired import RouterConfig
+from reconciler.core.desired import RouterConfig
 from reconciler.router.proxy import Proxy
 from reconciler.router.queues import Book
 from reconciler.router.rules import Route, RouteState, Table

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import json
 
-from reconciler.decisions import Decision, Plan, Reason, Status, Verb
-from reconciler.desired import (
-    Desired, Mode, ModelFile, ModelFormat, ModelSpec, NodeConfig, PortRange, RoleSpec, Runtime,
-    ServeSpec, WantedState,
+from reconciler.core.decisions import Decision, Plan, Reason, Status, Verb
+from reconciler.core.desired import (
+    Desired,
+    Mode,
+    ModelFile,
+    ModelFormat,
+    ModelSpec,
+    NodeConfig,
+    PortRange,
+    RoleSpec,
+    Runtime,
+    ServeSpec,
+    WantedState,
 )
 from reconciler.router import rules
 from reconciler.router.rules import Api, Route, RouteState, Table

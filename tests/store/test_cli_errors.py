@@ -6,11 +6,12 @@ import sqlite3
 
 import pytest
 
-from reconciler import cli, store
-from reconciler.errors import StateError
-from reconciler.exitcodes import Exit
-from reconciler.lock import Lock
-from reconciler.store import Store
+from reconciler import cli
+from reconciler.state import store
+from reconciler.core.errors import StateError
+from reconciler.core.exitcodes import Exit
+from reconciler.state.lock import Lock
+from reconciler.state.store import Store
 
 
 def run(capsys, *argv: str) -> tuple[int, list[str]]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import sqlite3
 
-from reconciler.desired import Mode, Runtime
-from reconciler.observed import Intent, RoleRecord, Terminal
-from reconciler.store import Store
-from reconciler.storeschema import MIGRATIONS, SCHEMA_VERSION
+from reconciler.core.desired import Mode, Runtime
+from reconciler.core.observed import Intent, RoleRecord, Terminal
+from reconciler.state.store import Store
+from reconciler.state.storeschema import MIGRATIONS, SCHEMA_VERSION
 
 
 def record(**overrides) -> RoleRecord:

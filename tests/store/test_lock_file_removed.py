@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from reconciler.errors import LockHeld
-from reconciler.lock import Lock
+from reconciler.core.errors import LockHeld
+from reconciler.state.lock import Lock
 
 
 def test_a_removed_lock_file_does_not_let_a_second_writer_in(tmp_path):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sqlite3
 
-from reconciler.desired import Mode, Runtime
-from reconciler.events import Event, EventKind
-from reconciler.observed import RoleRecord, Terminal
-from reconciler.lock import Lock
-from reconciler.store import Store
-from reconciler.storeschema import MIGRATIONS, SCHEMA_VERSION
+from reconciler.core.desired import Mode, Runtime
+from reconciler.core.events import Event, EventKind
+from reconciler.core.observed import RoleRecord, Terminal
+from reconciler.state.lock import Lock
+from reconciler.state.store import Store
+from reconciler.state.storeschema import MIGRATIONS, SCHEMA_VERSION
 
 
 def event(role: str, kind: EventKind, reason: str, *, at: float) -> Event:

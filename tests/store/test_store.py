@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from reconciler.desired import Mode, Runtime
-from reconciler.observed import RoleRecord, Terminal
-from reconciler.modelstore import Stamp
-from reconciler.errors import LockHeld, StateError
-from reconciler.events import Event, EventKind
-from reconciler.lock import Lock
-from reconciler.store import SCHEMA_VERSION, Store
+from reconciler.core.desired import Mode, Runtime
+from reconciler.core.observed import RoleRecord, Terminal
+from reconciler.models.modelstore import Stamp
+from reconciler.core.errors import LockHeld, StateError
+from reconciler.core.events import Event, EventKind
+from reconciler.state.lock import Lock
+from reconciler.state.store import SCHEMA_VERSION, Store
 
 
 def record(**overrides) -> RoleRecord:
@@ -108,7 +108,7 @@ def test_lock_is_exclusive_across_processes_and_names_the_holder(tmp_path):
     lock.acquire()
     try:
         code = (
-            "import sys\nfrom reconciler.lock import Lock\nfrom reconciler.errors import LockHeld\n"
+            "import sys\nfrom reconciler.state.lock import Lock\nfrom reconciler.core.errors import LockHeld\n"
             f"try:\n    Lock({str(tmp_path)!r}).acquire(timeout=0.2)\n"
             "except LockHeld as e:\n    print(e); sys.exit(7)\n"
         )

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import attrs
 
-from reconciler.errors import Problem
-from reconciler.loop import PassInputs, PassResult
-from reconciler.decisions import Decision, Plan, Reason, Status, Verb
-from reconciler.desired import Desired, MemorySpec, Mode, NodeConfig, RoleSpec, Runtime, ServeSpec
-from reconciler.observed import Health, Observed, ProbeFacts, RoleObservation
+from reconciler.core.errors import Problem
+from reconciler.engine.loop import PassInputs, PassResult
+from reconciler.core.decisions import Decision, Plan, Reason, Status, Verb
+from reconciler.core.desired import (
+    Desired,
+    MemorySpec,
+    Mode,
+    NodeConfig,
+    RoleSpec,
+    Runtime,
+    ServeSpec,
+)
+from reconciler.core.observed import Health, Observed, ProbeFacts, RoleObservation
 
 
 def role_spec(name: str, port: int = 20001, mode: Mode = Mode.MANAGED) -> RoleSpec:

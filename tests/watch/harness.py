@@ -12,9 +12,9 @@ import logging
 import sys
 import time
 
-from reconciler import logs
-from reconciler.store import Store
-from reconciler.watch import Daemon
+from reconciler.report import logs
+from reconciler.state.store import Store
+from reconciler.daemon.watch import Daemon
 from tests.watch.fakes import desired, good
 
 

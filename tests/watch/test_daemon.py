@@ -14,11 +14,13 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from reconciler import logs, metrics, procs, watch
-from reconciler.filewatch import FileWatch
-from reconciler.desired import Mode, Runtime, WantedState
-from reconciler.observed import RoleRecord
-from reconciler.store import Store
+from reconciler.report import logs, metrics
+from reconciler.world import procs
+from reconciler.daemon import watch
+from reconciler.daemon.filewatch import FileWatch
+from reconciler.core.desired import Mode, Runtime, WantedState
+from reconciler.core.observed import RoleRecord
+from reconciler.state.store import Store
 from tests.watch.fakes import FakePasses, bad, desired, good, role_spec
 
 
@@ -456,7 +458,7 @@ def test_the_daemon_keeps_one_model_verifier_for_its_life(make):
 
 def test_a_state_error_in_a_pass_is_one_log_line_and_a_retry(make, caplog):
     """A full disk under a running daemon: one error line naming it, no traceback, retry soon."""
-    from reconciler.errors import StateError
+    from reconciler.core.errors import StateError
 
     def broken(inputs):
         raise StateError("state store /s/state.db: database or disk is full; free space")

@@ -10,11 +10,11 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from reconciler import metrics
-from reconciler.decisions import Decision, Reason, Status, Verb
-from reconciler.desired import Mode, Runtime
-from reconciler.observed import RoleRecord
-from reconciler.store import Store
+from reconciler.report import metrics
+from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.desired import Mode, Runtime
+from reconciler.core.observed import RoleRecord
+from reconciler.state.store import Store
 from tests.watch.fakes import bad, desired, good, keep
 
 DOCUMENTED = {

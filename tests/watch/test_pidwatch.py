@@ -10,9 +10,10 @@ import time
 
 import pytest
 
-from reconciler import pidwatch, procs
-from reconciler.desired import Mode, Runtime
-from reconciler.observed import RoleRecord
+from reconciler.daemon import pidwatch
+from reconciler.world import procs
+from reconciler.core.desired import Mode, Runtime
+from reconciler.core.observed import RoleRecord
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs Linux pidfds")
 

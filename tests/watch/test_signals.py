@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.lock import Lock
+from reconciler.state.lock import Lock
 
 ROOT = Path(__file__).resolve().parents[2]
 

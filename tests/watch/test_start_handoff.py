@@ -17,11 +17,13 @@ from pathlib import Path
 import attrs
 import pytest
 
-from reconciler import cli, procs, watch
+from reconciler import cli
+from reconciler.world import procs
+from reconciler.daemon import watch
 from reconciler.commands import handoff
-from reconciler.desired import Mode, Runtime
-from reconciler.observed import RoleRecord, Terminal
-from reconciler.store import Store
+from reconciler.core.desired import Mode, Runtime
+from reconciler.core.observed import RoleRecord, Terminal
+from reconciler.state.store import Store
 from tests.watch.fakes import FakePasses, bad, desired, good
 
 REPO = Path(__file__).parents[2]
@@ -57,10 +59,10 @@ spec:
 FAKE_WATCH = textwrap.dedent("""\
     import sys
     import time
-    from reconciler.events import Event, EventKind
-    from reconciler.lock import Lock
-    from reconciler.store import Store
-    from reconciler.watch import Daemon
+    from reconciler.core.events import Event, EventKind
+    from reconciler.state.lock import Lock
+    from reconciler.state.store import Store
+    from reconciler.daemon.watch import Daemon
     from tests.watch.fakes import desired, good
 
     state = sys.argv[1]
@@ -81,7 +83,7 @@ FAKE_WATCH = textwrap.dedent("""\
 #: Holds the lock and nothing else (a `--once` run, as far as `start` can tell).
 PLAIN_HOLDER = textwrap.dedent("""\
     import sys, time
-    from reconciler.lock import Lock
+    from reconciler.state.lock import Lock
     Lock(sys.argv[1]).acquire()
     print("held", flush=True)
     time.sleep(120)
@@ -256,7 +258,7 @@ def test_a_start_taken_but_not_confirmed_exits_1_unless_ours_runs(tmp_path, caps
     """Taken, no decision logged in time: exit 1 'not confirmed'; 0 when our server of it runs."""
     import argparse
 
-    from reconciler.events import Event, EventKind
+    from reconciler.core.events import Event, EventKind
 
     args = argparse.Namespace(name="chat", json=False, state_dir=str(tmp_path))
     taken = Event(id=7, at=1.0, role="chat", kind=EventKind.OPERATOR_START, reason="operator",

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from reconciler.lock import Lock
+from reconciler.state.lock import Lock
 from tests.e2e.conftest import free_port, wait_for
 from tests.watch.test_watch_e2e import alive, daemons, events, new_pid, ready  # noqa: F401
 

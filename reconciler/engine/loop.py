@@ -1,0 +1,189 @@
+"""One reconcile pass, room by room (SHELL).
+
+::
+
+    load → remember → re-adopt → observe → plan → act → record      (show: the caller)
+
+``apply_pass(inputs)`` is what ``reconcile --once``/``apply``, ``start`` and
+every iteration of ``watch`` run; the caller holds the lock. ``plan_pass``
+is ``plan``, ``apply --dry-run`` and ``status``: the same rooms up to the
+plan, and nothing written to the store (the servers re-adoption would record
+are shown as if recorded). Level-triggered: each pass re-reads every manifest
+and re-observes every server; nothing carries over but what the store
+remembers. An invalid manifest set acts on nothing.
+
+Each room is one call into the module that owns it:
+
+=========  ==========================================================
+load       ``sources.load_desired``; ``gitcommit.manifests_commit``
+remember   ``store.roles()`` → ``Remembered``
+re-adopt   ``readopt.survey``: unrecorded servers of ours, re-adopted or
+           orphaned (``readopt.record`` writes the re-adopted when applying)
+observe    ``observe.observe``: probes, process table, model checks
+plan       ``plan.plan`` (pure)
+act        ``act.act``: ``execute.apply`` with the spawn hooks
+record     ``recording.record_pass``; ``instances.cap_server_logs``;
+           ``instances.sweep`` (directories of instances nobody wants)
+=========  ==========================================================
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Callable
+
+import attrs
+
+from reconciler.world import instances
+from reconciler.engine import readopt
+from reconciler.core.decisions import Plan, PlanContext
+from reconciler.core.demand import Demand
+from reconciler.core.desired import Desired
+from reconciler.core.errors import Problem
+from reconciler.manifests.fleet import NodeChoice
+from reconciler.core.observed import Observed, Orphan, Remembered
+
+if TYPE_CHECKING:  # only a pass that acts makes outcomes
+    from reconciler.core.outcomes import Outcome
+    from reconciler.state.store import Store
+
+
+@attrs.frozen(kw_only=True)
+class PassInputs:
+    """Everything one pass starts from."""
+
+    paths: tuple[str, ...] = attrs.field(converter=tuple)  # the manifests (and their git commit)
+    store: Store  # remembered state and events; the caller opened it (and holds the lock)
+    state_dir: str
+    desired: Desired | None = None  # given: the manifests are not read (watch's last good state)
+    node: NodeChoice | None = None  # which node this is (§10); None: a set's only node
+    allow_empty: bool = False  # an empty manifest set may stop running servers
+    operator_starts: frozenset[str] = frozenset()  # roles named by `reconcile start`
+    verifier: object | None = None  # modelstore.Verifier-like; default: by the store's stamps
+    demand: Demand | None = None  # §9 the router's counts (watch only); None: no demand known
+    clock: Callable[[], float] = time.time
+
+
+@attrs.frozen(kw_only=True)
+class PassResult:
+    """What a pass saw, decided and did."""
+
+    problems: tuple[Problem, ...] = ()  # manifest problems: nothing was done
+    warnings: tuple[Problem, ...] = ()
+    desired: Desired | None = None
+    observed: Observed | None = None
+    plan: Plan | None = None
+    outcomes: tuple[Outcome, ...] = ()  # in plan order
+    git_commit: str | None = None
+    started: float = 0.0
+    duration: float = 0.0
+    node: str = ""  # the node named by --node / $RECONCILER_NODE ("" when none was)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(o.ok or o.skipped for o in self.outcomes)
+
+
+def plan_pass(inputs: PassInputs) -> PassResult:
+    """Load, remember, observe and plan; act on nothing and write nothing to the store."""
+    began = _Began(inputs)
+    loaded = _load(inputs)
+    if loaded.problems or loaded.desired is None:
+        return began.refused(loaded)
+    desired = loaded.desired
+    root = instances.data_root(desired, inputs.state_dir)
+    remembered = Remembered(roles=inputs.store.roles())
+    # Shown as an applying pass would see them: with the re-adopted records.
+    found = readopt.survey(remembered, desired, root)
+    remembered = readopt.merged(remembered, found.readopted)
+    observed, the_plan = _observe_and_plan(inputs, desired, remembered, root, found.orphans)
+    return began.result(loaded, observed, the_plan)
+
+
+def apply_pass(inputs: PassInputs) -> PassResult:
+    """The whole pass, acting and recording. The caller holds the lock."""
+    from reconciler.engine import act, recording
+
+    began = _Began(inputs)
+    loaded = _load(inputs)
+    if loaded.problems or loaded.desired is None:
+        return began.refused(loaded)
+    desired = loaded.desired
+    root = instances.data_root(desired, inputs.state_dir)
+    remembered = Remembered(roles=inputs.store.roles())
+    found = readopt.survey(remembered, desired, root)
+    readopt.record(inputs.store, found.readopted, at=inputs.clock())
+    remembered = readopt.merged(remembered, found.readopted)
+    observed, the_plan = _observe_and_plan(inputs, desired, remembered, root, found.orphans)
+    outcomes = act.act(the_plan, desired, inputs.store, verifier=inputs.verifier, root=root,
+                       clock=inputs.clock)
+    recording.record_pass(inputs.store, desired, observed, the_plan, outcomes,
+                          git_commit=began.git_commit, now=inputs.clock(), root=root,
+                          operator_starts=inputs.operator_starts)
+    if outcomes:
+        recording.ended(inputs.store, root, inputs.clock())
+    kept = inputs.store.roles()
+    instances.cap_server_logs(kept, root)
+    instances.sweep(root, instances.wanted_ids(desired, kept))
+    return began.result(loaded, observed, the_plan, outcomes)
+
+
+# ---------------------------------------------------------------- the rooms' details
+
+
+def _load(inputs: PassInputs):
+    """The desired state, or every problem with it (``manifests.LoadResult``)."""
+    from reconciler.repo import sources
+    from reconciler.manifests.loader import LoadResult
+
+    if inputs.desired is not None:
+        return LoadResult(desired=inputs.desired)
+    return sources.load_desired(inputs.paths, cache_dir=inputs.state_dir, node=inputs.node)
+
+
+def _observe_and_plan(inputs: PassInputs, desired: Desired, remembered: Remembered,
+                      root: str, orphans: tuple[Orphan, ...] = ()) -> tuple[Observed, Plan]:
+    from reconciler.world import observe
+    from reconciler.planner import plan
+
+    observed = observe.observe(desired, remembered, probe_timeout=desired.node.probe_timeout,
+                               sticky=inputs.store.sticky_mismatches(), root=root)
+    if orphans:
+        observed = attrs.evolve(observed, orphans=orphans)
+    if inputs.demand is not None:  # §9 observed like the servers: at the start of the pass
+        observed = attrs.evolve(observed, demand=inputs.demand)
+    ctx = PlanContext(
+        allow_empty=inputs.allow_empty, operator_starts=frozenset(inputs.operator_starts),
+        environ=tuple(sorted(os.environ.items())), data_root=root,
+    )
+    return observed, plan.plan(desired, observed, remembered, ctx, inputs.clock())
+
+
+class _Began:
+    """When a pass began (wall clock for the record, monotonic for its duration), and its commit.
+
+    A plain class: it never leaves this module, and an attrs class costs a
+    cron run its creation.
+    """
+
+    __slots__ = ("started", "t0", "git_commit", "node")
+
+    def __init__(self, inputs: PassInputs) -> None:
+        from reconciler.repo.gitcommit import manifests_commit
+
+        self.started, self.t0 = inputs.clock(), time.monotonic()
+        self.git_commit = manifests_commit(inputs.paths)
+        given = inputs.node
+        self.node = given.name if given is not None and given.explicit else ""
+
+    def refused(self, loaded) -> PassResult:
+        return PassResult(problems=tuple(loaded.problems), warnings=tuple(loaded.warnings),
+                          git_commit=self.git_commit, started=self.started, node=self.node)
+
+    def result(self, loaded, observed: Observed, the_plan: Plan,
+               outcomes: tuple[Outcome, ...] = ()) -> PassResult:
+        return PassResult(warnings=tuple(loaded.warnings), desired=loaded.desired,
+                          observed=observed, plan=the_plan, outcomes=tuple(outcomes),
+                          git_commit=self.git_commit, started=self.started,
+                          duration=time.monotonic() - self.t0, node=self.node)

@@ -1,0 +1,357 @@
+"""One schema-valid document → typed values, with the checks a schema cannot make (PURE).
+
+The schema has already fixed every key and type; what is left here is
+parsing (sizes to bytes, durations to seconds, ``localhost`` to 127.0.0.1)
+and the per-document rules that need code: shards sorted by path, a port
+range that is a range, a loopback address that really is one.
+
+Roles come out as ``RoleDraft``: NodeConfig defaults (restart policy,
+keep_alive) and the model's weight size are merged in later, per node
+(``fleet.role_on``), once every document is known. Label keys and values and
+the operators of a placement's selector are checked here (``labels.py``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any, Callable
+
+import attrs
+
+from reconciler.core import labels, units
+from reconciler.runtimes import spec_of
+from reconciler.core.errors import Problem
+from reconciler.manifests.fleet import FleetRole, Placement
+from reconciler.core.desired import (
+    DEFAULT_IDLE_AFTER,
+    LivenessSpec,
+    MemorySpec,
+    Mode,
+    ModelFile,
+    ModelFormat,
+    ModelSourceInfo,
+    ModelSpec,
+    NodeConfig,
+    PortRange,
+    RestartPolicy,
+    RoleSpec,
+    RouterConfig,
+    RunAs,
+    Runtime,
+    ServeSpec,
+    SourceRef,
+    WantedState,
+)
+from reconciler.manifests.yamlsafe import Document, Path
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class RoleDraft:
+    """A role before NodeConfig defaults and model sizes are merged in."""
+
+    spec: RoleSpec
+    restart: tuple[tuple[str, float], ...]  # only the fields the role overrides
+    keep_alive: float | None  # None: take the NodeConfig default
+    weights: int | None  # None: the model's shard sizes
+    placement: Placement | None  # None: every node
+    doc: Document
+
+    def role(self) -> FleetRole:
+        return FleetRole(spec=self.spec, restart=self.restart, keep_alive=self.keep_alive,
+                         weights=self.weights, placement=self.placement)
+
+
+class _Reader:
+    """Reads typed fields of one document and collects conversion problems."""
+
+    def __init__(self, doc: Document) -> None:
+        self.doc = doc
+        self.problems: list[Problem] = []
+
+    def get(self, *path: str | int) -> Any:
+        value: Any = self.doc.value
+        for step in path:
+            if not isinstance(value, dict) or step not in value:
+                return None
+            value = value[step]
+        return value
+
+    def parsed(self, path: Path, parse: Callable[[Any], Any]) -> Any:
+        """``parse`` the value at ``path``; a ``ValueError`` becomes a problem."""
+        value = self.get(*path)
+        if value is None:
+            return None
+        try:
+            return parse(value)
+        except ValueError as err:
+            self.problems.append(self.doc.problem(path, str(err)))
+            return None
+
+    def size(self, *path: str) -> int | None:
+        return self.parsed(path, units.parse_size)
+
+    def duration(self, *path: str, negative: bool = False) -> float | None:
+        return self.parsed(path, lambda v: units.parse_duration(v, allow_negative=negative))
+
+    def add(self, path: Path, message: str) -> None:
+        self.problems.append(self.doc.problem(path, message))
+
+    @property
+    def ref(self) -> SourceRef:
+        return SourceRef(file=self.doc.file, line=self.doc.line)
+
+
+def _file(raw: dict[str, Any] | None) -> ModelFile | None:
+    if raw is None:
+        return None
+    size = raw.get("size")
+    return ModelFile(path=raw["path"], sha256=raw["sha256"],
+                     size=int(size) if size is not None else None)
+
+
+def model_spec(doc: Document) -> tuple[ModelSpec | None, list[Problem]]:
+    r = _Reader(doc)
+    shards = tuple(_file(s) for s in r.get("spec", "shards") or ())
+    seen: set[str] = set()
+    for i, shard in enumerate(shards):
+        assert shard is not None
+        if shard.path in seen:
+            r.add(("spec", "shards", i, "path"), f"duplicate shard path {shard.path!r}")
+        elif i and shard.path < shards[i - 1].path:  # type: ignore[union-attr]
+            r.add(("spec", "shards", i, "path"),
+                  f"shards must be sorted by path: {shard.path!r} comes before "
+                  f"{shards[i - 1].path!r}")  # type: ignore[union-attr]
+        seen.add(shard.path)
+    source = r.get("spec", "source") or {}
+    spec = ModelSpec(
+        name=r.get("metadata", "name"),
+        format=ModelFormat(r.get("spec", "format")),
+        root=r.get("spec", "root"),
+        shards=shards,  # type: ignore[arg-type]
+        tokenizer=_file(r.get("spec", "tokenizer")),
+        template=_file(r.get("spec", "template")),
+        source=ModelSourceInfo(**source),
+        ref=r.ref,
+    )
+    return (None if r.problems else spec), r.problems
+
+
+def _restart(r: _Reader, *path: str) -> tuple[tuple[str, float], ...]:
+    """The restart-policy fields set at ``path``, parsed."""
+    raw = r.get(*path) or {}
+    out: list[tuple[str, float]] = []
+    if "max_restarts" in raw:
+        out.append(("max_restarts", int(raw["max_restarts"])))
+    for field in ("base", "cap", "stable_after", "startup_grace"):
+        value = r.duration(*path, field)
+        if field == "startup_grace" and value == 0:
+            r.add((*path, field), "must be more than 0 seconds")  # else every start fails
+        if value is not None:
+            out.append((field, value))
+    return tuple(out)
+
+
+def _liveness(r: _Reader) -> LivenessSpec | None:
+    """``spec.liveness`` (§4.1): present, even empty, turns the checks on; defaults fill it."""
+    raw = r.get("spec", "liveness")
+    if raw is None:
+        return None
+    defaults, values = LivenessSpec(), {}
+    for field in ("period", "timeout", "grace"):
+        value = r.duration("spec", "liveness", field)
+        if value is not None and value == 0 and field != "grace":
+            r.add(("spec", "liveness", field), "must be more than 0 seconds")
+        values[field] = getattr(defaults, field) if value is None else value
+    failures = raw.get("failures")
+    return LivenessSpec(failures=defaults.failures if failures is None else int(failures),
+                        **values)
+
+
+def node_config(doc: Document) -> tuple[NodeConfig | None, list[Problem]]:
+    r = _Reader(doc)
+    ports = r.get("spec", "allowed_ports")
+    allowed = None
+    if ports is not None:
+        allowed = PortRange(start=int(ports["from"]), end=int(ports["to"]))
+        if allowed.start > allowed.end:
+            r.add(("spec", "allowed_ports"),
+                  f"'from' ({allowed.start}) must not be above 'to' ({allowed.end})")
+    run_as = r.get("spec", "run_as")
+    defaults = NodeConfig()
+    timeouts = {}
+    for field in ("probe_timeout", "deep_timeout", "stop_grace"):
+        value = r.duration("spec", field)
+        if value is not None and value == 0 and field != "stop_grace":
+            r.add(("spec", field), "must be more than 0 seconds")
+        timeouts[field] = getattr(defaults, field) if value is None else value
+    keep_alive = r.duration("spec", "keep_alive", negative=True)
+    passthrough = r.get("spec", "env_passthrough")  # [] means "pass nothing through"
+    node_labels = _labels(r, ("metadata", "labels"))
+    node = NodeConfig(
+        name=str(r.get("metadata", "name") or ""),
+        labels=tuple(sorted(node_labels.items())),
+        model_roots=tuple(sorted((r.get("spec", "model_roots") or {}).items())),
+        allowed_ports=allowed,
+        memory_budget=r.size("spec", "memory_budget"),
+        serve_programs=tuple(sorted(
+            (Runtime(k), v) for k, v in (r.get("spec", "serve_programs") or {}).items())),
+        version_probe=tuple(sorted(
+            (Runtime(k), tuple(v)) for k, v in (r.get("spec", "version_probe") or {}).items())),
+        env=tuple(sorted((r.get("spec", "env") or {}).items())),
+        env_passthrough=tuple(passthrough) if passthrough is not None
+        else defaults.env_passthrough,
+        run_as=RunAs(uid=int(run_as["uid"]), gid=int(run_as["gid"])) if run_as else None,
+        restart=attrs.evolve(defaults.restart, **dict(_restart(r, "spec", "restart"))),
+        keep_alive=defaults.keep_alive if keep_alive is None else keep_alive,
+        data_root=r.get("spec", "data_root"),
+        router=_router(r),
+        ref=r.ref,
+        **timeouts,
+    )
+    return (None if r.problems else node), r.problems
+
+
+def _router(r: _Reader) -> RouterConfig | None:
+    """§9 ``spec.router``: a loopback listen address (the schema checked its shape)."""
+    raw = r.get("spec", "router")
+    if raw is None:
+        return None
+    defaults = RouterConfig()
+    host, _, port_text = str(raw["listen"]).rpartition(":")
+    host = "127.0.0.1" if host == "localhost" else host.strip("[]")
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        r.add(("spec", "router", "listen"),
+              f"{host!r} is not a loopback address; the router never listens beyond loopback")
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+        r.add(("spec", "router", "listen"), f"port {port} is not in 1-65535")
+    timeout = r.duration("spec", "router", "queue_timeout")
+    if timeout == 0:
+        r.add(("spec", "router", "queue_timeout"), "must be more than 0 seconds")
+    body = r.size("spec", "router", "max_body")
+    if body == 0:
+        r.add(("spec", "router", "max_body"), "must be more than 0 bytes")
+    return RouterConfig(
+        host=host, port=port,
+        max_queue=int(raw.get("max_queue", defaults.max_queue)),
+        queue_timeout=timeout or defaults.queue_timeout,
+        max_body=body or defaults.max_body,
+        api_key_file=raw.get("api_key_file"),
+    )
+
+
+def _host(r: _Reader) -> str:
+    raw = r.get("spec", "serve", "host")
+    if raw is None or raw == "localhost":
+        return "127.0.0.1"
+    try:
+        address = ipaddress.ip_address(raw)
+    except ValueError:
+        address = None
+    if address is None or not address.is_loopback:
+        r.add(("spec", "serve", "host"),
+              f"{raw!r} is not a loopback address (use 127.0.0.1, ::1 or localhost)")
+        return "127.0.0.1"
+    return str(address)
+
+
+def role_draft(doc: Document) -> tuple[RoleDraft | None, list[Problem]]:
+    r = _Reader(doc)
+    name = r.get("metadata", "name")
+    runtime = Runtime(r.get("spec", "runtime"))
+    port = r.get("spec", "serve", "port")
+    if port is None:
+        port = spec_of(runtime).default_port
+    serve = ServeSpec(
+        host=_host(r),
+        port=int(port) if port is not None else 0,
+        ctx=int(r.get("spec", "serve", "ctx")) if r.get("spec", "serve", "ctx") else None,
+        kv_quant=r.get("spec", "serve", "kv_quant"),
+        draft_model=r.get("spec", "serve", "draft_model"),
+        extra_args=tuple(r.get("spec", "serve", "extra_args") or ()),
+    )
+    excludes = frozenset(e.removeprefix("role:") for e in r.get("spec", "excludes") or ())
+    state = WantedState(r.get("spec", "state") or WantedState.RUNNING)
+    mode = Mode(r.get("spec", "mode"))
+    idle_after = r.duration("spec", "idle_after")
+    if idle_after == 0:
+        r.add(("spec", "idle_after"), "must be more than 0 seconds")
+    if state is WantedState.ON_DEMAND:
+        _on_demand_rules(r, runtime, mode)
+    spec = RoleSpec(
+        name=name,
+        runtime=runtime,
+        mode=mode,
+        model=r.get("spec", "model"),
+        state=state,
+        serve=serve,
+        memory=MemorySpec(weights=0, kv=r.size("spec", "memory", "kv") or 0),
+        excludes=excludes,
+        restart=RestartPolicy(),
+        keep_alive=None,
+        idle_after=idle_after or DEFAULT_IDLE_AFTER,
+        liveness=_liveness(r),
+        restarted_at=r.get("spec", "restarted_at"),
+        ref=r.ref,
+    )
+    draft = RoleDraft(
+        spec=spec,
+        restart=_restart(r, "spec", "restart"),
+        keep_alive=r.duration("spec", "keep_alive", negative=True),
+        weights=r.size("spec", "memory", "weights"),
+        placement=_placement(r),
+        doc=doc,
+    )
+    return (None if r.problems else draft), r.problems
+
+
+def _on_demand_rules(r: _Reader, runtime: Runtime, mode: Mode) -> None:
+    """§9 ``state: on-demand`` is for servers the reconciler launches and stops."""
+    if mode is not Mode.MANAGED:
+        r.add(("spec", "state"), "state: on-demand needs mode: managed "
+              "(an adopted server is never started or stopped)")
+    elif not spec_of(runtime).launched:
+        r.add(("spec", "state"), f"state: on-demand is for servers the reconciler launches, "
+              f"not {runtime} (Ollama loads a model on request by itself)")
+
+
+def _labels(r: _Reader, path: tuple[str, ...]) -> dict[str, str]:
+    """A mapping of label keys to values at ``path``, each checked (BEHAVIOUR §10)."""
+    found = r.get(*path) or {}
+    for key, value in found.items():
+        problem = labels.key_problem(key) or labels.value_problem(value)
+        if problem is not None:
+            r.add(path + (key,), problem)
+    return found
+
+
+def _placement(r: _Reader) -> Placement | None:
+    """``spec.placement``, its selector's operators checked against their values."""
+    raw = r.get("spec", "placement")
+    if raw is None:
+        return None
+    nodes = raw.get("nodes")
+    raw_selector = raw.get("node_selector")
+    if raw_selector is None:
+        return Placement(nodes=frozenset(nodes) if nodes is not None else None)
+    base = ("spec", "placement", "node_selector")
+    match_labels = _labels(r, base + ("match_labels",))
+    expressions = []
+    for i, term in enumerate(raw_selector.get("match_expressions") or ()):
+        here = base + ("match_expressions", i)
+        key_problem = labels.key_problem(term["key"])
+        if key_problem is not None:
+            r.add(here + ("key",), key_problem)
+        values = tuple(term.get("values") or ())
+        wrong = labels.requirement_problem(labels.Operator(term["operator"]), values)
+        if wrong is not None:
+            index, message = wrong
+            r.add(here + (("values", index) if index is not None else ("values",)
+                          if "values" in term else ("operator",)), message)
+        expressions.append((term["key"], term["operator"], values))
+    return Placement(nodes=frozenset(nodes) if nodes is not None else None,
+                     selector=labels.selector(match_labels, tuple(expressions)))

@@ -1,0 +1,183 @@
+"""One repository, many nodes: which roles each node runs (PURE; BEHAVIOUR §10).
+
+The loader gives a ``Fleet``: every role as its manifest says it (before any
+node's defaults), every Model, every NodeConfig. A reconciler runs on one
+node, picked by ``choose`` from a ``NodeChoice`` (``--node``, else
+``$RECONCILER_NODE``, else the host name), and plans that node's share,
+``desired_for(fleet, node)``: the roles placed on it, each merged with the
+node's defaults (restart policy, keep_alive) and its model sizes, the Models
+with this node's roots. Placement is decided here, before ``plan()``.
+
+Rules where the contract is silent:
+
+* **Which NodeConfig is mine.** The one named like this node. A set with no
+  NodeConfig has one implicit node (every default, no labels) of this node's
+  name. Without an explicit name (no ``--node``, no ``$RECONCILER_NODE``) a
+  set with exactly one NodeConfig is this node whatever its name: a
+  single-node repository works as it always did. Otherwise a node whose name
+  no NodeConfig has is not in the fleet: it runs nothing (``choose`` → None).
+* **Placement.** Absent: every node. ``nodes``: a node of one of these names.
+  ``node_selector``: Kubernetes label-selector semantics (``labels.py``). Both
+  given: both must hold, as a Kubernetes pod with ``nodeName`` and a
+  ``nodeSelector`` needs both. DaemonSet-like: a role runs on every node it
+  matches, each node's ledger admitting it on its own.
+* **Model roots.** A NodeConfig's ``model_roots {model: /dir}`` replaces that
+  Model's ``root`` on that node; the digests stay the Model's, so a copy at
+  another path must still verify.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+import attrs
+
+from reconciler.core.desired import Desired, ModelSpec, NodeConfig, RoleSpec, sorted_by_name
+from reconciler.core.labels import Selector
+from reconciler.runtimes import spec_of
+
+frozen = attrs.frozen(kw_only=True)
+
+
+@frozen
+class Placement:
+    """``spec.placement``: which nodes may run a role."""
+
+    nodes: frozenset[str] | None = None  # node names; None: any name
+    selector: Selector | None = None  # None: any labels
+
+    def admits(self, name: str, labels: Mapping[str, str]) -> bool:
+        return ((self.nodes is None or name in self.nodes)
+                and (self.selector is None or self.selector.matches(labels)))
+
+
+@frozen
+class FleetRole:
+    """A role as its manifest says it: the node's defaults are merged in per node."""
+
+    spec: RoleSpec
+    restart: tuple[tuple[str, float], ...] = ()  # only the fields the role overrides
+    keep_alive: float | None = None  # None: the node's default
+    weights: int | None = None  # None: the model's shard sizes
+    placement: Placement | None = None  # None: every node
+
+
+@frozen
+class NodeChoice:
+    """Which node this reconciler is: a name, and whether the operator gave it."""
+
+    name: str
+    explicit: bool = False  # --node or $RECONCILER_NODE (not just the host name)
+
+
+@frozen
+class Fleet:
+    """A whole validated manifest set."""
+
+    roles: tuple[FleetRole, ...] = ()  # sorted by name
+    models: tuple[ModelSpec, ...] = ()  # sorted by name
+    nodes: tuple[NodeConfig, ...] = ()  # the declared NodeConfigs, sorted by name
+
+    def node(self, name: str) -> NodeConfig | None:
+        return next((n for n in self.nodes if n.name == name), None)
+
+
+def implicit_node(name: str = "") -> NodeConfig:
+    """The node of a set without NodeConfig: every default, no labels."""
+    return NodeConfig(name=name)
+
+
+def members(fleet: Fleet, implicit: str = "") -> tuple[NodeConfig, ...]:
+    """The nodes of the fleet: its NodeConfigs, or the one implicit node."""
+    return fleet.nodes or (implicit_node(implicit),)
+
+
+def choose(fleet: Fleet, choice: NodeChoice) -> NodeConfig | None:
+    """This node's NodeConfig, or None when this node is not in the fleet."""
+    if not fleet.nodes:
+        return implicit_node(choice.name)
+    named = fleet.node(choice.name)
+    if named is not None:
+        return named
+    if not choice.explicit and len(fleet.nodes) == 1:
+        return fleet.nodes[0]
+    return None
+
+
+def placements(roles: Sequence[FleetRole], nodes: Sequence[NodeConfig]) -> dict[str, tuple[str, ...]]:
+    """Role name → the names of the nodes it is placed on, in node order."""
+    labels = [(n.name, dict(n.labels)) for n in nodes]
+    names = [n.name for n in nodes]
+    out: dict[str, tuple[str, ...]] = {}
+    for role in roles:
+        where = role.placement
+        if where is None:
+            out[role.spec.name] = tuple(names)
+        elif where.selector is None and where.nodes is not None:
+            out[role.spec.name] = tuple(n for n in names if n in where.nodes)
+        else:
+            out[role.spec.name] = tuple(n for n, lab in labels if where.admits(n, lab))
+    return out
+
+
+def by_node(roles: Sequence[FleetRole], placed: Mapping[str, tuple[str, ...]],
+            nodes: Iterable[NodeConfig]) -> dict[str, list[FleetRole]]:
+    """Node name → the roles placed on it, by role name."""
+    out: dict[str, list[FleetRole]] = {n.name: [] for n in nodes}
+    for role in roles:
+        for name in placed.get(role.spec.name, ()):
+            out[name].append(role)
+    return out
+
+
+def desired_for(fleet: Fleet, node: NodeConfig, *,
+                placed: Mapping[str, tuple[str, ...]] | None = None,
+                roles: Sequence[FleetRole] | None = None) -> Desired:
+    """This node's share of the fleet (pass ``placed``/``roles`` when already known)."""
+    if placed is None:
+        placed = placements(fleet.roles, members(fleet, node.name))
+    if roles is None:
+        roles = [r for r in fleet.roles if node.name in placed.get(r.spec.name, ())]
+    models = models_on(fleet.models, node)
+    by_name = {m.name: m for m in models}
+    mine = {r.spec.name for r in roles}
+    return Desired(
+        roles=tuple(role_on(r, by_name.get(r.spec.model or ""), node) for r in roles),
+        models=models,
+        node=node,
+        placed_elsewhere=tuple((r.spec.name, placed.get(r.spec.name, ()))
+                               for r in fleet.roles if r.spec.name not in mine),
+    )
+
+
+def models_on(models: tuple[ModelSpec, ...], node: NodeConfig) -> tuple[ModelSpec, ...]:
+    """The Models with this node's ``model_roots`` in place of their roots."""
+    if not node.model_roots:
+        return models
+    roots = dict(node.model_roots)
+    return sorted_by_name(attrs.evolve(m, root=roots[m.name]) if m.name in roots else m
+                          for m in models)
+
+
+def role_on(role: FleetRole, model: ModelSpec | None, node: NodeConfig) -> RoleSpec:
+    """The role on ``node``: its defaults and the model's size merged in."""
+    spec = role.spec
+    weights = role.weights if role.weights is not None else (
+        model.weights_size if model is not None else 0)
+    keep_alive = None
+    if spec_of(spec.runtime).loads_models:  # keep_alive is how long a loaded model stays
+        keep_alive = role.keep_alive if role.keep_alive is not None else node.keep_alive
+    return attrs.evolve(
+        spec,
+        restart=attrs.evolve(node.restart, **dict(role.restart)) if role.restart else node.restart,
+        keep_alive=keep_alive,
+        memory=attrs.evolve(spec.memory, weights=weights),
+    )
+
+
+def names(nodes: Iterable[str], limit: int = 5) -> str:
+    """``a, b, c`` or ``a, b, c, d, e and 7 more``: node names in a message."""
+    listed = list(nodes)
+    if len(listed) <= limit:
+        return ", ".join(listed)
+    return ", ".join(listed[:limit]) + f" and {len(listed) - limit} more"

@@ -1,0 +1,206 @@
+"""Manifest text → a validated ``Desired``, or every problem at once (PURE; BEHAVIOUR §1).
+
+``load`` takes ``(file name, bytes)`` pairs — reading files is the shell's
+job (``sources.py``) — and runs four stages, each on what the previous
+stage let through, collecting problems instead of stopping at the first:
+
+1. ``yamlsafe.parse``: UTF-8, size, YAML syntax, duplicate keys, alias bombs;
+2. ``kind`` dispatch and ``schemacheck.check`` against ``schemas/<kind>``,
+   plus what the runtime's declaration allows (``runtimes/``): its
+   ``extra_args`` (``extra_args.check``) and ``mode: managed``;
+3. ``documents``: typed values and the per-document rules a schema cannot say;
+4. duplicate names (a NodeConfig's is its node's), and ``crosscheck.assemble``:
+   references, formats, and every node's ports, collisions and budget
+   (``nodecheck``), into a ``Fleet``.
+
+``desired`` is this node's share of the fleet (``fleet.desired_for``): the
+node ``node`` chooses, or, without a choice, the one node of a set with at
+most one NodeConfig. It is ``None`` whenever there is any problem: an invalid
+manifest set must never drive an action.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Mapping, Sequence
+
+import attrs
+
+from reconciler.manifests import documents, extra_args, fleet as fleets, yamlsafe
+from reconciler.runtimes import spec_of
+from reconciler.manifests.crosscheck import Declared, assemble
+from reconciler.manifests.documents import RoleDraft
+from reconciler.core.errors import Problem, sorted_problems
+from reconciler.core.desired import Desired, ModelSpec, NodeConfig, Runtime
+from reconciler.manifests.fleet import Fleet, NodeChoice
+from reconciler.manifests.schemata import KINDS
+from reconciler.manifests.yamlsafe import Document
+
+
+@attrs.frozen(kw_only=True)
+class LoadResult:
+    """What ``load`` found: the desired state, or the problems that prevent it."""
+
+    desired: Desired | None  # this node's share; None: problems, or not a member
+    problems: tuple[Problem, ...] = ()  # sorted by file, line, path
+    fleet: Fleet | None = None  # the whole set, every node (None: problems)
+    warnings: tuple[Problem, ...] = ()  # only reported when there are no problems
+    counts: Mapping[str, int] = attrs.field(factory=dict, hash=False)  # kind → documents
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def summary(self) -> str:
+        """``7 documents: 2 Model, 4 InferenceSpec, 1 NodeConfig``."""
+        total = sum(self.counts.values())
+        head = f"{total} document{'' if total == 1 else 's'}"
+        parts = [f"{self.counts[k]} {k}" for k in KINDS if self.counts.get(k)]
+        return head + (": " + ", ".join(parts) if parts else "")
+
+
+def load(files: Sequence[tuple[str, bytes]], *, schema_checked: bool = False,
+         node: NodeChoice | None = None) -> LoadResult:
+    """Parse and validate a whole manifest set. Never raises on bad input.
+
+    ``node``: which node this is (§10); ``desired`` is then its share, or
+    None when no NodeConfig is this node's (``member`` says which).
+
+    ``schema_checked``: these exact bytes already passed the schemas (the
+    shell remembers digests of sets that loaded cleanly), so the JSON Schema
+    stage — and importing jsonschema, a third of a cron run's start-up — is
+    skipped. Every other stage still runs.
+    """
+    if not schema_checked:
+        from reconciler.manifests import schemacheck
+    problems: list[Problem] = []
+    docs: list[Document] = []
+    for name, data in files:
+        parsed, found = yamlsafe.parse(name, data)
+        docs += parsed
+        problems += found
+    counts: Counter[str] = Counter()
+    named: list[tuple[str, str, Document]] = []
+    valid: list[tuple[str, Document]] = []
+    for doc in docs:
+        kind, found = _kind(doc)
+        problems += found
+        if kind is None:
+            continue
+        counts[kind] += 1
+        name = _get(doc.value, "metadata", "name")
+        if isinstance(name, str):
+            named.append((kind, name, doc))
+        if doc.broken:
+            continue  # its YAML problems are reported; schema messages would only echo them
+        found = [] if schema_checked else schemacheck.check(
+            doc, kind, skip=_CODE_CHECKED.get(kind, ()))
+        if kind == "InferenceSpec":
+            found += _extra_args(doc) + _mode(doc)
+        problems += found
+        if not found:
+            valid.append((kind, doc))
+    dropped, found = _duplicates(named)
+    problems += found
+    implicit = node.name if node is not None else ""
+    whole, found, warnings = _build([(k, d) for k, d in valid if id(d) not in dropped], named,
+                                    implicit)
+    problems += found
+    if problems:
+        return LoadResult(desired=None, problems=sorted_problems(problems), counts=dict(counts))
+    if node is not None:
+        mine = fleets.choose(whole, node)
+    else:  # no choice: the one node of a single-node set
+        mine = whole.nodes[0] if len(whole.nodes) == 1 else (
+            fleets.implicit_node() if not whole.nodes else None)
+    desired = fleets.desired_for(whole, mine) if mine is not None else None
+    return LoadResult(desired=desired, fleet=whole, warnings=sorted_problems(warnings),
+                      counts=dict(counts))
+
+
+#: Paths a schema also describes but code checks with better messages.
+_CODE_CHECKED = {"InferenceSpec": (("spec", "serve", "extra_args"),)}
+
+
+def _get(value: Any, *path: str) -> Any:
+    for step in path:
+        value = value.get(step) if isinstance(value, dict) else None
+    return value
+
+
+def _kind(doc: Document) -> tuple[str | None, list[Problem]]:
+    if not isinstance(doc.value, dict):
+        what = "a list" if isinstance(doc.value, list) else repr(doc.value)[:40]
+        return None, [doc.problem((), "a document must be a mapping with apiVersion, kind, "
+                                      f"metadata and spec, not {what}")]
+    kind = doc.value.get("kind")
+    if kind in KINDS:
+        return kind, []
+    choices = ", ".join(KINDS)
+    if kind is None:
+        return None, [doc.problem((), f"missing required key 'kind' (one of {choices})")]
+    return None, [doc.problem(("kind",), f"must be one of {choices}, not {kind!r}")]
+
+
+def _extra_args(doc: Document) -> list[Problem]:
+    args = _get(doc.value, "spec", "serve", "extra_args")
+    runtime = _get(doc.value, "spec", "runtime")
+    if not isinstance(args, list) or runtime not in [r.value for r in Runtime]:
+        return []
+    path = ("spec", "serve", "extra_args")
+    return [doc.problem(path if i is None else path + (i,), message)
+            for i, message in extra_args.check(Runtime(runtime), args)]
+
+
+def _mode(doc: Document) -> list[Problem]:
+    """``mode: managed`` on a runtime with nothing to manage (no process, no models)."""
+    runtime = _get(doc.value, "spec", "runtime")
+    if _get(doc.value, "spec", "mode") != "managed" or runtime not in [r.value for r in Runtime]:
+        return []
+    rt = spec_of(Runtime(runtime))
+    if rt.managed:
+        return []
+    return [doc.problem(("spec", "mode"), f"{runtime} roles cannot be managed: the reconciler "
+                        f"never launches {rt.title} and loads no models on them; "
+                        "use mode: adopted to observe one")]
+
+
+def _duplicates(named: Sequence[tuple[str, str, Document]]) -> tuple[set[int], list[Problem]]:
+    """Second and later documents of one kind and name (a NodeConfig's name is its node's)."""
+    first: dict[tuple[str, str], Document] = {}
+    dropped: set[int] = set()
+    out: list[Problem] = []
+    for kind, name, doc in named:
+        seen = first.setdefault((kind, name), doc)
+        if seen is not doc:
+            dropped.add(id(doc))
+            out.append(doc.problem(("metadata", "name"), f"duplicate {kind} name {name!r} "
+                                   f"(first at {seen.file}:{seen.line})"))
+    return dropped, out
+
+
+def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str, Document]],
+           implicit: str) -> tuple[Fleet, list[Problem], list[Problem]]:
+    problems: list[Problem] = []
+    models: dict[str, ModelSpec] = {}
+    drafts: list[RoleDraft] = []
+    nodes: list[tuple[NodeConfig, Document]] = []
+    for kind, doc in valid:
+        if kind == "Model":
+            model, found = documents.model_spec(doc)
+            if model is not None:
+                models[model.name] = model
+        elif kind == "InferenceSpec":
+            draft, found = documents.role_draft(doc)
+            if draft is not None:
+                drafts.append(draft)
+        else:
+            config, found = documents.node_config(doc)
+            if config is not None:
+                nodes.append((config, doc))
+        problems += found
+    declared = Declared(models=frozenset(n for k, n, _ in named if k == "Model"),
+                        roles=frozenset(n for k, n, _ in named if k == "InferenceSpec"))
+    whole, found, warnings = assemble(drafts, models, nodes, declared, implicit=implicit)
+    return whole, problems + found, warnings

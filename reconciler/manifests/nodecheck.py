@@ -1,0 +1,211 @@
+"""Checks of every node's world: what each node would run, checked as that node (PURE; §10).
+
+``reconcile validate`` checks the whole fleet, not only the node it runs on.
+For every node, the roles placed on it must fit that node: ports inside its
+``allowed_ports`` and no two roles on one ``host:port`` (errors, as for one
+node); a managed role without the node's serve program, a node without
+``allowed_ports``, and always-on footprints beyond its ``memory_budget``
+(warnings: the ledger refuses what does not fit, at run time). Across the
+fleet: a placement that matches no node, a ``nodes`` entry no NodeConfig has,
+and a selector label that no node carries (warnings; ``NotIn`` and
+``DoesNotExist`` are left alone, as a label that is nowhere is what they expect).
+
+A problem that one role has on many nodes is reported once, naming them.
+With a single node every message reads as it did before there were fleets.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Mapping, Sequence
+
+from reconciler.manifests import fleet
+from reconciler.core.desired import ModelSpec, NodeConfig, WantedState
+from reconciler.manifests.documents import RoleDraft
+from reconciler.core.errors import Problem
+from reconciler.core.labels import Operator
+from reconciler.runtimes import SPECS, spec_of
+from reconciler.core.units import format_size
+from reconciler.manifests.yamlsafe import Document
+
+Node = tuple[NodeConfig, Document | None]  # the implicit node has no document
+
+
+def check(drafts: Sequence[RoleDraft], nodes: Sequence[Node],
+          models: Mapping[str, ModelSpec]) -> tuple[list[Problem], list[Problem]]:
+    """Problems and warnings of every node's share of ``drafts``."""
+    configs = [n for n, _ in nodes]
+    placed = fleet.placements([d.role() for d in drafts], configs)
+    shares: dict[str, list[RoleDraft]] = {n.name: [] for n in configs}
+    for draft in drafts:
+        for name in placed[draft.spec.name]:
+            shares[name].append(draft)
+    many = len(nodes) > 1
+    problems: list[Problem] = []
+    warnings: list[Problem] = []
+    ports: dict[tuple[int, str], list[str]] = defaultdict(list)  # (draft, range) → nodes
+    collisions: dict[tuple[int, int], list[str]] = defaultdict(list)  # (draft, first) → nodes
+    programs: dict[tuple[int, str], list[str]] = defaultdict(list)  # (draft, runtime) → nodes
+    by_id = {id(d): d for d in drafts}
+    for config, doc in nodes:
+        share = shares[config.name]
+        for draft in share:
+            if not config.port_allowed(draft.spec.serve.port):
+                ports[(id(draft), str(config.allowed_ports))].append(config.name)
+            spec = draft.spec
+            if spec.managed and spec_of(spec.runtime).launched and \
+                    config.serve_program(spec.runtime) is None:
+                programs[(id(draft), str(spec.runtime))].append(config.name)
+        for later, first in _collisions(share):
+            collisions[(id(later), id(first))].append(config.name)
+        warnings += _node_warnings(config, doc, share, models, drafts)
+        routed = _router_checks(config, doc, share, models, many)
+        problems += routed[0]
+        warnings += routed[1]
+    where = {n.name: d for n, d in nodes}
+    for (key, allowed), on in ports.items():
+        draft = by_id[key]
+        doc = where[on[0]]
+        at = f" (NodeConfig at {doc.file}:{doc.line})" if doc is not None and not many else ""
+        problems.append(draft.doc.problem(
+            ("spec", "serve", "port"),
+            f"port {draft.spec.serve.port} is outside allowed_ports {allowed}{_of(on, many)}{at}"))
+    shared = " or ".join(s.title for s in SPECS.values() if s.shared_endpoint) or "no"
+    for (key, first_key), on in collisions.items():
+        later, first = by_id[key], by_id[first_key]
+        problems.append(later.doc.problem(
+            ("spec", "serve", "port"),
+            f"{later.spec.serve.address} is also the address of role {first.spec.name!r} "
+            f"({first.doc.file}:{first.doc.line}){_of(on, many, ' on')}; "
+            f"only {shared} roles may share one"))
+    for (key, runtime), on in programs.items():
+        warnings.append(by_id[key].doc.problem(
+            ("spec", "runtime"),
+            f"NodeConfig{_of(on, many)} has no serve_programs.{runtime}: this managed "
+            "role cannot be started until it does"))
+    warnings += _placement_warnings(drafts, configs, placed)
+    return problems, warnings
+
+
+def _of(on: Sequence[str], many: bool, word: str = " of") -> str:
+    """`` of node gpu-1`` / `` of nodes a, b`` when the fleet has several nodes."""
+    if not many:
+        return ""
+    return f"{word} node{'s' if len(on) > 1 else ''} {fleet.names(on)}"
+
+
+def _collisions(share: Sequence[RoleDraft]) -> list[tuple[RoleDraft, RoleDraft]]:
+    """(later, first) pairs of roles on one host:port of one node, unless both run on
+    one shared-endpoint runtime (one Ollama serves several roles, each a model on it)."""
+    by_address: dict[tuple[str, int], list[RoleDraft]] = defaultdict(list)
+    for draft in share:
+        by_address[(draft.spec.serve.host, draft.spec.serve.port)].append(draft)
+    out = []
+    for group in by_address.values():
+        runtimes = {d.spec.runtime for d in group}
+        if len(group) < 2 or (len(runtimes) == 1 and spec_of(runtimes.pop()).shared_endpoint):
+            continue
+        group = sorted(group, key=lambda d: (d.doc.file, d.doc.line))
+        out += [(other, group[0]) for other in group[1:]]
+    return out
+
+
+def _node_warnings(config: NodeConfig, doc: Document | None, share: Sequence[RoleDraft],
+                   models: Mapping[str, ModelSpec], drafts: Sequence[RoleDraft]) -> list[Problem]:
+    out: list[Problem] = []
+    if share and config.allowed_ports is None:
+        where = doc if doc is not None else drafts[0].doc
+        out.append(where.problem(("spec",) if doc is not None else (),
+                                 "no allowed_ports in NodeConfig: any port may be "
+                                 "probed and served; set allowed_ports {from, to}"))
+    if config.memory_budget is None or doc is None:
+        return out
+    always = [(d.spec.name, _footprint(d, models)) for d in share
+              if d.spec.state is WantedState.RUNNING]
+    need = sum(size for _, size in always)
+    if need > config.memory_budget:
+        held = ", ".join(f"{name} {format_size(size)}" for name, size in
+                         sorted(always, key=lambda item: (-item[1], item[0]))[:5])
+        out.append(doc.problem(("spec", "memory_budget"),
+                               f"the always-on roles placed on node {config.name!r} need "
+                               f"{format_size(need)}, more than its memory_budget "
+                               f"{format_size(config.memory_budget)}: not all of them can run "
+                               f"at once ({held})"))
+    return out
+
+
+def _router_checks(config: NodeConfig, doc: Document | None, share: Sequence[RoleDraft],
+                   models: Mapping[str, ModelSpec], many: bool,
+                   ) -> tuple[list[Problem], list[Problem]]:
+    """§9: the router's port is no role's; on-demand roles need a router and must fit.
+
+    The router's own port need not be inside ``allowed_ports``: that range
+    bounds the ports the reconciler *connects to* (its roles'), and the
+    router only listens on its port. It may not be a role's port on the node.
+    """
+    problems: list[Problem] = []
+    warnings: list[Problem] = []
+    router = config.router
+    on_demand = [d for d in share if d.spec.on_demand]
+    if router is not None and doc is not None:
+        for draft in share:
+            if draft.spec.serve.port == router.port:
+                problems.append(doc.problem(
+                    ("spec", "router", "listen"),
+                    f"port {router.port} is also the port of role {draft.spec.name!r} "
+                    f"({draft.doc.file}:{draft.doc.line}); the router needs a port of its own"))
+    for draft in on_demand:
+        if router is None:
+            node = f" {config.name!r}" if many else ""
+            warnings.append(draft.doc.problem(
+                ("spec", "state"), f"state: on-demand, but NodeConfig{node} has no router: "
+                "nothing will ever ask for this role, so it never starts"))
+        need = _footprint(draft, models)
+        if config.memory_budget is not None and need > config.memory_budget:
+            warnings.append(draft.doc.problem(
+                ("spec", "memory"), f"needs {format_size(need)}, more than the whole "
+                f"memory_budget {format_size(config.memory_budget)}"
+                f"{_of([config.name], many)}: it can never start"))
+    return problems, warnings
+
+
+def _footprint(draft: RoleDraft, models: Mapping[str, ModelSpec]) -> int:
+    model = models.get(draft.spec.model or "")
+    weights = draft.weights if draft.weights is not None else (
+        model.weights_size if model is not None else 0)
+    return weights + draft.spec.memory.kv
+
+
+def _placement_warnings(drafts: Sequence[RoleDraft], configs: Sequence[NodeConfig],
+                        placed: Mapping[str, tuple[str, ...]]) -> list[Problem]:
+    known = {n.name for n in configs}
+    have = {key for n in configs for key, _ in n.labels}
+    every = fleet.names(sorted(known))
+    out: list[Problem] = []
+    for draft in drafts:
+        where = draft.placement
+        if where is None:
+            continue
+        doc = draft.doc
+        if not placed[draft.spec.name]:
+            out.append(doc.problem(("spec", "placement"),
+                                   f"matches no node, so no node runs it (nodes: {every})"))
+        raw = doc.value.get("spec", {}).get("placement", {})  # type: ignore[union-attr]
+        for i, name in enumerate(raw.get("nodes") or ()):
+            if name not in known:
+                out.append(doc.problem(("spec", "placement", "nodes", i),
+                                       f"no NodeConfig named {name!r}"))
+        selector = raw.get("node_selector") or {}
+        base = ("spec", "placement", "node_selector")
+        for key in selector.get("match_labels") or {}:
+            if key not in have:
+                out.append(doc.problem(base + ("match_labels", key),
+                                       f"no node has the label {key!r}"))
+        for i, term in enumerate(selector.get("match_expressions") or ()):
+            if term["key"] not in have and term["operator"] not in _ABSENCE_IS_FINE:
+                out.append(doc.problem(base + ("match_expressions", i, "key"),
+                                       f"no node has the label {term['key']!r}"))
+    return out
+
+
+_ABSENCE_IS_FINE = (str(Operator.NOT_IN), str(Operator.DOES_NOT_EXIST))

@@ -1,0 +1,286 @@
+"""YAML bytes → plain documents with a line for every JSON path (PURE).
+
+PyYAML is lenient where manifests must not be: it keeps the last of two
+duplicate keys, expands aliases without limit, and reads ``on:`` as ``True``.
+This module composes the YAML node graph itself (SafeLoader nodes carry
+``start_mark``) and builds plain values (dict, list, str, int, float, bool,
+None) from it, refusing:
+
+* bytes that are not UTF-8, and files over ``MAX_FILE_BYTES``;
+* malformed YAML (reported at the line PyYAML points at);
+* duplicate keys, non-string keys, merge keys (``<<``), unusual tags;
+* documents expanding to more than ``MAX_NODES`` nodes (alias bombs) or
+  nested deeper than ``MAX_DEPTH``.
+
+Every value's line is remembered under its JSON path, so a problem found
+later (by the schema or a cross-document check) can name ``FILE:LINE``.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import attrs
+import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.resolver import Resolver
+
+from reconciler.core.errors import Problem, json_path
+
+MAX_FILE_BYTES = 1 << 20  # 1 MiB
+MAX_NODES = 10_000  # per document, counting every alias expansion
+MAX_DEPTH = 64
+
+Path = tuple[str | int, ...]
+
+_TAG = "tag:yaml.org,2002:"
+_SCALAR_TAGS = {f"{_TAG}{t}" for t in ("str", "null", "bool", "int", "float", "timestamp")}
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Document:
+    """One YAML document of one file, as plain data plus a line map."""
+
+    file: str
+    line: int  # the line of the document's root node (1-based)
+    value: object
+    lines: Mapping[Path, int]
+    broken: bool = False  # YAML-level problems were found: skip schema checks
+
+    def line_of(self, path: Iterable[str | int]) -> int:
+        """The line of ``path``, or of its nearest ancestor that exists.
+
+        A missing key is thus reported at the mapping that lacks it.
+        """
+        parts = tuple(path)
+        while parts:
+            if parts in self.lines:
+                return self.lines[parts]
+            parts = parts[:-1]
+        return self.line
+
+    def problem(self, path: Iterable[str | int], message: str) -> Problem:
+        parts = tuple(path)
+        return Problem(file=self.file, line=self.line_of(parts), path=json_path(parts),
+                       message=message)
+
+
+try:  # libyaml: the scanner and parser in C; composing stays ours (below)
+    from yaml.cyaml import CParser as _CParser
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    _CParser = None
+
+
+class _Abort(Exception):
+    """Stop building this document: it is too big or too deep."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class _Depth:
+    """A composer that refuses deep nesting before Python's stack does."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Node | None, index: object) -> Node:  # type: ignore[override]
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark  # type: ignore[attr-defined]
+                raise yaml.MarkedYAMLError(
+                    problem=f"nested more than {MAX_DEPTH} levels deep", problem_mark=mark)
+            return super().compose_node(parent, index)  # type: ignore[misc]
+        finally:
+            self._depth -= 1
+
+
+class _Loader(_Depth, yaml.SafeLoader):
+    """PyYAML's SafeLoader (all in Python) with the depth limit."""
+
+
+if _CParser is not None:
+    class _FastLoader(_Depth, Composer, Resolver, _CParser):  # type: ignore[misc, valid-type]
+        """libyaml's events, composed by PyYAML's (Python) composer with our depth limit.
+
+        A large fleet repository is thousands of documents: PyYAML's scanner and
+        parser in Python were most of the time ``reconcile fleet`` took. Only
+        the event stream comes from C; nodes, marks and values are built as
+        ``_Loader`` builds them. Whatever libyaml refuses is parsed again by
+        ``_Loader``, so every message about broken YAML is PyYAML's own.
+        """
+
+        def __init__(self, stream: str) -> None:
+            _CParser.__init__(self, stream)
+            Composer.__init__(self)
+            Resolver.__init__(self)
+else:  # pragma: no cover
+    _FastLoader = None
+
+#: Characters PyYAML's reader refuses: such a file takes the Python path for its message.
+_NON_PRINTABLE = yaml.reader.Reader.NON_PRINTABLE
+
+
+def parse(file: str, data: bytes) -> tuple[list[Document], list[Problem]]:
+    """Every document of one file, and every problem found on the way."""
+    if len(data) > MAX_FILE_BYTES:
+        return [], [Problem(file=file, line=0, message=f"file is larger than 1 MiB "
+                            f"({len(data)} bytes); manifests are small")]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        return [], [Problem(file=file, line=line,
+                            message=f"not valid UTF-8 (byte 0x{data[err.start]:02x} "
+                                    f"at offset {err.start})")]
+    text = text.removeprefix("\ufeff")
+    if _FastLoader is not None and not _NON_PRINTABLE.search(text):
+        try:
+            return _documents(file, text, _FastLoader)
+        except yaml.YAMLError:
+            pass  # told again below, in PyYAML's words
+    return _documents(file, text, _Loader)
+
+
+def _documents(file: str, text: str, make) -> tuple[list[Document], list[Problem]]:
+    """Compose and build every document; YAML errors end the file as a problem
+    (``_FastLoader`` lets them through to be told again by ``_Loader``)."""
+    fast = make is not _Loader
+    docs: list[Document] = []
+    problems: list[Problem] = []
+    loader = None
+    try:
+        loader = make(text)
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None or _is_empty(node):
+                continue  # a stray `---` or a file of comments
+            builder = _Builder(file)
+            try:
+                value = builder.build(node, (), 0)
+            except _Abort as stop:
+                problems.append(Problem(file=file, line=node.start_mark.line + 1,
+                                        message=stop.message))
+                continue
+            problems.extend(builder.problems)
+            docs.append(Document(file=file, line=node.start_mark.line + 1, value=value,
+                                 lines=builder.lines, broken=bool(builder.problems)))
+    except yaml.MarkedYAMLError as err:
+        if fast:
+            raise
+        problems.append(_yaml_problem(file, err))
+    except yaml.reader.ReaderError as err:
+        if fast:
+            raise
+        line = text[: err.position].count("\n") + 1
+        problems.append(Problem(file=file, line=line, message=f"invalid YAML: character "
+                                f"#x{err.character:04x} is not allowed"))
+    except yaml.YAMLError as err:  # pragma: no cover - every PyYAML error is one of the above
+        if fast:
+            raise
+        problems.append(Problem(file=file, line=0, message=f"invalid YAML: {err}"))
+    except RecursionError:  # pragma: no cover - compose_node's limit comes first
+        problems.append(Problem(file=file, line=0, message="invalid YAML: nested too deeply"))
+    finally:
+        if loader is not None:
+            loader.dispose()
+    return docs, problems
+
+
+def _is_empty(node: Node) -> bool:
+    return isinstance(node, ScalarNode) and node.tag == f"{_TAG}null" and node.value == ""
+
+
+def _yaml_problem(file: str, err: yaml.MarkedYAMLError) -> Problem:
+    mark = err.problem_mark or err.context_mark
+    parts = [p for p in (err.context, err.problem) if p]
+    return Problem(file=file, line=mark.line + 1 if mark else 0,
+                   message="invalid YAML: " + ": ".join(parts))
+
+
+class _Builder:
+    """Builds plain values from one document's nodes, counting every node visited."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.lines: dict[Path, int] = {}
+        self.problems: list[Problem] = []
+        self.count = 0
+        self._ctor = SafeConstructor()
+
+    def _problem(self, path: Path, line: int, message: str) -> None:
+        self.problems.append(Problem(file=self.file, line=line, path=json_path(path),
+                                     message=message))
+
+    def build(self, node: Node, path: Path, depth: int) -> object:
+        self.count += 1
+        line = node.start_mark.line + 1
+        if self.count > MAX_NODES:
+            raise _Abort(f"document expands to more than {MAX_NODES} YAML nodes "
+                               "(aliases of aliases?); refused")
+        if depth > MAX_DEPTH:
+            raise _Abort(f"document is nested more than {MAX_DEPTH} levels deep")
+        self.lines.setdefault(path, line)
+        if isinstance(node, MappingNode):
+            if node.tag != f"{_TAG}map":
+                self._problem(path, line, f"unsupported YAML tag {node.tag!r} on a mapping")
+                return None
+            return self._mapping(node, path, depth)
+        if isinstance(node, SequenceNode):
+            if node.tag != f"{_TAG}seq":
+                self._problem(path, line, f"unsupported YAML tag {node.tag!r} on a sequence")
+                return None
+            return [self.build(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
+        return self._scalar(node, path, line)
+
+    def _mapping(self, node: MappingNode, path: Path, depth: int) -> dict[str, object]:
+        out: dict[str, object] = {}
+        first_line: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key_line = key_node.start_mark.line + 1
+            key = self._key(key_node, path, key_line)
+            if key is None:
+                continue
+            if key in out:
+                self._problem(path + (key,), key_line,
+                              f"duplicate key {key!r} (first at line {first_line[key]})")
+                continue
+            first_line[key] = key_line
+            self.lines[path + (key,)] = key_line
+            out[key] = self.build(value_node, path + (key,), depth + 1)
+        return out
+
+    def _key(self, node: Node, path: Path, line: int) -> str | None:
+        if isinstance(node, ScalarNode) and node.tag == f"{_TAG}merge":
+            self._problem(path, line, "merge keys ('<<') are not supported; write the keys out")
+            return None
+        if not isinstance(node, ScalarNode):
+            self._problem(path, line, "a key must be a plain string, not a mapping or sequence")
+            return None
+        if node.tag != f"{_TAG}str":
+            self._problem(path, line, f"key {node.value!r} is not a string to YAML "
+                                      f"({node.tag.removeprefix(_TAG)}); quote it")
+            return None
+        return str(node.value)
+
+    def _scalar(self, node: Node, path: Path, line: int) -> object:
+        tag = node.tag
+        if tag not in _SCALAR_TAGS:
+            self._problem(path, line, f"unsupported YAML tag {tag!r}")
+            return None
+        if tag in (f"{_TAG}str", f"{_TAG}timestamp"):
+            return str(node.value)  # a date stays text; no field wants a datetime
+        try:
+            if tag == f"{_TAG}null":
+                return None
+            if tag == f"{_TAG}bool":
+                return self._ctor.construct_yaml_bool(node)
+            if tag == f"{_TAG}int":
+                return self._ctor.construct_yaml_int(node)
+            return self._ctor.construct_yaml_float(node)
+        except (ValueError, yaml.YAMLError):
+            self._problem(path, line, f"cannot read {str(node.value)[:40]!r} as a number")
+            return None

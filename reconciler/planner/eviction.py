@@ -1,0 +1,86 @@
+"""Eviction: idle on-demand roles make room for a claim that does not fit (PURE; BEHAVIOUR §9).
+
+``evict(drafts, decisions, idle, place)`` runs after the ledger has placed
+the pass (``ledger.place``). For each claim the ledger refused for memory or
+an exclusion (in execution order), it stops idle on-demand roles, least
+recently used first, until the claim fits::
+
+    - stop chat :8091 (evicted: for coder)
+
+The rules:
+
+* only roles in ``idle`` may go: on-demand roles that are running and have
+  no request in flight or waiting (the planner picks them). A ``running``
+  (always-on) role, a busy one, or any other role is never evicted;
+* nothing is evicted in vain: when stopping *every* idle role would still
+  not make the claim fit, none is stopped, and the claim stays refused with
+  the ledger's message naming who holds the memory;
+* as few as the LRU order allows: roles are taken one at a time, oldest use
+  first (ties by name), and taking stops as soon as the claim fits.
+
+Each try re-runs the whole placement with the chosen roles stopped, so every
+ledger rule (the budget, exclusions both ways, roles resident together, the
+fixpoint over refusals) holds for the result exactly as it does for any pass.
+That costs one placement per evicted role; on-demand roles are few.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+import attrs
+
+from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.planner.ledger import CLAIMS, Draft, order_key
+
+Place = Callable[[list[Draft]], list[Decision]]
+
+#: The ledger's refusals: what stopping another role can cure.
+_LEDGER_REFUSALS = (Reason.UNPLACEABLE, Reason.EXCLUDED)
+
+
+def evict(drafts: Sequence[Draft], decisions: Sequence[Decision], idle: Mapping[str, float],
+          place: Place) -> list[Decision]:
+    """The decisions with idle on-demand roles stopped for the claims they unblock."""
+    lru = sorted(idle, key=lambda name: (idle[name], name))
+    current = {d.role: d for d in decisions}
+    evicted: dict[str, str] = {}  # evicted role → the claim it made room for
+    claims = sorted((dr.decision for dr in drafts if dr.decision.verb in CLAIMS),
+                    key=order_key)
+    for claim in claims:
+        if not _refused_by_ledger(current[claim.role]):
+            continue
+        pool = [name for name in lru if name not in evicted and name != claim.role]
+        if not pool:
+            continue
+        everything = _placed(place, drafts, {**evicted, **{n: claim.role for n in pool}})
+        if _refused_by_ledger(everything[claim.role]):
+            continue  # no eviction would make it fit: stop nothing for it
+        for name in pool:
+            evicted[name] = claim.role
+            current = _placed(place, drafts, evicted)
+            if not _refused_by_ledger(current[claim.role]):
+                break
+    return [current[d.role] for d in decisions]
+
+
+def _refused_by_ledger(d: Decision) -> bool:
+    return d.verb is Verb.REFUSE and d.reason in _LEDGER_REFUSALS
+
+
+def _placed(place: Place, drafts: Sequence[Draft], evicted: Mapping[str, str]
+            ) -> dict[str, Decision]:
+    """Every decision of a placement in which the ``evicted`` roles are stopped."""
+    return {d.role: d for d in place([_stopped(dr, evicted[dr.decision.role])
+                                      if dr.decision.role in evicted else dr
+                                      for dr in drafts])}
+
+
+def _stopped(draft: Draft, claimant: str) -> Draft:
+    """A kept idle role turned into its stop: it releases what it holds, it holds nothing."""
+    d = draft.decision
+    stop = attrs.evolve(
+        d, verb=Verb.STOP, reason=Reason.EVICTED, why=f"for {claimant}", status=Status.RUNNING,
+        detail=f"on-demand, idle; stopped to make room for {claimant}",
+        release=draft.holds or 0, retry_in=None)
+    return Draft(decision=stop)

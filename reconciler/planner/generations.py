@@ -1,0 +1,71 @@
+"""§4 generations: what a role runs, and whether the record's holds still apply (PURE).
+
+A role's generation is its launch digest (§3) for a launched role, the tag and
+keep_alive it loads for a model-loading runtime (Ollama), plus
+``spec.restarted_at`` (``identity.generation``). Every start, restart and load
+records the generation it tried (``records``); the restart count, the backoff
+clock and a hold (gave-up, stopped-exposed) belong to that generation. A record
+from before generations stands for its launch digest. ``plan`` asks ``current``
+and ``is_new`` per role, and words the change with ``launch_changes`` /
+``load_changes``.
+"""
+
+from __future__ import annotations
+
+from reconciler.planner import identity
+from reconciler.core.desired import RoleSpec
+from reconciler.core.observed import RoleRecord
+from reconciler.runtimes import spec_of
+from reconciler.core.units import format_duration
+
+
+def current(spec: RoleSpec | None, digest: str | None, tag: str | None) -> str | None:
+    """What a managed role runs now — its launch, or the load it asks of Ollama; None: nothing."""
+    if spec is None or not spec.managed:
+        return None
+    if digest is not None:
+        return identity.generation(digest, spec.restarted_at)
+    if spec_of(spec.runtime).loads_models:
+        return identity.generation(identity.load_runs(tag, spec.keep_alive), spec.restarted_at)
+    return None
+
+
+def recorded(record: RoleRecord) -> str | None:
+    """The generation a record's holds and count belong to (its launch digest before generations)."""
+    if record.generation is not None:
+        return record.generation
+    return record.launch_digest if spec_of(record.runtime).launched else None
+
+
+def is_new(generation: str | None, record: RoleRecord | None) -> bool:
+    """A fresh start: the record names another generation than the one wanted now."""
+    return generation is not None and record is not None and (
+        recorded(record) not in (None, generation))
+
+
+def _restarted(before: str | None, after: str | None) -> str:
+    return f"restarted_at {before or '(none)'} → {after or '(none)'}"
+
+
+def launch_changes(record: RoleRecord, spec: RoleSpec | None, argv, digest: str | None, *,
+                   fresh: bool, owner_id: str | None, instance_id: str) -> str:
+    """What makes a launched role's generation new: the argv's changes, restarted_at, the instance."""
+    parts = []
+    if argv is not None and record.launch_digest is not None and digest != record.launch_digest:
+        parts.append(identity.argv_changes(record.launch_argv, argv) if record.launch_argv
+                     else "a new launch")
+    wanted = spec.restarted_at if spec is not None else None
+    if fresh and record.restarted_at != wanted:
+        parts.append(_restarted(record.restarted_at, wanted))
+    if not parts and owner_id is not None and owner_id != instance_id:
+        parts.append(f"running instance {owner_id} is not {instance_id}")
+    return ", ".join(dict.fromkeys(parts)) or "a new generation"
+
+
+def load_changes(record: RoleRecord, spec: RoleSpec, tag: str | None) -> str:
+    """What makes an Ollama role's generation new (the record keeps only its tag and restarted_at)."""
+    if record.restarted_at != spec.restarted_at:
+        return _restarted(record.restarted_at, spec.restarted_at)
+    keep = spec.keep_alive
+    shown = "forever" if keep is not None and keep < 0 else format_duration(keep or 0)
+    return f"a new generation: {tag} with keep_alive {shown}"

@@ -1,0 +1,198 @@
+"""Instance ids, launches and launch digests (PURE; BEHAVIOUR §3, §6).
+
+``launch()`` builds the exact argv, environment, working directory and uid a
+managed server is started with. The caller (the shell) passes the
+reconciler's own environment in as a value, so this stays pure and the
+digest is reproducible in tests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from json.encoder import encode_basestring_ascii as _json_string
+from typing import Mapping, Sequence
+
+from reconciler.core.desired import Launch, ModelSpec, NodeConfig, RoleSpec
+from reconciler.runtimes import launch_argv, spec_of
+
+MARKER_ENV = "RECONCILER_INSTANCE"
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def instance_id(role: RoleSpec) -> str:
+    """``<name>-<8 hex of sha256(name|runtime|model|host:port|mode)>``."""
+    key = "|".join(
+        [role.name, str(role.runtime), role.model or "", role.serve.address, str(role.mode)]
+    )
+    return f"{role.name}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
+
+def generation(runs: str, restarted_at: str | None) -> str:
+    """A role's generation (§4): what it runs, and its ``spec.restarted_at``.
+
+    ``runs`` is a launched role's launch digest, or ``load_runs(…)`` for a
+    role that loads a model into a server it never launches. Without
+    ``restarted_at`` the generation *is* ``runs``, so a record written before
+    generations existed (it has only its launch digest) reads as the same
+    generation as long as nothing changes.
+    """
+    if restarted_at is None:
+        return runs
+    return hashlib.sha256(f"{runs}\nrestarted_at={restarted_at}".encode()).hexdigest()
+
+
+def load_runs(tag: str | None, keep_alive: float | None) -> str:
+    """What an Ollama role runs: the tag it loads and the keep_alive it loads it with."""
+    return f"load {tag or ''} keep_alive={keep_alive if keep_alive is not None else ''}"
+
+
+def child_env(
+    node: NodeConfig, environ: Mapping[str, str], instance: str
+) -> tuple[tuple[str, str], ...]:
+    """The child's environment, built from nothing (BEHAVIOUR §6).
+
+    Order of precedence: the default PATH, then NodeConfig ``env``, then each
+    passthrough variable that is set (an explicit or passed-through PATH
+    wins over the default), then the ownership marker, which nothing overrides.
+    """
+    env: dict[str, str] = {"PATH": DEFAULT_PATH}
+    env.update(dict(node.env))
+    for name in node.env_passthrough:
+        if name in environ:
+            env[name] = environ[name]
+    env[MARKER_ENV] = instance
+    return tuple(sorted(env.items()))
+
+
+def launch(
+    role: RoleSpec,
+    models: Mapping[str, ModelSpec],
+    node: NodeConfig,
+    environ: Mapping[str, str],
+    data_root: str,
+) -> Launch | None:
+    """The canonical launch of a managed role, or None (a runtime it never launches)."""
+    launcher = Launcher(node, environ, data_root)
+    argv = launcher.argv(role, models)
+    return launcher.launch(argv, instance_id(role)) if argv is not None else None
+
+
+class Launcher:
+    """Launches of one node's roles: what they share is worked out once.
+
+    The planner digests every managed role's launch on every pass; the program
+    table, the environment around the marker and their digest text are the
+    same for all of them. In three steps, so that a role whose launch is only
+    compared (a server in sync) never builds the rest: ``argv`` →
+    ``digest`` → ``launch``.
+    """
+
+    def __init__(self, node: NodeConfig, environ: Mapping[str, str], data_root: str) -> None:
+        self.run_as = node.run_as
+        self._programs = dict(node.serve_programs)
+        self._root = f"{data_root.rstrip('/')}/"
+        # JSON encodes character by character: the text of root + instance is the
+        # root's text without its closing quote, then the instance's without its opening one.
+        self._cwd_text = _json_string(self._root)[:-1]
+        env = dict(child_env(node, environ, ""))
+        del env[MARKER_ENV]  # the marker is the instance's own, and overrides any other
+        # Passed-through values (HOME, PATH, …) come from whoever runs the
+        # reconciler: cron, systemd and an operator's shell differ. The digest
+        # names them but ignores their values, so running `reconcile --once` from
+        # another shell restarts nothing; a server takes them when it (re)starts.
+        passed = {name for name in node.env_passthrough if name in environ}
+        self._marker_passed = MARKER_ENV in passed
+        before = [(k, v) for k, v in sorted(env.items()) if k < MARKER_ENV]
+        after = [(k, v) for k, v in sorted(env.items()) if k > MARKER_ENV]
+        self._env_before, self._env_after = tuple(before), tuple(after)
+        self._text_before = "".join(
+            f"{_pair(k, '<passed through>' if k in passed else v)}, " for k, v in before)
+        self._text_after = "".join(
+            f", {_pair(k, '<passed through>' if k in passed else v)}" for k, v in after)
+        self._text_run_as = (f"[{int(self.run_as.uid)}, {int(self.run_as.gid)}]"
+                             if self.run_as is not None else "null")
+
+    def argv(self, role: RoleSpec, models: Mapping[str, ModelSpec]) -> tuple[str, ...] | None:
+        """The command line of a managed role, or None (a runtime it never launches)."""
+        if not spec_of(role.runtime).launched or not role.managed:
+            return None
+        program = self._programs.get(role.runtime) or f"<no serve_programs.{role.runtime}>"
+        model = models.get(role.model or "")
+        draft = models.get(role.serve.draft_model or "")
+        return (program, *launch_argv(role, model, draft))
+
+    def digest(self, argv: tuple[str, ...], instance: str) -> str:
+        """sha256 of ``canonical(argv, digest env, cwd, run_as)``, from the parts worked out once."""
+        instance_text = _json_string(instance)
+        marker = _pair(MARKER_ENV, "<passed through>") if self._marker_passed else (
+            f"[{_json_string(MARKER_ENV)}, {instance_text}]")
+        text = (f'{{"argv": [{", ".join(map(_json_string, argv))}], '
+                f'"cwd": {self._cwd_text}{instance_text[1:]}, '
+                f'"env": [{self._text_before}{marker}{self._text_after}], '
+                f'"run_as": {self._text_run_as}}}')
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def launch(self, argv: tuple[str, ...], instance: str, digest: str | None = None) -> Launch:
+        """The whole launch (``digest``: this argv's and instance's, when known already)."""
+        env = (*self._env_before, (MARKER_ENV, instance), *self._env_after)
+        return Launch(argv=argv, env=env, cwd=self._root + instance, run_as=self.run_as,
+                      digest=digest or self.digest(argv, instance))
+
+
+def _pair(key: str, value: str) -> str:
+    return f"[{_json_string(key)}, {_json_string(value)}]"
+
+
+def canonical(argv: Sequence[str], env: Sequence[tuple[str, str]], cwd: str,
+              run_as: tuple[int, int] | None) -> str:
+    """The text the launch digest hashes.
+
+    Exactly ``json.dumps({"argv": argv, "env": env, "cwd": cwd, "run_as": run_as},
+    sort_keys=True)`` (a changed digest would restart every server after an
+    upgrade), written out by hand: the planner digests every managed role on
+    every pass, and the general encoder was most of that cost.
+    """
+    env_text = ", ".join(_pair(k, v) for k, v in env)
+    uid_gid = f"[{int(run_as[0])}, {int(run_as[1])}]" if run_as is not None else "null"
+    return (f'{{"argv": [{", ".join(map(_json_string, argv))}], "cwd": {_json_string(cwd)}, '
+            f'"env": [{env_text}], "run_as": {uid_gid}}}')
+
+
+def argv_changes(old: tuple[str, ...], new: tuple[str, ...]) -> str:
+    """A short description of what changed between two launches' argv.
+
+    ``ctx 4096 → 8192`` style, flag by flag; falls back to "launch changed".
+    """
+    def flags(argv: tuple[str, ...]) -> dict[str, str]:
+        out: dict[str, str] = {"program": argv[0] if argv else ""}
+        i = 1
+        while i < len(argv):
+            tok = argv[i]
+            if tok.startswith("-") and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                out[tok] = argv[i + 1]
+                i += 2
+            else:
+                out[tok] = ""
+                i += 1
+        return out
+
+    a, b = flags(old), flags(new)
+    parts = []
+    for key in sorted(set(a) | set(b), key=lambda k: (k != "program", k)):
+        if a.get(key) != b.get(key):
+            label = _FLAG_LABELS.get(key, key.lstrip("-"))
+            parts.append(f"{label} {a.get(key, '(none)') or 'on'} → {b.get(key, '(none)') or 'on'}")
+    parts = list(dict.fromkeys(parts))  # --cache-type-k and -v share one label
+    return ", ".join(parts) if parts else "launch environment changed"
+
+
+_FLAG_LABELS = {
+    "--ctx-size": "ctx",
+    "--model": "model",
+    "--port": "port",
+    "--host": "host",
+    "--cache-type-k": "kv_quant",
+    "--cache-type-v": "kv_quant",
+    "--model-draft": "draft_model",
+    "--alias": "alias",
+}

@@ -1,0 +1,269 @@
+"""The residency ledger: who holds how much memory, and which claims fit (PURE; BEHAVIOUR §7).
+
+``place(drafts, budget, excludes)`` turns the planner's decisions before
+memory into final decisions: every holder is counted first (what planned
+stops, unloads and give-ups release is already gone), then the claims
+(restarts, then starts/loads, each by port and name) are fitted; a claim that
+does not fit becomes a ``refuse`` (unplaceable / excluded) that reserves
+nothing.
+
+It runs in time linear in the roles (``bench/bench_plan.py``): the ledger
+keeps a running total and indexes exclusions both ways, so a claim costs
+O(1 + its exclusions) instead of a scan of every holder; and the fixpoint
+(a refusal that frees memory may unblock an earlier claim) retries only the
+claims that something freed since their last try could unblock. Its
+decisions are exactly those of the quadratic ledger it replaced, which
+``tests/plan/oracle_ledger.py`` keeps as the oracle of a differential test.
+
+A ``Ledger`` lives only inside one ``place()`` call (built from values and
+thrown away), so it is mutable without being shared state.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import attrs
+
+from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.units import format_size
+
+#: Execution order of acting verbs (BEHAVIOUR §7): unload → stop → restart → start/load.
+ORDER = {Verb.UNLOAD: 0, Verb.STOP: 1, Verb.RESTART: 2, Verb.START: 3, Verb.LOAD: 3}
+CLAIMS = (Verb.START, Verb.RESTART, Verb.LOAD)
+
+
+def order_key(d: Decision) -> tuple[int, int, str]:
+    return (ORDER.get(d.verb, 4), d.port or 0, d.role)
+
+
+@attrs.frozen(kw_only=True)
+class Draft:
+    """A decision before memory is placed.
+
+    ``holds`` is what the role holds while this pass runs (None = not resident):
+    a running or backing-off server keeps its reservation; a claim's ``holds``
+    is replaced by its ``reserve`` when it fits.  ``keeps_on_refusal``: a
+    refused restart of a live server leaves it running, still holding.
+    """
+
+    decision: Decision
+    holds: int | None = None
+    keeps_on_refusal: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class Refusal:
+    """Why a reservation does not fit: a reason and a one-line message."""
+
+    reason: Reason
+    message: str
+
+
+class Ledger:
+    """Bytes held per role, and the exclusions between holders (BEHAVIOUR §7).
+
+    A resident role holds an entry even with 0 bytes: residency is what
+    exclusions look at. A role claiming again (a restart) replaces its own
+    entry, so it is never counted twice. ``loosened`` counts the events that
+    can make a refused claim fit (a holder leaves, or a hold shrinks):
+    between two of them, a refused claim stays refused, because holds only
+    grow.
+    """
+
+    def __init__(self, budget: int | None, excludes: Mapping[str, frozenset[str]],
+                 together: Mapping[str, frozenset[str]] | None = None) -> None:
+        self.budget = budget
+        self.held: dict[str, int] = {}
+        self.used = 0  # the running total of ``held``
+        self.loosened = 0
+        self._stated = excludes  # role → the roles its manifest excludes (for messages)
+        self._together = together or {}
+        # role → the roles it may not be resident beside (static for a pass)
+        self._excludes = _spread(excludes, self._together) if self._together else excludes
+        self._excluders: dict[str, set[str]] = {}  # role → the holders that exclude it
+        self._text: _HoldersText | None = None  # "held by …", built once per state
+
+    def hold(self, name: str, size: int) -> None:
+        old = self.held.get(name)
+        if old is None:
+            for other in self._excludes.get(name, ()):
+                self._excluders.setdefault(other, set()).add(name)
+        elif size < old:
+            self.loosened += 1
+        self.used += size - (old or 0)
+        self.held[name] = size
+        self._text = None
+
+    def release(self, name: str) -> None:
+        size = self.held.pop(name, None)
+        if size is None:
+            return
+        self.used -= size
+        for other in self._excludes.get(name, ()):
+            self._excluders[other].discard(name)
+        self.loosened += 1
+        self._text = None
+
+    def fits(self, name: str, need: int) -> bool:
+        """Would ``need`` bytes for ``name`` fit the budget and every exclusion?"""
+        if self._conflicts(name):
+            return False
+        return self.budget is None or self.used - self.held.get(name, 0) + need <= self.budget
+
+    def refusal(self, name: str, need: int) -> Refusal | None:
+        """Why ``need`` bytes for ``name`` do not fit (the first excluder by name), or None."""
+        conflicts = self._conflicts(name)
+        if conflicts:
+            other = min(conflicts)
+            return Refusal(reason=Reason.EXCLUDED, message=(
+                f"'{name}' cannot be resident beside '{other}' ({self._who(name, other)})"))
+        if self.fits(name, need):
+            return None
+        assert self.budget is not None
+        free = max(self.budget - (self.used - self.held.get(name, 0)), 0)
+        if self._text is None:
+            self._text = _HoldersText(self.held)
+        head = (f"'{name}' needs {format_size(need)} but only {format_size(free)} "
+                f"of the {format_size(self.budget)} budget is free (")
+        return Refusal(reason=Reason.UNPLACEABLE, message=self._text.sentence(head, name, ")"))
+
+    def _conflicts(self, name: str) -> list[str]:
+        """Holders ``name`` excludes, and holders that exclude ``name`` (itself aside).
+
+        And the roles resident whenever ``name`` is, if it excludes one of them
+        or one excludes it: such a claim can never be placed.
+        """
+        mine = self._excludes.get(name, ())
+        out = [o for o in mine if o != name and o in self.held]
+        out += [o for o in self._excluders.get(name, ()) if o != name]
+        for other in self._together.get(name, ()):
+            if other in mine or name in self._excludes.get(other, ()):
+                out.append(other)
+        return out
+
+    def _who(self, name: str, other: str) -> str:
+        """Which exclusion of the manifests keeps ``name`` from ``other``, in words."""
+        stated = self._stated
+        if other in stated.get(name, ()):
+            return f"{name} excludes {other}"
+        if name in stated.get(other, ()):
+            return f"{other} excludes {name}"
+        # Through roles resident together (one Ollama model serves both).
+        for a in sorted(self._together.get(name, frozenset()) | {name}):
+            for b in sorted(self._together.get(other, frozenset()) | {other}):
+                said = (f"{a} excludes {b}" if b in stated.get(a, ())
+                        else f"{b} excludes {a}" if a in stated.get(b, ()) else None)
+                if said is not None:
+                    notes = [f"{x} is resident whenever {y} is"
+                             for x, y in ((a, name), (b, other)) if x != y]
+                    return "; ".join([said, *notes])
+        raise AssertionError(f"no exclusion keeps {name} from {other}")
+
+
+class _HoldersText:
+    """``a 1.0 GB, b 2.0 GB`` for every holder of more than 0 bytes, by name.
+
+    A refusal names every other holder; with thousands of them the text is
+    built once per ledger state and a claimant's own entry is cut out of it.
+    """
+
+    def __init__(self, held: Mapping[str, int]) -> None:
+        self.spans: dict[str, tuple[int, int]] = {}
+        parts, at = [], 0
+        for name, size in sorted(held.items()):
+            if size > 0:
+                part = f"{name} {format_size(size)}"
+                parts.append(part)
+                self.spans[name] = (at, at + len(part))
+                at += len(part) + 2
+        self.full = ", ".join(parts)
+
+    def sentence(self, head: str, name: str, tail: str) -> str:
+        """``head`` + "held by …" without ``name``'s entry + ``tail``, copying the text once."""
+        full, span = self.full, self.spans.get(name)
+        if span is None:
+            pieces = [full]
+        elif span[1] == len(full):  # the last part: drop the ", " before it
+            pieces = [full[:max(span[0] - 2, 0)]]
+        else:
+            pieces = [full[:span[0]], full[span[1] + 2:]]
+        if not any(pieces):
+            return f"{head}nothing else is held{tail}"
+        return "".join([head, "held by ", *pieces, tail])
+
+
+def _spread(excludes: Mapping[str, frozenset[str]],
+            together: Mapping[str, frozenset[str]]) -> dict[str, frozenset[str]]:
+    """Exclusions over roles resident together: each is excluded as the others are.
+
+    Roles that serve one Ollama model on one server are in memory together or
+    not at all, so a role that excludes one of them excludes them all, and
+    each of them excludes what any of them excludes.
+    """
+    def group(name: str) -> frozenset[str]:
+        return together.get(name, frozenset()) | {name}
+
+    out: dict[str, frozenset[str]] = {}
+    for name in excludes.keys() | together.keys():
+        out[name] = frozenset(
+            role for member in group(name) for other in excludes.get(member, ())
+            for role in group(other))
+    return out
+
+
+def place(
+    drafts: list[Draft], budget: int | None, excludes: Mapping[str, frozenset[str]],
+    together: Mapping[str, frozenset[str]] | None = None,
+) -> list[Decision]:
+    """§7: count every holder (planned releases already gone), then fit the claims.
+
+    ``together`` maps a role to the roles resident whenever it is (Ollama
+    roles sharing one model on one server); none by default.
+    """
+    ledger = Ledger(budget, excludes, together)
+    for draft in drafts:
+        if draft.holds is not None:
+            ledger.hold(draft.decision.role, draft.holds)
+    pending = sorted((dr for dr in drafts if dr.decision.verb in CLAIMS),
+                     key=lambda dr: order_key(dr.decision))
+    tried: dict[str, int] = {}  # refused claim → ``ledger.loosened`` at its last try
+    while pending:
+        # A refusal may release a hold that blocked an earlier claim: go round
+        # again with the refused ones, but try only those that something freed
+        # since their last try could unblock. Placing only adds holds, and each
+        # claim is checked against every holder at its time, so no two placed
+        # claims conflict.
+        still = []
+        for draft in pending:
+            d = draft.decision
+            if tried.get(d.role) == ledger.loosened:
+                still.append(draft)  # nothing left since: refused as before
+            elif ledger.fits(d.role, d.reserve):
+                ledger.hold(d.role, d.reserve)
+            else:
+                if not draft.keeps_on_refusal:
+                    ledger.release(d.role)
+                tried[d.role] = ledger.loosened
+                still.append(draft)
+        pending = still
+        if all(tried[dr.decision.role] == ledger.loosened for dr in still):
+            break
+    # Nothing changes any more: every refusal says why against the final ledger.
+    refused = {}
+    for draft in pending:
+        refusal = ledger.refusal(draft.decision.role, draft.decision.reserve)
+        assert refusal is not None, draft
+        refused[draft.decision.role] = _refused(draft, refusal)
+    return [refused.get(dr.decision.role, dr.decision) for dr in drafts]
+
+
+def _refused(draft: Draft, refusal: Refusal) -> Decision:
+    """A claim that does not fit: nothing is reserved, a counted restart is not counted."""
+    d = draft.decision
+    counted = d.reason in (Reason.CRASHED, Reason.EVICTED)
+    return attrs.evolve(
+        d, verb=Verb.REFUSE, reason=refusal.reason, why=refusal.message,
+        status=Status.UNPLACEABLE, detail=refusal.message, launch=None, model_tag=None,
+        keep_alive=None, reserve=0, release=0 if draft.keeps_on_refusal else d.release,
+        retry_in=None, restarts=d.restarts - 1 if counted else d.restarts)

@@ -1,0 +1,321 @@
+"""How the store's memory of a role follows from a decision and its outcome (PURE).
+
+The planner decides; the executor acts; this module says what the state
+store must remember afterwards so that the *next* pass decides correctly:
+when an exit was first observed (the backoff clock) and how the server
+ended (its ``ExitInfo``, kept until the next start), the restart count
+(including the stable_after reset the planner already applied), terminal
+states, reservations in the ledger and Ollama ``we_loaded``.
+
+``None`` means "forget this role": nothing of it is left to remember.
+
+Every start, restart and load records the generation it ran (§4), whether
+it worked or not: a new generation is a fresh start, and a failed attempt of
+it must not look new again on the next pass. A record that still holds an
+``Intent`` was left by a killed pass (``finish_interrupted``).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from reconciler.planner import liveness
+from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.desired import Mode, RoleSpec
+from reconciler.core.observed import (
+    Health,
+    Intent,
+    Liveness,
+    RoleObservation,
+    RoleRecord,
+    Terminal,
+)
+from reconciler.runtimes import spec_of
+
+
+@attrs.frozen(kw_only=True)
+class ActionFacts:
+    """What the executor reports about one acted decision."""
+
+    ok: bool
+    skipped: bool = False  # not attempted (an earlier stop failed): nothing happened
+    exited: bool = False  # a stopped process is really gone
+    pid: int | None = None
+    create_time: float | None = None
+    #: §5 after start: the new server listened beyond loopback on these
+    #: addresses, and was stopped within the same pass (it is gone).
+    exposed: tuple[str, ...] = ()
+
+
+#: How long past its stop_grace a server signalled by a killed pass may take to
+#: exit and still have its exit counted as ours (the SIGKILL never came).
+EXIT_MARGIN = 10.0
+
+
+def intent_of(decision: Decision, now: float, stop_grace: float = 0.0) -> Intent:
+    """What the executor is about to do for ``decision`` (written before it does it)."""
+    launch = decision.launch
+    return Intent(verb=str(decision.verb), reason=str(decision.reason),
+                  instance_id=decision.instance_id or decision.role,
+                  launch_digest=launch.digest if launch is not None else None,
+                  port=decision.port or 0, at=now, stops=decision.pid,
+                  until=now + stop_grace + EXIT_MARGIN if decision.pid is not None else now)
+
+
+def with_intent(record: RoleRecord, decision: Decision, now: float,
+                stop_grace: float) -> RoleRecord:
+    """``record`` as written right before acting on ``decision``: with its intent.
+
+    A start is planned only for a role that runs nothing, so a pid its record
+    still names is a dead server the plan has already accounted for (a killed
+    run's own stop, finished by ``finish_interrupted`` in the plan's view only).
+    It is dropped in the same write: otherwise a run killed before the spawn
+    would leave that dead pid without the intent that explained it, and the
+    next pass would count it as a crash.
+    """
+    intent = intent_of(decision, now, stop_grace)
+    if decision.verb is Verb.START:
+        return attrs.evolve(record, pid=None, create_time=None, intent=intent)
+    return attrs.evolve(record, intent=intent)
+
+
+def finish_interrupted(record: RoleRecord, observation: RoleObservation,
+                       now: float) -> RoleRecord:
+    """A record a killed pass left mid-work, as if that work had finished (§4).
+
+    When the intent stopped our live server (a stop, or a restart's stop) and
+    that server is gone now, its exit was our own doing, not a crash: nothing
+    is counted and no backoff starts; the role is simply not running (the next
+    decision starts it as missing). An exposed server's stop holds the role
+    ``stopped-exposed``, as the finished stop would have. A server the intent
+    signalled that is still alive may still be exiting from that SIGTERM (the
+    killed pass never sent the SIGKILL): the intent is kept until
+    ``intent.until`` (stop_grace and a margin after it was written), so that
+    exit is not taken for a crash either. Any other intent (a spawn the pass
+    never recorded: re-adoption or the orphan sweep finds its process; a stop
+    never sent, its server alive past ``until``) is dropped.
+    """
+    intent = record.intent
+    if intent is None:
+        return record
+    process = observation.process
+    alive = process is not None and process.owned and process.alive
+    ours = intent.stops is not None and intent.stops == record.pid
+    if alive and ours and now < intent.until:
+        return record  # maybe still exiting from our SIGTERM: decided on a later pass
+    record = attrs.evolve(record, intent=None)
+    if alive or not ours:
+        return record
+    done = attrs.evolve(record, pid=None, create_time=None, exited_at=None,
+                        healthy_since=None, reserved=0)
+    if intent.verb == Verb.STOP and intent.reason == Reason.EXPOSED:
+        return attrs.evolve(done, terminal=Terminal.STOPPED_EXPOSED,
+                            terminal_detail="reachable beyond loopback; stopped")
+    return done
+
+
+def new_record(spec: RoleSpec, decision: Decision) -> RoleRecord:
+    """The first record of a role the reconciler starts to remember."""
+    return RoleRecord(
+        name=spec.name,
+        instance_id=decision.instance_id or spec.name,
+        runtime=spec.runtime,
+        mode=spec.mode,
+        host=spec.serve.host,
+        port=spec.serve.port,
+        model_tag=decision.model_tag,
+    )
+
+
+def after_decision(
+    record: RoleRecord | None,
+    spec: RoleSpec | None,
+    decision: Decision,
+    observation: RoleObservation,
+    facts: ActionFacts | None,
+    now: float,
+) -> RoleRecord | None:
+    """The record to store after ``decision`` (and, when it acted, ``facts``)."""
+    if facts is not None and facts.skipped:
+        return record  # never attempted: no crash, no count, nothing changed
+    if record is not None:
+        # An intent this pass wrote is done with once its outcome is known; one a
+        # killed run left (no action now) is finished as that run would have.
+        record = (attrs.evolve(record, intent=None) if facts is not None
+                  else finish_interrupted(record, observation, now))
+    if record is None:
+        if spec is None:
+            return None
+        if decision.verb in (Verb.START, Verb.LOAD) or (
+            spec.mode is Mode.ADOPTED and decision.verb is Verb.KEEP
+        ):
+            record = new_record(spec, decision)
+        else:
+            return None  # refusals and waits of never-started roles leave no trace
+    elif spec is not None:
+        # Keep the address current: a stop after an edit must find the server.
+        record = attrs.evolve(record, host=spec.serve.host, port=spec.serve.port)
+
+    verb, reason = decision.verb, decision.reason
+    if verb in (Verb.START, Verb.RESTART):
+        assert facts is not None
+        launch = decision.launch
+        if verb is Verb.RESTART and not facts.exited and decision.pid is not None:
+            # The old server could not be stopped (or the restart was refused
+            # before stopping it): it still runs, as recorded. Keep it all.
+            return record
+        # (A crashed server's restart that was refused before spawning falls
+        # through as a failed spawn: counted, with backoff, towards gave-up.)
+        record = _attempted(record, decision)
+        if not facts.ok:
+            # A failed spawn is a crash at once: the backoff clock starts now,
+            # so a broken launcher is retried with delays, not in a hot loop.
+            return attrs.evolve(
+                record, pid=None, create_time=None, exited_at=now, healthy_since=None,
+                restarts=decision.restarts, reserved=decision.reserve,
+                exit=None,  # nothing ran: the outcome says why (the old exit is stale now)
+            )
+        if facts.exposed:
+            # §5 after start: it listened beyond loopback and was stopped at once.
+            return attrs.evolve(
+                record, mode=Mode.MANAGED, pid=None, create_time=None, exited_at=None,
+                healthy_since=None, launch_digest=launch.digest if launch else None,
+                launch_argv=launch.argv if launch else (),
+                instance_id=decision.instance_id or record.instance_id,
+                terminal=Terminal.STOPPED_EXPOSED,
+                terminal_detail=f"listening on {', '.join(facts.exposed)}",
+                restarts=decision.restarts, reserved=0,
+            )
+        return attrs.evolve(
+            record,
+            # Ours now, whatever the role was when first remembered (adopted, say):
+            # a later removal must stop it, not forget it.
+            mode=Mode.MANAGED, runtime=decision.runtime or record.runtime,
+            pid=facts.pid, create_time=facts.create_time,
+            launch_digest=launch.digest if launch else record.launch_digest,
+            launch_argv=launch.argv if launch else record.launch_argv,
+            instance_id=decision.instance_id or record.instance_id,
+            started_at=now, exited_at=None, healthy_since=None,  # (no hold: _attempted)
+            restarts=decision.restarts, reserved=decision.reserve,
+            exit=None, liveness=Liveness(),  # a new server: nothing ended, nothing failed yet
+        )
+    if verb is Verb.STOP:
+        assert facts is not None
+        if not (facts.ok and facts.exited):
+            return record  # still there: keep everything, memory included
+        if reason is Reason.REMOVED:
+            return None
+        if reason is Reason.STARTUP_TIMEOUT:
+            # A failed start, like a crash: the backoff clock starts now and
+            # the reservation is kept across the backoff (§7).
+            return attrs.evolve(record, pid=None, create_time=None, exited_at=now,
+                                healthy_since=None)
+        stopped = attrs.evolve(
+            record, pid=None, create_time=None, exited_at=None, healthy_since=None, reserved=0,
+            exit=None, liveness=Liveness(),
+        )
+        if reason is Reason.EXPOSED:
+            return attrs.evolve(
+                stopped, terminal=Terminal.STOPPED_EXPOSED,
+                terminal_detail=decision.why or decision.detail,
+            )
+        return stopped
+    if verb is Verb.LOAD:
+        assert facts is not None
+        record = _attempted(record, decision)
+        if not facts.ok:
+            # A failed Ollama load releases its reservation (BEHAVIOUR §7).
+            return attrs.evolve(record, exited_at=now, reserved=0, restarts=decision.restarts)
+        return attrs.evolve(
+            record, mode=Mode.MANAGED, runtime=decision.runtime or record.runtime,
+            we_loaded=True, model_tag=decision.model_tag, started_at=now,
+            exited_at=None, healthy_since=None, terminal=None, terminal_detail="",
+            restarts=decision.restarts, reserved=decision.reserve,
+        )
+    if verb is Verb.UNLOAD:
+        assert facts is not None
+        if not facts.ok:
+            return record
+        if reason is Reason.REMOVED:
+            return None
+        return attrs.evolve(record, we_loaded=False, reserved=0, exited_at=None)
+    if verb is Verb.FORGET:
+        return None
+    if verb is Verb.GIVE_UP:
+        return attrs.evolve(
+            record, pid=None, create_time=None, reserved=0,
+            exited_at=record.exited_at or now, exit=record.exit or observation.exit,
+            terminal=Terminal.GAVE_UP, terminal_detail=decision.detail or decision.why,
+        )
+    return _checked(_observed(record, decision, observation, now), spec, observation, now)
+
+
+def _checked(record: RoleRecord, spec: RoleSpec | None, observation: RoleObservation,
+             now: float) -> RoleRecord:
+    """§4.1 the liveness counters after this pass's look (the planner decided from the same)."""
+    if spec is None or spec.liveness is None:
+        return record
+    process = observation.process
+    alive = process is not None and process.owned and process.alive
+    if not (alive or (not spec.managed and observation.probe is not None)):
+        return record
+    started = record.started_at if spec.managed else None
+    counters = liveness.look(spec.liveness, record.liveness, observation.probe, started, now)
+    return record if counters == record.liveness else attrs.evolve(record, liveness=counters)
+
+
+def _attempted(record: RoleRecord, decision: Decision) -> RoleRecord:
+    """A start, restart or load was tried: no hold is left, and the count belongs to its generation.
+
+    (A hold is only ever passed by an operator start or a new generation: either way
+    a failed attempt is a crash of the generation it tried, not the old hold.)
+    """
+    record = attrs.evolve(record, terminal=None, terminal_detail="")
+    if decision.generation is None:
+        return record
+    return attrs.evolve(record, generation=decision.generation,
+                        restarted_at=decision.restarted_at)
+
+
+def _observed(
+    record: RoleRecord, decision: Decision, observation: RoleObservation, now: float
+) -> RoleRecord:
+    """Keep / wait / refuse: nothing acted, but the clocks may move."""
+    process = observation.process
+    dead = record.pid is not None and (process is None or not (process.owned and process.alive))
+    ollama_gone = (
+        spec_of(record.runtime).loads_models and record.we_loaded
+        and decision.reason in (Reason.EVICTED, Reason.BACKOFF)
+    )
+    if decision.release:
+        # A refused restart, a held terminal role, a stopped role that is not
+        # running: the planner released their bytes in the ledger; so does the store.
+        record = attrs.evolve(record, reserved=max(0, record.reserved - decision.release))
+    if decision.reason is Reason.TERMINAL:
+        return record
+    if (spec_of(record.runtime).loads_models and decision.reason is Reason.IN_SYNC
+            and record.exited_at is not None):
+        # Resident again, but not by a load of ours (a client loaded it): the
+        # residency is not ours to unload, and its next eviction is no crash.
+        return attrs.evolve(record, we_loaded=False, exited_at=None,
+                            restarts=decision.restarts)
+    if dead or ollama_gone or decision.reason is Reason.BACKOFF:
+        # The backoff clock starts when the exit is first observed. The pid
+        # stays recorded: it says "we started this and it died" (a crash, not
+        # a never-started role); ownership checks keep a recycled pid safe.
+        return attrs.evolve(
+            record, healthy_since=None,
+            exited_at=record.exited_at or (observation.process.exit_observed_at
+                                           if observation.process else None) or now,
+            exit=record.exit or observation.exit,  # how it ended, kept until the next start
+            restarts=decision.restarts,
+        )
+    if decision.reason in (Reason.UNKNOWN, Reason.UNHEALTHY, Reason.LOADING,
+                           Reason.UNRESPONSIVE):
+        # stable_after counts continuous answering: a stall starts it over.
+        record = attrs.evolve(record, healthy_since=None)
+    probe = observation.probe
+    answering = probe is not None and probe.health is Health.UP
+    if decision.status is Status.RUNNING and answering and record.healthy_since is None:
+        record = attrs.evolve(record, healthy_since=now)
+    return attrs.evolve(record, restarts=decision.restarts)

@@ -1,0 +1,183 @@
+"""The parts every rung of the decision ladder is built from (PURE).
+
+``Role`` is everything the ladder knows about one role this pass (``plan``
+builds it); ``draft`` turns a rung's verdict into the ``Draft`` the ledger
+places. Here too are the gates and holds more than one rung shares:
+``start`` (a start or restart: a foreign port, the model checks,
+``model_refusal``), ``backoff`` (§4 wait out delay(restarts), or give up),
+``terminal`` (§4 gave-up and stopped-exposed hold until an operator start),
+``changes`` (the words for a new generation). The rung modules (``plan``,
+``loadrungs``, ``demandrungs``, ``livenessrungs``) import from here, never
+the other way round.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from reconciler.planner import generations, identity, policy
+from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.desired import Launch, RestartPolicy, RoleSpec, Runtime
+from reconciler.planner.ledger import Draft
+from reconciler.core.observed import (
+    Health,
+    Intent,
+    ModelState,
+    RoleObservation,
+    RoleRecord,
+    Terminal,
+)
+from reconciler.core.units import format_duration
+
+
+@attrs.define(kw_only=True)
+class Role:
+    """Everything the ladder knows about one role this pass.
+
+    Never changed after it is built, but not frozen: it never leaves the
+    planner, and a frozen class costs twice as much to build, once per role
+    per pass (``bench/bench_plan.py``).
+    """
+
+    name: str
+    spec: RoleSpec | None
+    record: RoleRecord | None
+    obs: RoleObservation
+    argv: tuple[str, ...] | None  # the launch of a managed server (None: never launched)
+    digest: str | None  # … and its digest
+    launcher: identity.Launcher
+    policy: RestartPolicy
+    running: bool  # our own process: owned and alive
+    restarts: int  # count carried into this pass (after resets)
+    operator: bool  # named by `reconcile start`
+    sharing: frozenset[str]  # other wanted roles serving the Ollama model we loaded for this one
+    # What every decision about the role says, whatever its verb:
+    runtime: Runtime
+    port: int
+    host: str
+    instance_id: str
+    pid: int | None  # our own live process, the one a stop/restart targets
+    create_time: float | None
+    owner_id: str | None  # the instance id that process was started with
+    generation: str | None  # what the role runs now (§4), None: nothing to run
+    fresh: bool  # a new generation: the record's holds, backoff and count do not apply
+    interrupted: Intent | None  # a killed pass's stop of our server, finished by this one
+    why: str = ""  # the plan-line detail every decision carries unless it says its own
+
+    def launch(self) -> Launch:
+        """The whole launch, built only for the decisions that carry it (start/restart)."""
+        assert self.argv is not None
+        return self.launcher.launch(self.argv, self.instance_id, self.digest)
+
+    @property
+    def reserved(self) -> int:
+        return self.record.reserved if self.record is not None else 0
+
+    @property
+    def health(self) -> Health | None:
+        return self.obs.probe.health if self.obs.probe is not None else None
+
+    def probe_detail(self, fallback: str) -> str:
+        probe = self.obs.probe
+        return probe.detail if probe is not None and probe.detail else fallback
+
+
+def draft(r: Role, verb: Verb, reason: Reason, status: Status, detail: str, *,
+          holds: int | None = None, keeps: bool = False, **kw) -> Draft:
+    kw.setdefault("restarts", r.restarts)
+    if r.why:
+        kw.setdefault("why", r.why)
+    decision = Decision(role=r.name, verb=verb, reason=reason, status=status, detail=detail,
+                        runtime=r.runtime, port=r.port, host=r.host, instance_id=r.instance_id,
+                        pid=r.pid, create_time=r.create_time, owner_id=r.owner_id, **kw)
+    return Draft(decision=decision, holds=holds, keeps_on_refusal=keeps)
+
+
+def changes(r: Role) -> str:
+    assert r.record is not None
+    return generations.launch_changes(r.record, r.spec, r.argv, r.digest, fresh=r.fresh,
+                                      owner_id=r.owner_id, instance_id=r.instance_id)
+
+
+def started(r: Role) -> float | None:
+    return r.record.started_at if r.record is not None else None
+
+
+def terminal(r: Role, rec: RoleRecord) -> Draft:
+    status = Status.GAVE_UP if rec.terminal is Terminal.GAVE_UP else Status.STOPPED_EXPOSED
+    detail = rec.terminal_detail or f"{rec.terminal}; run `reconcile start {r.name}`"
+    if r.running:
+        # Held, yet our process is alive (it came back, or a stop never took):
+        # it is resident, so it keeps its memory and its exclusions.
+        footprint = r.spec.memory.footprint if r.spec is not None else 0
+        return draft(r, Verb.KEEP, Reason.TERMINAL, status, detail + "; its process is alive",
+                     why=str(rec.terminal), holds=max(rec.reserved, footprint))
+    return draft(r, Verb.KEEP, Reason.TERMINAL, status, detail, why=str(rec.terminal),
+                 release=rec.reserved)
+
+
+def backoff(r: Role, exited: float, now: float, what: str, attempt: str,
+            said: str = "") -> Draft | None:
+    """§4 after an exit (or eviction): give up at max, else wait out delay(restarts).
+
+    ``what`` happened (``exited (code 1)``), and ``said``: the line that says why.
+    """
+    assert r.record is not None
+    n, most = r.restarts, r.policy.max_restarts
+    state = policy.retry(n, exited, now, r.policy)
+    because = f": {said}" if said else ""
+    # §4 max restarts reached and dead → gave-up (terminal, releases memory).
+    if state.gave_up:
+        return draft(r, Verb.GIVE_UP, Reason.MAX_RESTARTS, Status.GAVE_UP,
+                     f"{what} after {n} restart{'' if n == 1 else 's'} (max_restarts {most})"
+                     f"{because}; run `reconcile start {r.name}`", release=r.reserved)
+    # §4 backoff: the clock starts when the exit was first observed.
+    if state.left > 0:
+        left = format_duration(state.left)
+        return draft(r, Verb.WAIT, Reason.BACKOFF, Status.BACKOFF,
+                     f"{what}{because}; {attempt} {n + 1} of {most} in {left}",
+                     why=f"{what}{because}; retry in {left}" if said else f"retry in {left}",
+                     retry_in=state.left, holds=r.reserved or None)
+    return None
+
+
+def start(r: Role, checks, verb: Verb, reason: Reason, status: Status, detail: str, *,
+          why: str = "", restarts: int | None = None, keeps: bool = False) -> Draft:
+    """Gates shared by start and restart: foreign port, model checks; memory comes later."""
+    spec = r.spec
+    assert spec is not None and r.argv is not None
+    kept = r.reserved if keeps else None
+    release = 0 if keeps else r.reserved
+    # §4 never start over a port something else accepts connections on.
+    if r.obs.port_taken:
+        msg = f"port {spec.serve.port} already taken; adopt it instead"
+        return draft(r, Verb.REFUSE, Reason.PORT_TAKEN, Status.REFUSED, msg, why=msg,
+                     release=release, holds=kept)
+    refused = model_refusal(r, checks, release=release, kept=kept)
+    if refused is not None:
+        return refused
+    held = r.reserved if keeps or r.reserved else None  # a crashed server keeps its reservation
+    return draft(r, verb, reason, status, detail, why=why, launch=r.launch(),
+                 reserve=spec.memory.footprint, release=r.reserved, retry_in=policy.POLL,
+                 restarts=r.restarts if restarts is None else restarts, holds=held, keeps=keeps,
+                 generation=r.generation, restarted_at=spec.restarted_at)
+
+
+def model_refusal(r: Role, checks, *, release: int, kept: int | None) -> Draft | None:
+    """§1.1 only verified weights are served (unverified: the executor verifies first)."""
+    spec = r.spec
+    assert spec is not None
+    for name in (spec.model, spec.serve.draft_model):
+        check = checks.get(name) if name else None
+        if check is None or check.state not in _BAD_MODEL:
+            continue
+        detached = check.state is ModelState.DETACHED
+        msg = (f"model store is detached ({name})" if detached
+               else f"model {name} {check.state}" + (f": {check.detail}" if check.detail else ""))
+        return draft(r, Verb.REFUSE, Reason.MODEL_UNVERIFIED,
+                     Status.DEGRADED if detached else Status.REFUSED, msg, why=msg,
+                     release=release, holds=kept)
+    return None
+
+
+_BAD_MODEL = (ModelState.MISMATCH, ModelState.MISSING, ModelState.DETACHED)

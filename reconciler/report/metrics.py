@@ -1,0 +1,383 @@
+"""Prometheus metrics through ``prometheus_client`` (SHELL; the only module that imports prometheus_client).
+
+Every series carries the ``node`` label (the NodeConfig's name, else the
+``--node`` name, else the host name), so one Prometheus can watch a fleet. What a pass publishes:
+
+====================================================  =====  ===========================
+series                                                type   from
+====================================================  =====  ===========================
+``reconciler_role_status{node,role,status}``          gauge  one-hot over every status
+``reconciler_role_restarts{node,role}``               gauge  restart count (§4; resets)
+``reconciler_reserved_bytes{node,role}``              gauge  the residency ledger (§7)
+``reconciler_memory_budget_bytes{node}``              gauge  NodeConfig (absent: none)
+``reconciler_probe_latency_seconds{node,role}``       gauge  the pass's readiness probe
+``reconciler_last_pass_timestamp_seconds{node}``      gauge  unix time the pass began
+``reconciler_last_pass_duration_seconds{node}``       gauge
+``reconciler_last_pass_success{node}``                gauge  1 when every action worked
+                                                             (0 when the pass raised)
+``reconciler_manifest_problems{node}``                gauge  0 when the manifests are valid
+``reconciler_last_pass_actions{node,verb,reason}``    gauge  acting decisions of the last pass
+====================================================  =====  ===========================
+
+The restart count is a gauge, not a ``_total`` counter: BEHAVIOUR §4 resets
+it after ``stable_after`` and on ``reconcile start``.
+
+The router (§9) adds, per role, through ``RouterMetrics``:
+
+==============================================================  =========  ======================
+``reconciler_router_requests_total{node,role,code}``            counter    every answered request
+``reconciler_router_in_flight{node,role}``                      gauge      being forwarded now
+``reconciler_router_queued{node,role}``                         gauge      waiting for the role
+``reconciler_router_queue_wait_seconds{node,role}``             histogram  time spent waiting
+``reconciler_router_time_to_first_byte_seconds{node,role}``     histogram  arrival → first byte back
+``reconciler_router_cold_starts_total{node,role}``              counter    starts on demand
+``reconciler_router_evictions_total{node,role}``                counter    stopped for another role
+==============================================================  =========  ======================
+
+``PassMetrics`` is a ``prometheus_client`` collector holding the families of
+the last pass; ``new_registry()`` puts one in a registry of its own, to which
+the daemon's other parts (the router) add their collectors. ``render()`` is the
+one-shot text of one pass (``--once --metrics-file``). ``write_text()`` is for
+node_exporter's textfile collector: a temporary file in the same directory
+(never named ``*.prom``), fsynced, renamed over the target, so a scrape never
+reads half a file. ``MetricsServer`` serves a registry on ``/metrics`` from a
+daemon thread, collected at scrape time; it binds loopback addresses only.
+
+``prometheus_client`` costs tens of milliseconds to import: only the daemon and
+``--metrics-file`` import this module, so a plain ``--once`` never pays it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import socketserver
+import tempfile
+import threading
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import (
+    CollectorRegistry, Counter, Histogram, generate_latest, make_wsgi_app,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from reconciler.core.decisions import Status
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_HELP = {
+    "reconciler_role_status": "Current status of each role (one series per status, 1 for the current one).",
+    "reconciler_role_restarts": "Restarts counted by the restart policy (reset after stable_after or reconcile start).",
+    "reconciler_reserved_bytes": "Bytes each role holds in the residency ledger.",
+    "reconciler_memory_budget_bytes": "The NodeConfig memory budget in bytes (absent when there is none).",
+    "reconciler_probe_latency_seconds": "Latency of the last readiness probe of each role.",
+    "reconciler_last_pass_timestamp_seconds": "Unix time at which the last reconcile pass began.",
+    "reconciler_last_pass_duration_seconds": "Duration of the last reconcile pass.",
+    "reconciler_last_pass_success": "1 if the last pass's actions all succeeded, else 0.",
+    "reconciler_manifest_problems": "Number of problems in the manifest set (0 = valid).",
+    "reconciler_last_pass_actions": "Acting decisions (start, stop, restart, load, unload) of the last pass, by verb and reason.",
+}
+
+
+def node_name(result) -> str:
+    """The ``node`` label: the NodeConfig's name, else the ``--node`` name, else the host's."""
+    desired = getattr(result, "desired", None)
+    name = desired.node.name if desired is not None else ""
+    return name or getattr(result, "node", "") or socket.gethostname()
+
+
+def _families(result, store, *, problems_count: int, last_pass_ts: float, duration: float,
+              failed: bool, node: str | None) -> list[GaugeMetricFamily]:
+    node = node or node_name(result)
+    records = {r.name: r for r in store.roles()} if store is not None else {}
+    plan = getattr(result, "plan", None)
+    decisions = {d.role: d for d in plan.decisions} if plan is not None else {}
+    roles = sorted(set(decisions) | set(records))
+
+    def family(name: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, _HELP[name], labels=("node", *labels))
+
+    status = family("reconciler_role_status", ("role", "status"))
+    restarts = family("reconciler_role_restarts", ("role",))
+    reserved = family("reconciler_reserved_bytes", ("role",))
+    for role in roles:
+        decision = decisions.get(role)
+        record = records.get(role)
+        current = decision.status if decision is not None else Status.UNKNOWN
+        for each in Status:
+            status.add_metric((node, role, str(each)), int(each is current))
+        count = record.restarts if record is not None else (decision.restarts if decision else 0)
+        restarts.add_metric((node, role), count)
+        reserved.add_metric((node, role), record.reserved if record is not None else 0)
+
+    budget = family("reconciler_memory_budget_bytes")
+    desired = getattr(result, "desired", None)
+    if desired is not None and desired.node.memory_budget is not None:
+        budget.add_metric((node,), desired.node.memory_budget)
+
+    latency = family("reconciler_probe_latency_seconds", ("role",))
+    observed = getattr(result, "observed", None)
+    for obs in sorted(observed.roles if observed is not None else (), key=lambda o: o.name):
+        if obs.probe is not None and obs.probe.latency is not None:
+            latency.add_metric((node, obs.name), float(obs.probe.latency))
+
+    ok = not failed and bool(getattr(result, "ok", False)) and problems_count == 0
+    last = family("reconciler_last_pass_timestamp_seconds")
+    last.add_metric((node,), float(last_pass_ts))
+    took = family("reconciler_last_pass_duration_seconds")
+    took.add_metric((node,), float(duration))
+    success = family("reconciler_last_pass_success")
+    success.add_metric((node,), int(ok))
+    problems = family("reconciler_manifest_problems")
+    problems.add_metric((node,), int(problems_count))
+    # What the pass did, by verb and reason: `stop` with reason `orphan` or
+    # `exposed` is what an alert wants to see (deploy/prometheus/).
+    actions = family("reconciler_last_pass_actions", ("verb", "reason"))
+    acted: dict[tuple[str, str], int] = {}
+    for decision in decisions.values():
+        if decision.acts:
+            key = (str(decision.verb), str(decision.reason))
+            acted[key] = acted.get(key, 0) + 1
+    for (verb, reason), count in sorted(acted.items()):
+        actions.add_metric((node, verb, reason), count)
+    return [status, restarts, reserved, budget, latency, last, took, success, problems, actions]
+
+
+class PassMetrics(Collector):
+    """A collector publishing the families of the last pass (swapped whole, no lock)."""
+
+    def __init__(self) -> None:
+        self._families: list[GaugeMetricFamily] = []
+
+    def update(self, result, store, *, problems_count: int, last_pass_ts: float,
+               duration: float, failed: bool = False, node: str | None = None) -> None:
+        """Publish ``result``; ``failed``: the pass raised, ``result`` is the last one known
+        (its role series stay published) and ``reconciler_last_pass_success`` is 0."""
+        self._families = _families(result, store, problems_count=problems_count,
+                                   last_pass_ts=last_pass_ts, duration=duration,
+                                   failed=failed, node=node)
+
+    def collect(self):  # type: ignore[override]
+        return iter(self._families)
+
+
+def new_registry(*collectors: Collector) -> CollectorRegistry:
+    """A registry of its own (never the process-global default) holding ``collectors``."""
+    registry = CollectorRegistry(auto_describe=False)
+    for collector in collectors:
+        registry.register(collector)
+    return registry
+
+
+def exposition(registry: CollectorRegistry) -> str:
+    """The text exposition format (0.0.4) of everything in ``registry`` now."""
+    return generate_latest(registry).decode("utf-8")
+
+
+def render(result, store, *, problems_count: int, last_pass_ts: float, duration: float,
+           failed: bool = False, node: str | None = None) -> str:
+    """The exposition text of one pass; ``store`` gives restarts and reservations."""
+    collector = PassMetrics()
+    collector.update(result, store, problems_count=problems_count, last_pass_ts=last_pass_ts,
+                     duration=duration, failed=failed, node=node)
+    return exposition(new_registry(collector))
+
+
+def render_result(result, store) -> str:
+    """``render`` with the pass's own problems, start time and duration."""
+    return render(result, store, problems_count=len(result.problems),
+                  last_pass_ts=result.started, duration=result.duration)
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Replace ``path`` atomically (temporary file in the same directory, then rename)."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    # The temporary name must not end in .prom: node_exporter would read it.
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a collector runs as another user
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_file(path: str | os.PathLike[str], result, store) -> None:
+    """``--metrics-file``: the metrics of ``result``, atomically replacing ``path``."""
+    write_text(path, render_result(result, store))
+
+
+# ---------------------------------------------------------------- /metrics
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) on loopback; ValueError says why not."""
+    host, sep, port_text = addr.rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"--metrics-addr {addr!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if host == "localhost":
+        host = "127.0.0.1"
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"--metrics-addr {addr!r}: port {port_text!r} is not a number") from None
+    if not 0 <= port <= 65535:
+        raise ValueError(f"--metrics-addr {addr!r}: port {port} is out of range")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(f"--metrics-addr {addr!r}: {host!r} is not an IP address "
+                         "(use 127.0.0.1 or [::1])") from None
+    if not ip.is_loopback:
+        raise ValueError(f"--metrics-addr {addr!r}: refusing a non-loopback address; "
+                         "metrics are served on loopback only")
+    return host, port
+
+
+class _Server(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a stalled scrape cannot keep the daemon from exiting
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    timeout = 5.0  # a stalled client cannot hold a thread forever
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass  # scrapes are not worth a log line
+
+
+def _only_metrics(app):
+    """``/metrics`` (any query) goes to prometheus_client's app; every other path is a 404."""
+    def wsgi(environ, start_response):
+        if environ.get("PATH_INFO") != "/metrics":
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"not found; try /metrics\n"]
+        return app(environ, start_response)
+    return wsgi
+
+
+class MetricsServer:
+    """``/metrics`` of ``registry`` on a loopback address, served from a daemon thread."""
+
+    def __init__(self, addr: str, registry: CollectorRegistry) -> None:
+        host, port = parse_addr(addr)
+        server_class = _Server6 if ":" in host else _Server
+        self._server = make_server(host, port, _only_metrics(make_wsgi_app(registry)),
+                                   server_class=server_class, handler_class=_QuietHandler)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.5},
+            name="reconciler-metrics", daemon=True,
+        )
+        self._thread.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=2.0)
+
+
+class DaemonMetrics:
+    """What ``reconcile watch`` publishes: one registry, mirrored to a file if asked.
+
+    ``passes`` holds the last pass's families; the daemon's other parts (the
+    router) register their own collectors in ``registry``. ``MetricsServer``
+    serves the registry at scrape time; ``publish()`` updates the pass's
+    families and rewrites ``file`` (if any) with everything in the registry.
+    """
+
+    def __init__(self, file: str | None = None) -> None:
+        self.file = file
+        self.passes = PassMetrics()
+        self.registry = new_registry(self.passes)
+
+    def text(self) -> str:
+        return exposition(self.registry)
+
+    def write(self) -> None:
+        if self.file:
+            write_text(self.file, self.text())
+
+
+# ---------------------------------------------------------------- the router (§9)
+
+#: Latency buckets (seconds) from a loopback hop (~1 ms) to a cold start of a big model.
+_LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            30.0, 60.0, 120.0, 300.0)
+
+
+class _RouterGauges(Collector):
+    """In flight and queued per role, read from the router's book at scrape time."""
+
+    def __init__(self, metrics: "RouterMetrics") -> None:
+        self._metrics = metrics
+
+    def collect(self):  # type: ignore[override]
+        node = self._metrics.node
+        flying = GaugeMetricFamily("reconciler_router_in_flight",
+                                   "Requests the router is forwarding to each role now.",
+                                   labels=("node", "role"))
+        queued = GaugeMetricFamily("reconciler_router_queued",
+                                   "Requests waiting for each role to be ready.",
+                                   labels=("node", "role"))
+        snapshot = self._metrics.snapshot
+        for role in (snapshot().roles if snapshot is not None else ()):
+            flying.add_metric((node, role.role), role.in_flight)
+            queued.add_metric((node, role.role), role.waiting)
+        return iter((flying, queued))
+
+
+class RouterMetrics:
+    """The router's per-role series in the daemon's registry (the router calls it on its loop)."""
+
+    def __init__(self, registry: CollectorRegistry, node: str = "") -> None:
+        self.node = node or socket.gethostname()
+        self.snapshot = None  # () -> demand.Demand: the router's book, set when it starts
+        labels = ("node", "role")
+        self._requests = Counter("reconciler_router_requests", "Requests the router answered, "
+                                 "by role and HTTP status.", (*labels, "code"), registry=registry)
+        self._wait = Histogram("reconciler_router_queue_wait_seconds", "Time requests waited "
+                               "for their role to be ready.", labels, buckets=_LATENCY,
+                               registry=registry)
+        self._ttfb = Histogram("reconciler_router_time_to_first_byte_seconds", "From a "
+                               "request's arrival to the first byte of its answer (waiting "
+                               "included).", labels, buckets=_LATENCY, registry=registry)
+        self._cold = Counter("reconciler_router_cold_starts", "Roles started because requests "
+                             "waited for them.", labels, registry=registry)
+        self._evicted = Counter("reconciler_router_evictions", "On-demand roles stopped to make "
+                                "room for another role.", labels, registry=registry)
+        registry.register(_RouterGauges(self))
+
+    def request(self, role: str, code: int) -> None:
+        self._requests.labels(self.node, role, str(code)).inc()
+
+    def queue_wait(self, role: str, seconds: float) -> None:
+        self._wait.labels(self.node, role).observe(seconds)
+
+    def first_byte(self, role: str, seconds: float) -> None:
+        self._ttfb.labels(self.node, role).observe(seconds)
+
+    def cold_start(self, role: str) -> None:
+        self._cold.labels(self.node, role).inc()
+
+    def eviction(self, role: str) -> None:
+        self._evicted.labels(self.node, role).inc()

@@ -1,0 +1,422 @@
+"""The executor: does what a Plan says, and guards again (SHELL; BEHAVIOUR §2, §4, §6).
+
+``apply(plan)`` walks the decisions in plan order (unload → stop → restart →
+start, as the planner orders them) and turns each acting one into an
+``Outcome`` value. It trusts the plan for *what* to do but re-checks the
+safety rules itself, so a buggy plan cannot make it
+
+* signal a process it does not own (pid + create time + marker, re-checked
+  before every single signal),
+* act on a port outside the allowlist, or on a decision without an
+  instance id, or send a packet to a non-loopback host,
+* start over a port something else accepts connections on, or
+* start something whose memory was counted as freed by a stop that failed.
+
+``stop()`` is SIGTERM to the process group, up to ``grace`` for the leader
+to exit, SIGKILL to the group, and once the leader is gone a SIGKILL to the
+group again for grandchildren that carry our marker. A grandchild that left
+the group with ``setsid`` is out of reach of the group signals; it still
+carries the marker, so ``procs.find_marked`` will report it.
+
+Ollama is never launched: a load is ``POST /api/generate`` with an empty
+prompt and the wanted ``keep_alive``, an unload the same with
+``keep_alive: 0``. No other Ollama path is ever called.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import time
+from typing import Callable, Protocol
+
+import attrs
+
+from reconciler.system import failpoints, programs, signals
+from reconciler.world import probe, procs, spawn
+from reconciler.planner.identity import MARKER_ENV
+from reconciler.core.decisions import Decision, Plan, Reason, Verb
+from reconciler.core.desired import Launch, NodeConfig
+from reconciler.core.outcomes import Guard, Outcome, Refusal
+from reconciler.runtimes import ollama as ollama_rt
+
+_POLL = 0.02  # seconds between "is it gone yet?" looks
+_KILL_WAIT = 5.0  # how long a SIGKILLed leader may take to disappear
+_SWEEP_WAIT = 1.0  # how long grandchildren may take after the group SIGKILL
+EXPOSED_GRACE = 3.0  # BEHAVIOUR §5: an exposed server is stopped with a 3 s grace
+
+
+@attrs.frozen(kw_only=True)
+class StopResult:
+    ok: bool
+    gone: bool  # the recorded process is really gone: its memory may be released
+    killed: bool = False  # SIGTERM was not enough
+    error: str = ""
+    detail: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class ActionResult:
+    ok: bool
+    status: int | None = None  # HTTP status, when one came back
+    refusal: Refusal | None = None  # not sent: a guard said no
+    error: str = ""
+    detail: str = ""
+
+
+class Hooks(Protocol):
+    """What the pass adds around an action (``act.py``): last checks, and the record."""
+
+    def before_start(self, decision: Decision) -> Refusal | None:
+        """Called before every spawn (START, RESTART) and Ollama LOAD; a Refusal stops it."""
+
+    def before_act(self, decision: Decision) -> None:
+        """Called right before the first step that cannot be undone: a signal, a spawn."""
+
+    def orphan_refusal(self, decision: Decision) -> Refusal | None:
+        """Called before an orphan's stop: the proof of ownership, checked again."""
+
+    def after_spawn(self, decision: Decision, result: spawn.SpawnResult) -> None:
+        """Called right after a successful spawn, before anything else happens."""
+
+    def after_stop(self, decision: Decision, outcome: Outcome) -> None:
+        """Called right after a stop that ended its server (not an orphan's: no record)."""
+
+
+class NoHooks:
+    def before_start(self, decision: Decision) -> Refusal | None:
+        return None
+
+    def before_act(self, decision: Decision) -> None:
+        pass
+
+    def orphan_refusal(self, decision: Decision) -> Refusal | None:
+        return Refusal(guard=Guard.NOT_PROVEN, detail="no proof of ownership to check")
+
+    def after_spawn(self, decision: Decision, result: spawn.SpawnResult) -> None:
+        pass
+
+    def after_stop(self, decision: Decision, outcome: Outcome) -> None:
+        pass
+
+
+# ---------------------------------------------------------------- stop
+
+
+def stop(pid: int, create_time: float, instance_id: str, *, grace: float) -> StopResult:
+    """Stop an owned server and its process group; never signals anything else."""
+    programs.reap()
+    if not procs.is_running(pid, create_time):
+        now = procs.create_time(pid)
+        if now is not None and procs.is_running(pid, now):
+            return StopResult(ok=False, gone=True, error=(
+                f"not owned: pid {pid} is another process now (created {now:.2f}, "
+                f"recorded {create_time:.2f}); the recorded one is gone"))
+        return StopResult(ok=True, gone=True, detail="already gone")
+    if not procs.is_owned(pid, create_time, instance_id):
+        return StopResult(ok=False, gone=False, error=(
+            f"not owned: pid {pid} does not carry {MARKER_ENV}={instance_id}"))
+
+    error = _signal_owned(pid, create_time, instance_id, signals.SIGTERM)
+    if error:
+        return StopResult(ok=False, gone=not procs.is_running(pid, create_time), error=error)
+    killed = False
+    if not _wait_gone(pid, create_time, grace):
+        error = _signal_owned(pid, create_time, instance_id, signals.SIGKILL)
+        killed = not error
+        if error or not _wait_gone(pid, create_time, _KILL_WAIT):
+            return StopResult(ok=False, gone=False, killed=killed,
+                              error=error or f"pid {pid} still alive after SIGKILL")
+    return StopResult(ok=True, gone=True, killed=killed,
+                      detail=_sweep_group(pid, instance_id))
+
+
+def _signal_owned(pid: int, create_time: float, instance_id: str, sig: int) -> str:
+    """Signal the group an owned leader leads; "" when sent (or it just died)."""
+    if not procs.is_owned(pid, create_time, instance_id):
+        if not procs.is_running(pid, create_time):
+            return ""  # it exited between the looks: nothing to signal
+        return f"not owned: pid {pid} lost {MARKER_ENV}={instance_id}; no signal sent"
+    return signals.to_group(pid, sig)
+
+
+def _wait_gone(pid: int, create_time: float, timeout: float) -> bool:
+    deadline = time.monotonic() + max(timeout, 0.0)
+    while True:
+        programs.reap()
+        # A zombie leader is not gone while its other threads still exit: they
+        # hold its memory and its listening socket (a restart would find its
+        # own port taken).
+        if not procs.is_running(pid, create_time) and not procs.exiting(pid, create_time):
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(_POLL, remaining))
+
+
+def _sweep_group(pgid: int, instance_id: str) -> str:
+    """SIGKILL what is left of the dead leader's group, if all of it is ours."""
+    marked, foreign = _group_members(pgid, instance_id)
+    if not marked and not foreign:
+        return ""
+    if not foreign:
+        signals.kill_group(pgid)
+    else:
+        for member in marked:
+            signals.kill(member)
+    deadline = time.monotonic() + _SWEEP_WAIT
+    while marked and time.monotonic() < deadline:
+        time.sleep(_POLL)
+        marked, _ = _group_members(pgid, instance_id)
+    parts = []
+    if marked:
+        parts.append(f"group members still alive: {', '.join(map(str, marked))}")
+    if foreign:
+        parts.append(f"left alone (no marker): {', '.join(map(str, foreign))}")
+    return "; ".join(parts)
+
+
+def _group_members(pgid: int, instance_id: str) -> tuple[list[int], list[int]]:
+    """Live members of a group: (carrying our marker, not carrying it)."""
+    marked, foreign = [], []
+    for member in procs.group_pids(pgid):
+        if procs.marker_of(member) == instance_id:
+            marked.append(member)
+        else:
+            created = procs.create_time(member)
+            if created is not None and procs.is_running(member, created):
+                foreign.append(member)
+    return marked, foreign
+
+
+# ---------------------------------------------------------------- Ollama
+
+
+def ollama_load(host: str, port: int, tag: str, keep_alive: float, *, timeout: float) -> ActionResult:
+    """Load ``tag`` into a running Ollama and set its keep-alive (negative = forever)."""
+    seconds, problem = _keep_alive_seconds(keep_alive)
+    if isinstance(problem, Refusal):
+        return ActionResult(ok=False, refusal=problem)
+    if problem:
+        return ActionResult(ok=False, error=problem)
+    return _ollama_generate(host, port, ollama_rt.load_request(tag, seconds), timeout)
+
+
+def ollama_unload(host: str, port: int, tag: str, *, timeout: float) -> ActionResult:
+    """Unload ``tag`` (``keep_alive: 0``). The planner only asks for models we loaded."""
+    return _ollama_generate(host, port, ollama_rt.unload_request(tag), timeout)
+
+
+def _ollama_generate(host: str, port: int, request, timeout: float) -> ActionResult:
+    if not _loopback(host):
+        return ActionResult(ok=False, refusal=_not_loopback(host))
+    assert request.path == "/api/generate"  # the only Ollama path we ever call
+    answer = probe.send_sync(host, port, request, timeout=timeout)
+    ok, line = ollama_rt.read_load(request, answer)
+    return ActionResult(ok=ok, status=answer.status, error="" if ok else line,
+                        detail=line if ok else "")
+
+
+def _keep_alive_seconds(keep_alive: float) -> tuple[int, str | Refusal]:
+    """Whole seconds for Ollama: -1 is forever; a fraction rounds up (never down to 0)."""
+    if math.isnan(keep_alive):
+        return 0, "keep_alive is not a number"
+    if keep_alive < 0:
+        return -1, ""
+    if keep_alive == 0:
+        return 0, Refusal(guard=Guard.KEEP_ALIVE_ZERO,
+                          detail="keep_alive 0 would unload the model it loads")
+    if math.isinf(keep_alive):
+        return -1, ""
+    return math.ceil(keep_alive), ""
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# ---------------------------------------------------------------- apply
+
+_FREES_MEMORY = frozenset({Verb.STOP, Verb.RESTART, Verb.UNLOAD})
+_CLAIMS_MEMORY = frozenset({Verb.START, Verb.LOAD})
+_NEEDS_PORT = frozenset({Verb.START, Verb.RESTART, Verb.LOAD, Verb.UNLOAD})
+_SKIPPED = "an earlier stop failed and its memory was counted"
+
+
+def apply(
+    plan: Plan,
+    *,
+    node: NodeConfig,
+    allowed: Callable[[int], bool],
+    hooks: Hooks | None = None,
+) -> tuple[Outcome, ...]:
+    """Carry out the acting decisions in plan order: one Outcome per acting decision.
+
+    Decisions that do nothing (keep, wait, refuse, …) get no Outcome. When a
+    stop, restart or unload does not really free its memory (the process is
+    not gone, the unload failed), the later starts and loads that reserve
+    memory are skipped: the plan counted that memory as free.
+    """
+    hooks = hooks if hooks is not None else NoHooks()
+    outcomes: list[Outcome] = []
+    memory_held = False
+    for decision in plan.decisions:
+        if not decision.acts:
+            continue
+        if memory_held and _claims(decision):
+            outcome = _outcome(decision, ok=False, skipped=True, detail=_SKIPPED)
+        else:
+            outcome = _apply_one(decision, node, allowed, hooks)
+        if decision.verb in _FREES_MEMORY and not _freed(decision, outcome):
+            memory_held = True
+        outcomes.append(outcome)
+    return tuple(outcomes)
+
+
+def _claims(decision: Decision) -> bool:
+    """Does this action need memory the plan counted as freed by an earlier one?"""
+    if decision.verb in _CLAIMS_MEMORY:
+        return decision.reserve > 0
+    # A restart that grows its footprint (a bigger ctx or kv) claims the difference.
+    return decision.verb is Verb.RESTART and decision.reserve > decision.release
+
+
+def _freed(decision: Decision, outcome: Outcome) -> bool:
+    if decision.verb is Verb.UNLOAD:
+        return outcome.ok
+    if decision.verb is Verb.RESTART and decision.pid is None:
+        return True  # a crashed server's restart: nothing was running to hold memory
+    return outcome.exited
+
+
+def _outcome(decision: Decision, **fields) -> Outcome:
+    return Outcome(role=decision.role, verb=decision.verb, at=time.time(), **fields)
+
+
+def _refused(decision: Decision, guard: Guard, detail: str) -> Outcome:
+    return _outcome(decision, ok=False, refusal=Refusal(guard=guard, detail=detail))
+
+
+def _not_loopback(host: str) -> Refusal:
+    return Refusal(guard=Guard.NOT_LOOPBACK, detail=f"{host} is not a loopback address")
+
+
+def _apply_one(d: Decision, node: NodeConfig, allowed: Callable[[int], bool], hooks: Hooks) -> Outcome:
+    if not d.instance_id:
+        return _refused(d, Guard.NO_INSTANCE_ID, "decision without instance_id")
+    if d.verb in _NEEDS_PORT and (d.port is None or not allowed(d.port)):
+        return _refused(d, Guard.PORT_NOT_ALLOWED, f"port {d.port} is outside the allowed ports")
+    host = _host(d)
+    if d.verb in _NEEDS_PORT and not _loopback(host):
+        return _outcome(d, ok=False, refusal=_not_loopback(host))
+    if d.verb is Verb.STOP:
+        if d.reason is Reason.ORPHAN:
+            # §4: an orphan is ours only by proof (no record names it): proven again now.
+            refusal = hooks.orphan_refusal(d)
+            if refusal is not None:
+                return _outcome(d, ok=False, refusal=refusal)
+        else:
+            hooks.before_act(d)
+        # §5: a server reachable beyond loopback gets 3 s, not the usual grace.
+        exposed = d.reason is Reason.EXPOSED
+        stopped = _stop(d, min(node.stop_grace, EXPOSED_GRACE) if exposed else node.stop_grace)
+        if stopped.exited and d.reason is not Reason.ORPHAN:
+            # §7 the memory is free now: recorded before a later start in this
+            # pass claims it (an eviction, then the start it made room for).
+            hooks.after_stop(d, stopped)
+        return stopped
+    if d.verb is Verb.RESTART:
+        # Everything that can refuse the new launch is checked while the old
+        # server still serves: a model that fails verification must not cost
+        # the running one. The port check waits: the old server holds it.
+        refusal = _launch_refusal(d, hooks)
+        if refusal is not None:
+            kept = "the running server was left alone" if d.pid is not None else ""
+            return _outcome(d, ok=False, refusal=refusal, detail=kept)
+        hooks.before_act(d)
+        stopped = _stop(d, node.stop_grace)
+        if not stopped.exited:
+            return stopped
+        failpoints.reach("stopped")
+        # Verified again now: the stop took up to stop_grace, and what is
+        # spawned must be what was verified (the lazy re-check only stats).
+        started = _start(d, host, hooks)
+        return attrs.evolve(started, exited=True, detail="; ".join(
+            x for x in (stopped.detail, started.detail) if x))
+    if d.verb is Verb.START:
+        return _start(d, host, hooks)
+    if not d.model_tag:
+        return _refused(d, Guard.NO_MODEL_TAG, f"{d.verb} without a model tag")
+    timeout = node.deep_timeout
+    if d.verb is Verb.LOAD:
+        refusal = hooks.before_start(d)
+        if refusal is not None:
+            return _outcome(d, ok=False, refusal=refusal)
+        keep = d.keep_alive if d.keep_alive is not None else node.keep_alive
+        result = ollama_load(host, d.port, d.model_tag, keep, timeout=timeout)
+    else:
+        result = ollama_unload(host, d.port, d.model_tag, timeout=timeout)
+    return _outcome(d, ok=result.ok, refusal=result.refusal,
+                    detail=result.detail if result.ok else result.error)
+
+
+def _stop(d: Decision, grace: float) -> Outcome:
+    if d.pid is None:  # a crashed server's restart: nothing left to stop
+        return _outcome(d, ok=True, exited=True, detail="")
+    if d.create_time is None:
+        return _refused(d, Guard.NO_CREATE_TIME,
+                        f"no recorded create time for pid {d.pid}; no signal sent")
+    result = stop(d.pid, d.create_time, d.owner_id or d.instance_id or "", grace=grace)
+    detail = result.error or result.detail
+    if result.killed:
+        detail = "; ".join(x for x in (f"SIGKILL after {grace:g}s", detail) if x)
+    return _outcome(d, ok=result.ok, exited=result.gone, detail=detail)
+
+
+def _launch_refusal(d: Decision, hooks: Hooks) -> Refusal | None:
+    """Why this decision's launch may not be spawned (None: it may)."""
+    launch = d.launch
+    if launch is None:
+        return Refusal(guard=Guard.NO_LAUNCH, detail="start without a launch")
+    if dict(launch.env).get(MARKER_ENV) != d.instance_id:
+        return Refusal(guard=Guard.NO_MARKER,
+                       detail=f"the launch does not carry {MARKER_ENV}={d.instance_id}")
+    return hooks.before_start(d)
+
+
+def _start(d: Decision, host: str, hooks: Hooks) -> Outcome:
+    # The cheap port check first: a taken port needs no model verification.
+    if d.port is not None and procs.accepts_connections(host, d.port):
+        return _outcome(d, ok=False, detail=(
+            f"port {host}:{d.port} already taken; adopt it instead"))
+    refusal = _launch_refusal(d, hooks)
+    if refusal is not None:
+        return _outcome(d, ok=False, refusal=refusal)
+    launch = d.launch
+    assert launch is not None
+    if d.verb is Verb.START:  # (a restart wrote its intent before its stop)
+        hooks.before_act(d)
+    failpoints.reach("before-spawn")
+    result = spawn.spawn(launch)
+    failpoints.reach("after-spawn")
+    if not result.ok:
+        return _outcome(d, ok=False, detail=result.error)
+    hooks.after_spawn(d, result)
+    return _outcome(d, ok=True, pid=result.pid, create_time=result.create_time)
+
+
+def _host(d: Decision) -> str:
+    """The serve host: from the decision, else the launch's ``--host``, else 127.0.0.1."""
+    if d.host:
+        return d.host
+    argv = d.launch.argv if isinstance(d.launch, Launch) else ()
+    for flag, value in zip(argv, argv[1:]):
+        if flag == "--host":
+            return value
+    return "127.0.0.1"

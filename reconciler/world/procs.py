@@ -1,0 +1,375 @@
+"""The process table (SHELL; the only module that imports psutil).
+
+Ownership is the safety rule everything else leans on (BEHAVIOUR §3): a
+process is ours only when the pid the store recorded is alive, its create
+time matches the recorded one, and its environment carries our
+``RECONCILER_INSTANCE`` marker. A recycled pid fails the create time; a
+foreign server on our port fails all three.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Iterable, Mapping
+
+import psutil
+
+from reconciler.planner.identity import MARKER_ENV
+from reconciler.core.observed import ProcessFacts
+
+# psutil derives create_time from /proc ticks (10 ms); a stored float compared
+# with a fresh reading can differ in the last digits.
+CREATE_TIME_SLACK = 0.05
+
+
+def create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def _marker(proc: psutil.Process) -> str | None:
+    try:
+        return proc.environ().get(MARKER_ENV)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        return None
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+
+
+_DENIED = object()  # the process exists but may not be inspected
+
+
+def _recorded(pid: int | None, recorded_create_time: float | None):
+    """The live process at a recorded pid with the recorded create time, else None."""
+    if not pid or recorded_create_time is None:
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - recorded_create_time) > CREATE_TIME_SLACK:
+            return None  # a recycled pid
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+    except psutil.AccessDenied:
+        return _DENIED
+    return proc if _alive(proc) else None
+
+
+def is_owned(pid: int | None, recorded_create_time: float | None, instance_id: str) -> bool:
+    """pid + create time + marker: the check made before every signal."""
+    proc = _recorded(pid, recorded_create_time)
+    return proc is not None and proc is not _DENIED and _marker(proc) == instance_id
+
+
+def process_facts(
+    pid: int | None, recorded_create_time: float | None, instance_id: str,
+    listeners: dict[int, tuple[str, ...]] | None = None,
+) -> ProcessFacts | None:
+    """What the table says about a recorded pid; None when nothing was recorded.
+
+    ``listeners`` is a ``listeners_by_group()`` snapshot shared by all roles of
+    a pass (reading the socket table costs ~15 ms; once per pass, not per role).
+    """
+    if not pid:
+        return None
+    ctime = recorded_create_time or 0.0
+    owned = is_owned(pid, recorded_create_time, instance_id)
+    if not owned:
+        listen: tuple[str, ...] = ()
+    elif listeners is not None:
+        listen = listeners.get(pid, ())
+    else:
+        listen = listening_addresses(pid)
+    return ProcessFacts(pid=pid, create_time=ctime, alive=owned, owned=owned, listen=listen)
+
+
+def listeners_by_group(pgids: Iterable[int]) -> dict[int, tuple[str, ...]] | None:
+    """The TCP listeners of the given process groups, ``host:port`` strings by group.
+
+    Reads ``/proc/net/tcp{,6}`` keeping only LISTEN sockets, then the fds of the
+    groups' own members — not every socket and every fd on the machine, as a
+    full socket table would (thousands of TIME_WAIT sockets made that cost
+    hundreds of ms a pass). None when it cannot be read (not root): only then
+    does the observer fall back to connecting to interface addresses (§5).
+    """
+    wanted = set(pgids)
+    if not wanted:
+        return {}
+    try:
+        by_inode = _listening_inodes()
+    except OSError:
+        return None
+    members: dict[int, list[int]] = {}
+    for pid in _all_pids():
+        try:
+            pgid = os.getpgid(pid)
+        except (ProcessLookupError, PermissionError):
+            continue
+        if pgid in wanted:
+            members.setdefault(pgid, []).append(pid)
+    out: dict[int, tuple[str, ...]] = {}
+    for pgid, pids in members.items():
+        found = set()
+        for pid in pids:
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except FileNotFoundError:
+                continue  # gone meanwhile
+            except PermissionError:
+                return None
+            for fd in fds:
+                try:
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if link.startswith("socket:["):
+                    addr = by_inode.get(link[8:-1])
+                    if addr:
+                        found.add(addr)
+        out[pgid] = tuple(sorted(found))
+    return out
+
+
+def _all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+_TCP_LISTEN = "0A"
+
+
+def _listening_inodes() -> dict[str, str]:
+    """inode → ``host:port`` of every LISTEN socket in /proc/net/tcp and tcp6."""
+    out: dict[str, str] = {}
+    for table, six in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
+        try:
+            with open(table, encoding="ascii") as f:
+                next(f, None)  # the header
+                for line in f:
+                    fields = line.split()
+                    if len(fields) < 10 or fields[3] != _TCP_LISTEN:
+                        continue
+                    host_hex, port_hex = fields[1].split(":")
+                    host = _ipv6(host_hex) if six else _ipv4(host_hex)
+                    port = int(port_hex, 16)
+                    out[fields[9]] = f"[{host}]:{port}" if six else f"{host}:{port}"
+        except FileNotFoundError:
+            continue  # no IPv6 on this kernel
+    return out
+
+
+def _ipv4(word: str) -> str:
+    return socket.inet_ntop(socket.AF_INET, bytes.fromhex(word)[::-1])
+
+
+def _ipv6(words: str) -> str:
+    # Four 32-bit words, each in host (little-endian) byte order.
+    raw = b"".join(bytes.fromhex(words[i:i + 8])[::-1] for i in range(0, 32, 8))
+    return socket.inet_ntop(socket.AF_INET6, raw)
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Every live process in a process group (our servers lead their own)."""
+    out = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                out.append(proc.pid)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return out
+
+
+def listening_addresses(pgid: int) -> tuple[str, ...]:
+    """``host:port`` of every TCP listener held by the process group, sorted."""
+    found = listeners_by_group([pgid])
+    return () if not found else found.get(pgid, ())
+
+
+def find_marked(
+    instance_ids: Iterable[str], *, cwds: Mapping[str, str], uid: int
+) -> dict[str, list[tuple[int, float, tuple[str, ...], dict[str, str]]]]:
+    """Live group leaders carrying one of our markers, as we would have spawned them.
+
+    Used to re-adopt a server whose spawn the store did not get to record
+    (the reconciler was killed between spawn and record), so a rerun does
+    not start a second one. The marker alone is a predictable value anyone
+    could set, so the process must also run as ``uid`` in the instance's own
+    working directory ``cwds[marker]``. Each hit: pid, create time, cmdline,
+    environment (the caller compares them with the launch).
+    """
+    wanted = set(instance_ids)
+    out: dict[str, list[tuple[int, float, tuple[str, ...], dict[str, str]]]] = {}
+    if not wanted:
+        return out
+    for proc in psutil.process_iter():
+        marker = _marker(proc)
+        if marker not in wanted or not _alive(proc):
+            continue
+        try:
+            # Only the group leader (the process we spawned) counts.
+            if os.getpgid(proc.pid) != proc.pid:
+                continue
+            if proc.uids().real != uid or proc.cwd() != cwds.get(marker):
+                continue
+            out.setdefault(marker, []).append(
+                (proc.pid, proc.create_time(), tuple(proc.cmdline()), proc.environ()))
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            continue
+    return out
+
+
+def find_ours(root: str, uid: int) -> list[tuple[int, float, str, tuple[str, ...], dict[str, str]]]:
+    """Every live process that proves itself ours on this node: leader, uid, cwd, marker.
+
+    Ours means what ``spawn`` makes (BEHAVIOUR §3, §4 orphans): it leads its
+    own process group, its real uid is ``uid``, its working directory is
+    exactly ``<root>/<instance id>`` of this node's data root, and it carries
+    ``RECONCILER_INSTANCE=<that instance id>``. Another reconciler's servers
+    (another data root) and a process with a forged marker but the wrong
+    uid, directory or group all fail. The cheap tests come first (the group,
+    the directory), so a pass reads the environment of almost no process.
+    Each hit: pid, create time, instance id, cmdline, environment.
+    """
+    prefix = root.rstrip("/") + "/"
+    out = []
+    for pid in _all_pids():
+        try:
+            if os.getpgid(pid) != pid:
+                continue
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue  # gone, or not ours to look at
+        instance = cwd[len(prefix):] if cwd.startswith(prefix) else ""
+        if not instance or "/" in instance:
+            continue
+        try:
+            proc = psutil.Process(pid)
+            if not _alive(proc) or proc.uids().real != uid:
+                continue
+            if _marker(proc) != instance or proc.cwd() != cwd:
+                continue
+            out.append((pid, proc.create_time(), instance, tuple(proc.cmdline()),
+                        proc.environ()))
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
+def proves_ours(pid: int, create_time: float, instance_id: str, root: str, uid: int) -> bool:
+    """The proof ``find_ours`` asks, for one recorded pid (checked again before an orphan's stop)."""
+    if not is_owned(pid, create_time, instance_id):
+        return False
+    try:
+        proc = psutil.Process(pid)
+        return (os.getpgid(pid) == pid and proc.uids().real == uid
+                and proc.cwd() == os.path.join(root, instance_id))
+    except (psutil.Error, OSError):
+        return False
+
+
+def directories_in_use(root: str) -> set[str]:
+    """The entries of ``root`` that some live process works in (or below)."""
+    prefix = root.rstrip("/") + "/"
+    used = set()
+    for pid in _all_pids():
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if cwd.startswith(prefix):
+            used.add(cwd[len(prefix):].split("/", 1)[0])
+    return used
+
+
+def accepts_connections(host: str, port: int, timeout: float = 0.3) -> bool:
+    """A plain TCP connect, no bytes sent: is anything listening there?"""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def boot_time() -> float:
+    """When this machine booted (unix time): kernel log times count from it."""
+    return psutil.boot_time()
+
+
+def interface_addresses() -> tuple[str, ...]:
+    """Non-loopback addresses of this machine's interfaces (for the §5 fallback)."""
+    out = []
+    for addrs in psutil.net_if_addrs().values():
+        for addr in addrs:
+            if addr.family in (socket.AF_INET, socket.AF_INET6):
+                ip = addr.address.split("%")[0]
+                if not (ip.startswith("127.") or ip == "::1"):
+                    out.append(ip)
+    return tuple(sorted(set(out)))
+
+
+def is_running(pid: int | None, recorded_create_time: float | None) -> bool:
+    """Is the recorded process (pid + create time) still alive and not a zombie?
+
+    Unlike ``is_owned`` this ignores the marker: it answers "is it really
+    gone?" (memory may be released), not "may we signal it?". A process we
+    may not inspect counts as running: it is not known to be gone.
+    """
+    return _recorded(pid, recorded_create_time) is not None
+
+
+def exiting(pid: int | None, recorded_create_time: float | None) -> bool:
+    """Is the recorded process a zombie leader whose other threads are still exiting?
+
+    A killed multi-threaded process shows its leader as a zombie before the
+    last thread is gone; until then that thread still holds the process's
+    memory and file descriptors, so its listening socket keeps accepting
+    (measured with mlx_lm.server: ~10 ms). It is not really gone yet.
+    """
+    if not pid or recorded_create_time is None:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - recorded_create_time) > CREATE_TIME_SLACK:
+            return False
+        return proc.status() == psutil.STATUS_ZOMBIE and proc.num_threads() > 1
+    except psutil.Error:
+        return False
+
+
+def marker_of(pid: int) -> str | None:
+    """The ``RECONCILER_INSTANCE`` marker in a live process's environment, if any."""
+    try:
+        proc = psutil.Process(pid)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+    return _marker(proc) if _alive(proc) else None
+
+
+def looks_like_watch(pid: int | None) -> bool:
+    """Is ``pid`` alive and does its command line run ``reconcile … watch``?
+
+    ``reconcile start`` reads the lock holder's pid from the lock file and
+    signals it (SIGHUP) only when this says yes; a pid recycled by some
+    other program, or a ``--once`` run holding the lock, is left alone.
+    """
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if not _alive(proc):
+            return False
+        argv = proc.cmdline()
+    except (psutil.Error, OSError):
+        return False
+    runs_us = any(os.path.basename(word) in ("reconcile", "reconciler") for word in argv)
+    return runs_us and "watch" in argv[1:]
