@@ -37,9 +37,11 @@ test: $(STAMP) testbed tools
 test-quick: $(STAMP) tools
 	$(BIN)/python -m pytest -m "not e2e and not mlx"
 
+# The demo needs no compiler: a llama-server found ($$LLAMA_SERVER, the testbed's build,
+# PATH) or a prebuilt one installed in seconds (testbed/demo_server.sh says which).
 demo: $(STAMP)
-	bash testbed/setup.sh
-	$(BIN)/python demo/demo.py
+	bash testbed/setup.sh --model-only
+	DEMO_LLAMA_SERVER="$$(bash testbed/demo_server.sh)" $(BIN)/python demo/demo.py
 
 demo-stop: $(STAMP)
 	$(BIN)/python demo/demo.py --stop

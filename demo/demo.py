@@ -44,7 +44,7 @@ def run(*args: str, check: bool = True) -> int:
     return code
 
 
-def write_manifests() -> None:
+def write_manifests(llama: Path) -> None:
     manifests = DEMO / "manifests"
     manifests.mkdir(parents=True, exist_ok=True)
     (manifests / "node.yaml").write_text(textwrap.dedent(f"""\
@@ -57,7 +57,7 @@ def write_manifests() -> None:
           allowed_ports: {{from: 8000, to: 8999}}
           memory_budget: 2GiB
           serve_programs:
-            llamacpp: {TESTBED}/bin/llama-server
+            llamacpp: {llama}
           run_as: {{uid: {NOBODY}, gid: {NOBODY}}}
           stop_grace: 3s
           restart: {{max_restarts: 5, base: 2s, cap: 60s, stable_after: 60s}}
@@ -97,12 +97,29 @@ def stop() -> int:
     return 0
 
 
+def server() -> tuple[Path, str]:
+    """The llama-server to run and where it came from (``testbed/demo_server.sh``'s line)."""
+    line = os.environ.get("DEMO_LLAMA_SERVER", "")
+    if line:
+        path, _, origin = line.partition("\t")
+        return Path(path), origin or "given"
+    llama = TESTBED / "bin" / "llama-server"
+    if not llama.exists():
+        sys.exit(f"demo: {llama} is missing: run `make demo` (it finds or installs one)")
+    return llama, "the testbed's compiled build"
+
+
+def version(llama: Path) -> str:
+    out = subprocess.run([str(llama), "--version"], capture_output=True, text=True, timeout=30)
+    lines = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("version")]
+    return lines[0] if lines else "version unknown"
+
+
 def main() -> int:
     if sys.argv[1:] == ["--stop"]:
         return stop()
-    llama = TESTBED / "bin" / "llama-server"
-    if not llama.exists():
-        sys.exit(f"demo: {llama} is missing: run `bash testbed/setup.sh` (make demo does)")
+    llama, origin = server()
+    print(f"demo: llama-server {llama} ({origin}): {version(llama)}", flush=True)
     DEMO.mkdir(parents=True, exist_ok=True)
     os.chmod(DEMO, 0o755)
     models = DEMO / "models"
@@ -117,7 +134,7 @@ def main() -> int:
     os.chmod(gguf, 0o644)
     (DEMO / "manifests").mkdir(exist_ok=True)
     run("models", "add", str(gguf), "--name", "tiny", "-o", "manifests/tiny-model.yaml")
-    write_manifests()  # (re)written each run: `make demo` after `make demo-stop` starts again
+    write_manifests(llama)  # (re)written each run: `make demo` after `make demo-stop` starts again
 
     state = DEMO / "state"
     os.environ["RECONCILER_STATE_DIR"] = str(state)

@@ -18,6 +18,8 @@
 # and $TB/models: this script touches only the paths listed above.
 #
 # Usage: testbed/setup.sh     (prints one summary line on stdout at the end)
+#        testbed/setup.sh --model-only   only the venv and tiny.gguf (`make demo`:
+#                                        its server comes from testbed/demo_server.sh)
 set -euo pipefail
 umask 022
 
@@ -191,14 +193,17 @@ section_llamacpp() {
     setup_llama_server
     setup_tiny_gguf
     local ver
-    ver="$("$TB/bin/llama-server" --version 2>&1 | head -1)"
+    # Not `| head -1`: under pipefail, head closing the pipe early fails the script (141).
+    ver="$("$TB/bin/llama-server" --version 2>&1)"; ver="${ver%%$'\n'*}"
     READY+=("llama-server ($LLAMA_CPP_SDIST, $ver) at $TB/bin/llama-server, model $TINY_GGUF")
 }
 
 main() {
+    local model_only=0
     if [[ $# -gt 0 ]]; then
         case "$1" in
-            -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+            -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+            --model-only) model_only=1 ;;
             *) die "unknown argument: $1" ;;
         esac
     fi
@@ -207,6 +212,12 @@ main() {
     exec 9>"$TB/.setup.lock"
     flock 9
 
+    if ((model_only)); then
+        setup_llama_venv
+        setup_tiny_gguf
+        echo "model writer ready in $((SECONDS - T_START)) s at $TB: $TINY_GGUF"
+        return 0
+    fi
     section_llamacpp
 
     local IFS=';'
