@@ -21,6 +21,7 @@ BENCHES = [
     ("reconcile fleet, 1,000 nodes × 10 roles (issue 12: fleet)", ["bench_fleet.py"]),
     ("plan() of 1k and 10k roles (issue: planner at scale)", ["bench_plan.py"]),
     ("router vs direct llama-server (issue 13: the router)", ["bench_router.py"]),
+    ("the status page of 100 roles (issue 22: status page)", ["bench_page.py"]),
 ]
 
 

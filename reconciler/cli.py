@@ -245,6 +245,9 @@ def _watch(p: argparse.ArgumentParser) -> None:
 def _status(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", nargs="?", help="one role")
     p.add_argument("--json", action="store_true", help="print as JSON")
+    p.add_argument("--html", metavar="FILE",
+                   help="also write the status page (§11) to FILE, once (for a node without "
+                        "a daemon)")
 
 
 def _start(p: argparse.ArgumentParser) -> None:

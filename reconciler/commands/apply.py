@@ -23,12 +23,16 @@ def run_plan(args) -> int:
         result = loop.plan_pass(loop.PassInputs(
             paths=common.manifest_paths(args), store=store, state_dir=common.state_dir(args),
             allow_empty=args.allow_empty, node=common.node_choice(args)))
+        reserved = {r.name: r.reserved for r in store.roles()}
     if result.problems:
         return common.report_problems(result.problems)
     common.report_warnings(result.warnings)
     if args.json:
-        print(json.dumps({"plan": render.as_json(result.plan),
-                          "git_commit": result.git_commit}, indent=2))
+        from reconciler.planner import memoryview
+
+        ledger = memoryview.host_ram(result.plan, reserved, result.desired, applied=False)
+        print(json.dumps({"plan": render.as_json(result.plan), "git_commit": result.git_commit,
+                          "ledger": memoryview.as_json(ledger)}, indent=2))
     else:
         print(render.text(result.plan).rstrip("\n"))
     if args.detailed_exitcode and result.plan.changes:

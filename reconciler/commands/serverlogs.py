@@ -14,7 +14,8 @@ last), else the one its manifest gives (a role not started yet has none).
   the store says so, and the new directory's log is followed from its start).
   It ends with Ctrl-C.
 
-Files are opened with ``serverlog.open_readable``'s care (no symlink, no
+The reading is ``world/logtail.py``'s (the status page follows a log the same
+way): files are opened with ``serverlog.open_readable``'s care (no symlink, no
 hard link, no FIFO): the instance directory belongs to the server's user.
 Exit 1 with one line when the role is unknown or has no log.
 """
@@ -29,12 +30,10 @@ from reconciler.commands import common
 from reconciler.core.exitcodes import Exit
 
 POLL = 0.25  # seconds between looks for new lines when following
-_RELOOK = 1.0  # seconds between looks at the store for a new instance
-_BLOCK = 65536
 
 
 def run(args) -> int:
-    from reconciler.world import serverlog
+    from reconciler.world import logtail, serverlog
 
     if args.lines < 0:
         print("reconcile: error: -n must be 0 or more", file=sys.stderr)
@@ -45,9 +44,7 @@ def run(args) -> int:
             print(f"reconcile: error: {found}", file=sys.stderr)
             return Exit.ERROR
         where, find_again = found
-        names = [serverlog.LOG_NAME] + [f"{serverlog.LOG_NAME}.{i}"
-                                         for i in range(1, serverlog.DEFAULT_LOG_BACKUPS + 1)]
-        if not any(os.path.exists(os.path.join(where, n)) for n in names):
+        if not logtail.has_log(where):
             print(f"reconcile: error: {args.name} has no server log ({where}/"
                   f"{serverlog.LOG_NAME}): its server was never started on this node",
                   file=sys.stderr)
@@ -95,37 +92,9 @@ def _locate(args, store):
 
 def last_lines(where: str, count: int) -> list[bytes]:
     """The last ``count`` lines of the log, from the rotated files too when needed."""
-    from reconciler.world import serverlog
+    from reconciler.world import logtail
 
-    lines: list[bytes] = []
-    for i in range(serverlog.DEFAULT_LOG_BACKUPS + 1):
-        if len(lines) >= count:
-            break
-        name = serverlog.LOG_NAME if i == 0 else f"{serverlog.LOG_NAME}.{i}"
-        fd = serverlog.open_readable(where, name)
-        if fd is None:
-            continue
-        try:
-            lines = _tail(fd, count - len(lines)) + lines
-        finally:
-            os.close(fd)
-    return lines[-count:] if count else []
-
-
-def _tail(fd: int, count: int) -> list[bytes]:
-    """The last ``count`` lines of an open file, read backwards a block at a time."""
-    if count <= 0:
-        return []
-    end = os.fstat(fd).st_size
-    data, start = b"", end
-    while start > 0 and data.count(b"\n") <= count:
-        step = min(_BLOCK, start)
-        start -= step
-        data = os.pread(fd, step, start) + data
-    lines = data.splitlines(keepends=True)
-    if lines and not lines[-1].endswith(b"\n"):
-        lines[-1] += b"\n"
-    return lines[-count:]
+    return logtail.last_lines(where, count)
 
 
 def follow(where: str, find_again, out, *, poll: float = POLL,
@@ -134,66 +103,19 @@ def follow(where: str, find_again, out, *, poll: float = POLL,
 
     ``until`` ends it (tests); otherwise it runs until interrupted.
     """
-    from reconciler.world import serverlog
+    from reconciler.world import logtail, serverlog
 
-    fd = serverlog.open_readable(where)
-    offset = os.fstat(fd).st_size if fd is not None else 0
-    looked = time.monotonic()
+    follower = logtail.Follower(where, find_again)
     try:
         while not until():
-            if fd is not None:
-                offset = _copy_new(fd, offset, out)
-            now = time.monotonic()
-            if now - looked >= _RELOOK:
-                looked = now
-                moved = find_again()
-                if moved != where:
-                    where = moved
-                    print(f"reconcile: following {where}/{serverlog.LOG_NAME} "
-                          "(a new instance of the role)", file=sys.stderr)
-                    fd, offset = _reopen(fd, where), 0
-                    continue
-            fresh = _replaced(fd, where)
-            if fresh:
-                if fd is not None:
-                    _copy_new(fd, offset, out)  # the last lines of the old file
-                fd, offset = _reopen(fd, where), 0
-                continue
-            time.sleep(poll)
+            chunk = follower.read()
+            if follower.moved:
+                print(f"reconcile: following {follower.where}/{serverlog.LOG_NAME} "
+                      "(a new instance of the role)", file=sys.stderr)
+            if chunk:
+                out.write(chunk)
+                out.flush()
+            else:
+                time.sleep(poll)
     finally:
-        if fd is not None:
-            os.close(fd)
-
-
-def _copy_new(fd: int, offset: int, out) -> int:
-    size = os.fstat(fd).st_size
-    if size < offset:
-        offset = 0  # truncated in place (a pass's copy-and-truncate): from its start
-    while offset < size:
-        chunk = os.pread(fd, min(_BLOCK, size - offset), offset)
-        if not chunk:
-            break
-        out.write(chunk)
-        offset += len(chunk)
-    out.flush()
-    return offset
-
-
-def _replaced(fd: int | None, where: str) -> bool:
-    """Is ``server.log`` now another file than the one open (a spawn renamed the old one)?"""
-    try:
-        st = os.stat(os.path.join(where, "server.log"), follow_symlinks=False)
-    except OSError:
-        return False
-    if fd is None:
-        return True
-    mine = os.fstat(fd)
-    return (st.st_ino, st.st_dev) != (mine.st_ino, mine.st_dev)
-
-
-def _reopen(fd: int | None, where: str) -> int | None:
-    from reconciler.world import serverlog
-
-    if fd is not None:
-        os.close(fd)
-    return serverlog.open_readable(where)
+        follower.close()

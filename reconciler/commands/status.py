@@ -1,7 +1,8 @@
 """``reconcile status`` and ``reconcile events`` (SHELL).
 
 Status is observed, not remembered: it runs the same observe + plan a pass
-would (without acting or taking the lock) and shows what each role *is*.
+would (without acting or taking the lock) and shows what each role *is*;
+``--html FILE`` writes the status page (§11) of the same values once.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import json
 import sys
 import time
 
+import attrs
+
 from reconciler.core.exitcodes import Exit
 from reconciler.commands import common
 from reconciler.core.units import format_size, parse_duration
@@ -19,59 +22,55 @@ _COLUMNS = ("ROLE", "RUNTIME", "MODE", "STATUS", "PID", "PORT", "RESTARTS", "MEM
 
 
 def status_rows(result, store) -> list[dict]:
-    records = {r.name: r for r in store.roles()}
-    rows = []
-    for d in result.plan.decisions:
-        spec = result.desired.role(d.role) if result.desired else None
-        record = records.get(d.role)
-        obs = result.observed.role(d.role)
-        pid = obs.process.pid if obs.process and obs.process.owned else None
-        rows.append({
-            "role": d.role,
-            "runtime": str(spec.runtime if spec else record.runtime if record else d.runtime or ""),
-            "mode": str(spec.mode if spec else record.mode if record else ""),
-            "status": str(d.status),
-            "detail": d.detail,
-            "pid": pid,
-            "port": spec.serve.port if spec else (record.port if record else d.port),
-            "restarts": record.restarts if record else 0,
-            "reserved_bytes": record.reserved if record else 0,
-            "footprint_bytes": spec.memory.footprint if spec else 0,
-            "next": f"{d.verb} ({d.reason})" if d.acts else None,
-            "exit": _exit_json(record.exit if record and record.exit else obs.exit),
-        })
-    return rows
+    """``status --json``'s rows (``report/snapshot.py`` makes them, for the page too)."""
+    from reconciler.report import snapshot
 
-
-def _exit_json(info) -> dict | None:
-    """How the role's last server ended (§4), with its log's last lines; None: it did not."""
-    if info is None:
-        return None
-    from reconciler.planner import exitreasons
-
-    return {"summary": exitreasons.summary(info), "known": info.known, "code": info.code,
-            "signal": exitreasons.signal_name(info.signal) if info.signal is not None else None,
-            "oom": info.oom or None, "log": list(info.log)}
+    return snapshot.status_rows(result, store)
 
 
 def run_status(args) -> int:
+    """What every role is; on an invalid manifest set, the problems first, then what runs.
+
+    With broken manifests (a bad commit reached the node) the roles are those
+    the store records and the world shows, observed against no desired
+    state (nothing is planned for them), and the exit is 1.
+    """
     from reconciler.engine import loop
+    from reconciler.core.desired import Desired
 
     with common.open_store(args) as store:
-        result = loop.plan_pass(loop.PassInputs(
-            paths=common.manifest_paths(args), store=store, state_dir=common.state_dir(args),
-            node=common.node_choice(args)))
-        if result.problems:
-            return common.report_problems(result.problems)
+        inputs = loop.PassInputs(paths=common.manifest_paths(args), store=store,
+                                 state_dir=common.state_dir(args), node=common.node_choice(args))
+        result = loop.plan_pass(inputs)
+        problems = result.problems
+        if problems:
+            common.report_problems(problems)
+            print("reconcile: manifests invalid: showing the last recorded state",
+                  file=sys.stderr)
+            recorded = loop.plan_pass(attrs.evolve(inputs, desired=Desired(), allow_empty=True))
+            result = attrs.evolve(recorded, git_commit=result.git_commit)
         rows = status_rows(result, store)
+        if problems:
+            rows = [_as_recorded(row) for row in rows]
+        if getattr(args, "html", None):
+            from reconciler.report import snapshot
+
+            taken = snapshot.take(result, store, problems=problems, applied=False)
+            if problems:
+                taken = attrs.evolve(taken, rows=tuple(_as_recorded(row) for row in taken.rows))
+            failed = _write_html(args.html, taken)
+            if failed:
+                return failed
+    code = Exit.ERROR if problems else Exit.OK
     if args.name:
         rows = [r for r in rows if r["role"] == args.name]
         if not rows:
             print(f"reconcile: error: no role {args.name!r}", file=sys.stderr)
             return Exit.ERROR
     if args.json:
-        common.print_json({"roles": rows, "git_commit": result.git_commit})
-        return Exit.OK
+        common.print_json({"roles": rows, "git_commit": result.git_commit,
+                           **({"problems": [str(p) for p in problems]} if problems else {})})
+        return code
     table = [_COLUMNS] + [
         (r["role"], r["runtime"], r["mode"], r["status"], str(r["pid"] or "-"),
          str(r["port"] or "-"), str(r["restarts"]),
@@ -81,7 +80,32 @@ def run_status(args) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS) - 1)]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
-    return Exit.OK
+    return code
+
+
+def _as_recorded(row: dict) -> dict:
+    """A row observed against no desired state: what runs, and nothing planned for it."""
+    exit_ = row["exit"]["summary"] if row.get("exit") else ""
+    detail = "as recorded; nothing is planned while the manifests are invalid"
+    return {**row, "next": None, "detail": f"{detail}; {exit_}" if exit_ else detail,
+            **({"plan": "(nothing planned: the manifests are invalid)"} if "plan" in row else {})}
+
+
+def _write_html(path: str, taken) -> int:
+    """The page, once, to ``path`` (through a temporary file: a reader never sees half)."""
+    import os
+
+    from reconciler.report import page
+
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(page.render(taken, live=False))
+        os.replace(tmp, path)
+    except OSError as exc:
+        print(f"reconcile: error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return Exit.ERROR
+    return 0
 
 
 def run_events(args) -> int:

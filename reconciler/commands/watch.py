@@ -60,7 +60,7 @@ def _run(args) -> int:
                 server.close()
 
 
-def _router_factory(published):
+def _router_factory(published, site=None):
     """§9 how the daemon makes its router; aiohttp is imported only when a node has one."""
     metrics = None
 
@@ -72,7 +72,7 @@ def _router_factory(published):
             from reconciler.report.metrics import RouterMetrics
 
             metrics = RouterMetrics(published.registry)
-        return Router(config, wake=wake, metrics=metrics)
+        return Router(config, wake=wake, metrics=metrics, status=site)
 
     return make
 
@@ -80,7 +80,9 @@ def _router_factory(published):
 def _run_daemon(args, store, published, server, lock=None) -> int:
     from reconciler.report import logs
     from reconciler.daemon.watch import Daemon
+    from reconciler.report.statussite import Site
 
+    site = Site()  # §11 the status page, on the router's port and status_page.listen
     paths = common.manifest_paths(args)
     state_dir = common.state_dir(args)
     daemon = Daemon(
@@ -88,8 +90,8 @@ def _run_daemon(args, store, published, server, lock=None) -> int:
         allow_empty=bool(getattr(args, "allow_empty", False)),
         stop_on_exit=bool(getattr(args, "stop_on_exit", False)),
         metrics=published, node=common.node_choice(args),
-        router_factory=_router_factory(published),
-        lock_check=lock.check if lock is not None else None,
+        router_factory=_router_factory(published, site),
+        lock_check=lock.check if lock is not None else None, status_site=site,
     )
     where = ""
     if server is not None:

@@ -243,6 +243,19 @@ class RouterConfig:
 
 
 @frozen
+class StatusPageConfig:
+    """``NodeConfig.status_page`` (BEHAVIOUR §11): the read-only status page on a loopback port."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    api_key_file: str | None = None  # absolute; when set, the page asks for the key
+
+    @property
+    def listen(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@frozen
 class NodeConfig:
     """A ``kind: NodeConfig`` document: one node of the fleet; every field has a default."""
 
@@ -263,6 +276,7 @@ class NodeConfig:
     stop_grace: float = 5.0
     data_root: str | None = None  # None = <state dir>/instances
     router: RouterConfig | None = None  # None: no router on this node (§9)
+    status_page: StatusPageConfig | None = None  # None: the page only on the router's port (§11)
     ref: SourceRef | None = attrs.field(default=None, eq=False)
 
     def serve_program(self, runtime: Runtime) -> str | None:

@@ -32,7 +32,8 @@ a request that has to wait pokes the control pipe (a pass now, "demand"),
 each pass starts from a snapshot of the router's demand, and its plan goes
 back to the router as routes, which releases the waiters of a role that is
 ready. The router starts with the first good desired state that has one,
-and restarts when its configuration changes.
+and restarts when its configuration changes. After every pass the status
+page's values go to its site (``statusslot.py``, §11), pushed to open pages.
 
 A pass that raises (a bug, a failing store) is logged with its traceback
 and retried after ``ERROR_RETRY``; its metrics still go out, with
@@ -66,6 +67,7 @@ from reconciler.daemon.filewatch import FileWatch
 from reconciler.core.desired import Desired, WantedState
 from reconciler.engine.loop import PassInputs, PassResult
 from reconciler.daemon.routerslot import RouterSlot
+from reconciler.daemon.statusslot import StatusSlot
 
 #: The requeue hint is honoured from this gap on, so a planner that keeps
 #: asking for 0 s cannot spin the daemon.
@@ -138,6 +140,7 @@ class Daemon:
         node=None,  # fleet.NodeChoice: which node this is (§10); None: a set's only node
         router_factory=None,  # (RouterConfig, wake) -> router/service.Router-like; None: no router
         lock_check: Callable[[], tuple[str, str]] | None = None,  # lock.Lock.check
+        status_site=None,  # report/statussite.Site: the status page (§11); None: none
     ) -> None:
         if apply_pass is None:
             from reconciler.engine import loop
@@ -178,6 +181,7 @@ class Daemon:
         self._files: FileWatch | None = None
         self._wakeups = signals.Wakeups(self._sig_w, SIGNALS)
         self._router = RouterSlot(router_factory, self.request_demand, wall())
+        self._status = StatusSlot(status_site)
 
     # ------------------------------------------------------------ control (any thread)
 
@@ -225,6 +229,7 @@ class Daemon:
 
     def close(self) -> None:
         self._router.close()
+        self._status.close()
         if self._files is not None:
             self._files.close()
             self._files = None
@@ -340,6 +345,8 @@ class Daemon:
             self._requeue = result.plan.requeue_after if result.plan is not None else None
             self._router.publish(self.last_good.node.router if self.last_good is not None
                                  else None, result, seq)
+            self._status.publish(self.last_good.node.status_page if self.last_good is not None
+                                 else None, result, problems, self.store, self.state_dir)
         except StateError as exc:
             # The store's own world broke (a full disk …): one line, no traceback;
             # the next pass tries again (a server spawned before the failure was

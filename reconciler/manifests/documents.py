@@ -36,6 +36,7 @@ from reconciler.core.desired import (
     RestartPolicy,
     RoleSpec,
     RouterConfig,
+    StatusPageConfig,
     RunAs,
     Runtime,
     ServeSpec,
@@ -205,10 +206,38 @@ def node_config(doc: Document) -> tuple[NodeConfig | None, list[Problem]]:
         keep_alive=defaults.keep_alive if keep_alive is None else keep_alive,
         data_root=r.get("spec", "data_root"),
         router=_router(r),
+        status_page=_status_page(r),
         ref=r.ref,
         **timeouts,
     )
     return (None if r.problems else node), r.problems
+
+
+def _loopback(r: _Reader, key: str, listen) -> tuple[str, int]:
+    """``spec.<key>.listen`` as (host, port); a host beyond loopback is a problem."""
+    host, _, port_text = str(listen).rpartition(":")
+    host = "127.0.0.1" if host == "localhost" else host.strip("[]")
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    what = "the router" if key == "router" else "the status page"
+    if not loopback:
+        r.add(("spec", key, "listen"),
+              f"{host!r} is not a loopback address; {what} never listens beyond loopback")
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+        r.add(("spec", key, "listen"), f"port {port} is not in 1-65535")
+    return host, port
+
+
+def _status_page(r: _Reader) -> StatusPageConfig | None:
+    """§11 ``spec.status_page``: a loopback listen address (the schema checked its shape)."""
+    raw = r.get("spec", "status_page")
+    if raw is None:
+        return None
+    host, port = _loopback(r, "status_page", raw["listen"])
+    return StatusPageConfig(host=host, port=port, api_key_file=raw.get("api_key_file"))
 
 
 def _router(r: _Reader) -> RouterConfig | None:
@@ -217,18 +246,7 @@ def _router(r: _Reader) -> RouterConfig | None:
     if raw is None:
         return None
     defaults = RouterConfig()
-    host, _, port_text = str(raw["listen"]).rpartition(":")
-    host = "127.0.0.1" if host == "localhost" else host.strip("[]")
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        r.add(("spec", "router", "listen"),
-              f"{host!r} is not a loopback address; the router never listens beyond loopback")
-    port = int(port_text)
-    if not 1 <= port <= 65535:
-        r.add(("spec", "router", "listen"), f"port {port} is not in 1-65535")
+    host, port = _loopback(r, "router", raw["listen"])
     timeout = r.duration("spec", "router", "queue_timeout")
     if timeout == 0:
         r.add(("spec", "router", "queue_timeout"), "must be more than 0 seconds")

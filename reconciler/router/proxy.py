@@ -51,8 +51,10 @@ class Proxy:
     """The aiohttp application, its runner and its upstream session, on the router's loop."""
 
     def __init__(self, config: RouterConfig, book: Book, *, metrics=None,
-                 api_key: str | None = None, connect_timeout: float = 2.0) -> None:
+                 api_key: str | None = None, connect_timeout: float = 2.0,
+                 status=None) -> None:
         self.config = config
+        self.status = status  # report/statussite.Site: the status page on GET / (§11)
         self.book = book
         self.metrics = metrics
         self.table = Table()
@@ -65,6 +67,7 @@ class Proxy:
         """Listen on the configured loopback address; the address bound."""
         app = web.Application(client_max_size=self.config.max_body)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get(r"/{page:(status/[a-z.]+)?}", self._status)  # §11 the status page
         for path in rules.PATHS:
             app.router.add_post(path, self._forward)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
@@ -113,6 +116,21 @@ class Proxy:
             return self._error(401, "a valid `Authorization: Bearer` key is required",
                                "authentication_error")
         return web.Response(body=rules.models_list(self.table), content_type=_JSON)
+
+    async def _status(self, request: web.Request) -> web.StreamResponse:
+        """§11 the read-only status page (``report/statussite.py`` makes every answer)."""
+        if self.status is None:
+            return await self._unknown(request)
+        got = await self.status.answer(request.method, request.path, request.query_string,
+                                       request.headers.get("Authorization"),
+                                       key=self._key.decode() if self._key else None)
+        if got.chunks is None:
+            return web.Response(status=got.status, body=got.body, headers=got.headers)
+        answer = web.StreamResponse(status=got.status, headers=got.headers)
+        await answer.prepare(request)
+        async for chunk in got.chunks:
+            await answer.write(chunk)
+        return answer
 
     # ------------------------------------------------------------ forwarding
 

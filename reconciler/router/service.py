@@ -35,14 +35,14 @@ class Router:
     """One router: ``start``, then ``demand``/``publish`` from the daemon, then ``close``."""
 
     def __init__(self, config: RouterConfig, *, wake: Callable[[], None], metrics=None,
-                 connect_timeout: float = 2.0) -> None:
+                 connect_timeout: float = 2.0, status=None) -> None:
         self.config = config
         self.metrics = metrics
         self.book = Book(wake)
         self.address: tuple[str, int] | None = None
         self._api_key = _read_key(config.api_key_file)
         self._proxy = Proxy(config, self.book, metrics=metrics, api_key=self._api_key,
-                            connect_timeout=connect_timeout)
+                            connect_timeout=connect_timeout, status=status)
         self._loop = asyncio.new_event_loop()
         self._stopping: asyncio.Event | None = None
         self._ready = threading.Event()

@@ -318,6 +318,15 @@ class Store:
         ).fetchall()
         return {row["role"]: self._event(row) for row in rows}
 
+    @_state_errors
+    def started_by(self, verbs: tuple[str, ...]) -> dict[str, str]:
+        """Each role's git commit of its newest successful event among ``verbs`` (a start)."""
+        marks = ", ".join("?" * len(verbs))
+        rows = self._db.execute(
+            "SELECT role, git_commit FROM events WHERE id IN (SELECT MAX(id) FROM events "
+            f"WHERE verb IN ({marks}) AND ok = 1 GROUP BY role)", verbs).fetchall()
+        return {row["role"]: row["git_commit"] for row in rows if row["git_commit"]}
+
     def _event(self, row: sqlite3.Row) -> Event:
         try:
             kind = EventKind(row["verb"])

@@ -317,6 +317,14 @@ def interface_addresses() -> tuple[str, ...]:
     return tuple(sorted(set(out)))
 
 
+def rss(pid: int) -> int | None:
+    """The resident memory of ``pid`` in bytes (the status page's observed use); None: unknown."""
+    try:
+        return int(psutil.Process(pid).memory_info().rss)
+    except (psutil.Error, OSError):
+        return None
+
+
 def is_running(pid: int | None, recorded_create_time: float | None) -> bool:
     """Is the recorded process (pid + create time) still alive and not a zombie?
 

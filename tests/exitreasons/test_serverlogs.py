@@ -6,6 +6,7 @@ import io
 import os
 
 from reconciler.commands import serverlogs
+from reconciler.world import logtail
 
 
 def _lines(first: int, last: int) -> str:
@@ -94,7 +95,7 @@ def test_follow_moves_to_a_new_instance_directory(tmp_path, monkeypatch):
     (old / "server.log").write_text("old run\n")
     (new / "server.log").write_text("new run\n")
     where = {"now": str(old)}
-    monkeypatch.setattr(serverlogs, "_RELOOK", 0.0)
+    monkeypatch.setattr(logtail, "RELOOK", 0.0)
     out = io.BytesIO()
     serverlogs.follow(str(old), lambda: where["now"], out, poll=0,
                       until=_Steps(lambda: where.update(now=str(new)), lambda: None,

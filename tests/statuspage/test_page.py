@@ -1,0 +1,110 @@
+"""The status page's rendering (report/page.py): every value escaped, bars as wide as the ledger."""
+
+from __future__ import annotations
+
+import html
+import re
+
+from reconciler.planner.memoryview import Holding, MemoryBar
+from reconciler.report import page
+from reconciler.report.snapshot import Snapshot
+
+EVIL = "<script>alert(1)</script>"
+
+
+def _row(name: str, **extra) -> dict:
+    row = {"role": name, "runtime": "llamacpp", "mode": "managed", "status": "running",
+           "detail": "serving tiny", "pid": 4242, "port": 8090, "restarts": 0,
+           "reserved_bytes": 2**30, "footprint_bytes": 2**30, "next": None, "exit": None,
+           "plan": f"= keep {name} :8090 (in sync)", "git_commit": "abcdef0123456789",
+           "on_demand": False, "demand": None}
+    row.update(extra)
+    return row
+
+
+def _snapshot(**extra) -> Snapshot:
+    values = dict(
+        node="n1", git_commit="0123456789abcdef", taken_at=1_780_000_000.0,
+        rows=(_row("coder"), _row(EVIL, status="backoff",
+                                  exit={"summary": f"exited (code 1): {EVIL}", "log": [EVIL]}),
+              _row("chat", on_demand=True, demand={"waiting": 2, "in_flight": 1,
+                                                  "last_request": 1_780_000_000.0})),
+        bars=(MemoryBar(budget=10 * 2**30, holdings=(
+            Holding(role="coder", held=3 * 2**30, observed=2**30),
+            Holding(role=EVIL, held=2 * 2**30),
+            Holding(role="chat", held=2**30, evictable=True))),),
+        events=({"id": 1, "at": 1_780_000_000.0, "role": EVIL, "verb": "start",
+                 "reason": "missing", "detail": EVIL, "ok": False, "git_commit": None},
+                {"id": 2, "at": 1_780_000_001.0, "role": "coder", "verb": "start",
+                 "reason": "missing", "detail": "", "ok": True, "git_commit": "ff"}),
+        version=3)
+    values.update(extra)
+    return Snapshot(**values)
+
+
+def test_untrusted_text_is_escaped_everywhere() -> None:
+    """A role name, an exit reason, an event and a log line holding <script> are text."""
+    out = page.render(_snapshot(), log_role=EVIL, log_lines=(f"log {EVIL}",))
+    assert "<script>alert" not in out
+    assert out.count(html.escape(EVIL, quote=False)) + out.count(html.escape(EVIL)) >= 6
+    scripts = re.findall(r"<script\b[^>]*>", out)
+    assert scripts == ['<script src="/status/page.js" defer>'], scripts
+    assert "log &lt;script&gt;" in out
+
+
+def test_no_inline_script_or_style_attribute_so_the_csp_holds() -> None:
+    out = page.render(_snapshot())
+    assert not re.search(r"\sstyle=", out)
+    assert not re.search(r"\son[a-z]+=", out)
+    assert "<script>" not in out
+    (style,) = re.findall(r"<style>(.*?)</style>", out, re.S)
+    assert style == page.STYLE  # the hash in the CSP is of exactly this text
+    assert f"'sha256-{page._digest(style)}'" in page.csp()
+    assert "script-src 'self'" in page.csp() and "unsafe-inline" not in page.csp()
+
+
+def test_the_bars_widths_are_the_ledgers_shares_of_the_budget() -> None:
+    out = page.render(_snapshot())
+    widths = {html.unescape(m[0]): (int(m[1]), float(m[2])) for m in re.findall(
+        r'<rect class="seg[^"]*" data-role="([^"]*)" data-held="(\d+)" x="[\d.]+" y="2" '
+        r'width="([\d.]+)"', out)}
+    assert widths == {"coder": (3 * 2**30, 300.0), EVIL: (2 * 2**30, 200.0),
+                      "chat": (2**30, 100.0)}
+    assert re.search(r'<line class="budget" x1="1000.000"', out)
+    assert 'class="seg evictable" data-role="chat"' in out
+    assert re.search(r'<rect class="observed" data-role="coder" x="0.000" y="18" '
+                     r'width="100.000"', out)
+
+
+def test_a_ledger_over_its_budget_scales_to_what_is_held() -> None:
+    bar = page.draw(MemoryBar(budget=100, holdings=(Holding(role="a", held=150),
+                                                    Holding(role="b", held=50))))
+    assert [(s.x, s.width) for s in bar.segments] == [(0.0, 750.0), (750.0, 250.0)]
+    assert bar.budget_x == 500.0
+    none = page.draw(MemoryBar(budget=None, holdings=(Holding(role="a", held=10),)))
+    assert none.budget_x is None and none.segments[0].width == 1000.0
+
+
+def test_every_role_and_status_is_shown_and_events_filter_by_role() -> None:
+    out = page.render(_snapshot(), role_filter="coder")
+    for name, status in (("coder", "running"), (html.escape(EVIL), "backoff"),
+                         ("chat", "running")):
+        assert f'data-role="{name}" data-status="{status}"' in out
+    events = re.findall(r'<tr class="event[^"]*" data-role="([^"]*)"', out)
+    assert events == ["coder"]
+    assert "2 waiting, 1 in flight" in out
+    assert "abcdef0123" in out  # the commit that started it
+
+
+def test_invalid_manifests_are_shown_first() -> None:
+    out = page.render(_snapshot(problems=("m.yaml:3: $.spec: bad <b>",)))
+    assert out.index("manifests invalid: showing the last recorded state") < out.index(
+        'id="roles"')
+    assert "bad &lt;b&gt;" in out
+
+
+def test_the_file_page_has_no_script_and_no_reload() -> None:
+    out = page.render(_snapshot(), live=False)
+    assert "<script" not in out and "refresh" not in out
+    live = page.render(_snapshot())
+    assert '<noscript><meta http-equiv="refresh"' in live  # without JS it reloads itself
