@@ -154,6 +154,16 @@ def _router_checks(config: NodeConfig, doc: Document | None, share: Sequence[Rol
                     ("spec", "router", "listen"),
                     f"port {router.port} is also the port of role {draft.spec.name!r} "
                     f"({draft.doc.file}:{draft.doc.line}); the router needs a port of its own"))
+    page = config.status_page
+    if page is not None and doc is not None:  # §11 the status page's port is its own too
+        taken = [(f"role {d.spec.name!r} ({d.doc.file}:{d.doc.line})", d.spec.serve.port)
+                 for d in share] + [("the router's", router.port if router else None)]
+        for what, port in taken:
+            if port == page.port:
+                problems.append(doc.problem(
+                    ("spec", "status_page", "listen"),
+                    f"port {page.port} is also the port of {what}; the status page needs a "
+                    "port of its own"))
     for draft in on_demand:
         if router is None:
             node = f" {config.name!r}" if many else ""

@@ -189,12 +189,12 @@ class Site:
         from reconciler.world import logtail
 
         where = self.log_dirs[role]
-        yield sse_event("note", f"following {where}/server.log")
-        for line in logtail.last_lines(where, LOG_LINES):
-            yield sse_event("line", line.decode("utf-8", "replace").rstrip("\n"))
         follower = logtail.Follower(where, lambda: self.log_dirs.get(role, where))
         partial, quiet = b"", 0.0
         try:
+            yield sse_event("note", f"following {where}/server.log")
+            for line in logtail.last_lines(where, LOG_LINES, end=follower.start):
+                yield sse_event("line", line.decode("utf-8", "replace").rstrip("\n"))
             while True:
                 data = follower.read()
                 if follower.moved:

@@ -24,8 +24,12 @@ _BLOCK = 65536
 RELOOK = 1.0  # seconds between looks for a new instance directory
 
 
-def last_lines(where: str, count: int) -> list[bytes]:
-    """The last ``count`` lines of the log, from the rotated files too when needed."""
+def last_lines(where: str, count: int, *, end: int | None = None) -> list[bytes]:
+    """The last ``count`` lines of the log, from the rotated files too when needed.
+
+    ``end``: read the live file only up to this offset (a ``Follower``'s start,
+    so that no line is both shown here and followed, or neither).
+    """
     lines: list[bytes] = []
     for i in range(serverlog.DEFAULT_LOG_BACKUPS + 1):
         if len(lines) >= count:
@@ -35,7 +39,7 @@ def last_lines(where: str, count: int) -> list[bytes]:
         if fd is None:
             continue
         try:
-            lines = _tail(fd, count - len(lines)) + lines
+            lines = _tail(fd, count - len(lines), end if i == 0 else None) + lines
         finally:
             os.close(fd)
     return lines[-count:] if count else []
@@ -47,11 +51,12 @@ def has_log(where: str) -> bool:
     return any(os.path.exists(os.path.join(where, n)) for n in names)
 
 
-def _tail(fd: int, count: int) -> list[bytes]:
-    """The last ``count`` lines of an open file, read backwards a block at a time."""
+def _tail(fd: int, count: int, end: int | None = None) -> list[bytes]:
+    """The last ``count`` lines of an open file (up to ``end``), read backwards a block at a time."""
     if count <= 0:
         return []
-    end = os.fstat(fd).st_size
+    size = os.fstat(fd).st_size
+    end = size if end is None else min(end, size)
     data, start = b"", end
     while start > 0 and data.count(b"\n") <= count:
         step = min(_BLOCK, start)
@@ -73,6 +78,7 @@ class Follower:
         self._monotonic = monotonic
         self._fd = serverlog.open_readable(where)
         self._offset = os.fstat(self._fd).st_size if self._fd is not None else 0
+        self.start = self._offset  # where following began: ``last_lines(end=start)`` precedes it
         self._looked = monotonic()
         self.moved = False  # the last read() moved to a new instance directory
 

@@ -52,6 +52,8 @@ _TESTS = {
     "procs": ("tests/loop",),
     "generations": ("tests/plan", "tests/records"),
     "orphans": ("tests/plan",),  # the orphan proof of ownership (shell, but a safety rule)
+    "documents": ("tests/manifests",),
+    "memoryview": ("tests/statuspage",),
 }
 
 
@@ -59,7 +61,7 @@ _TESTS = {
 _PACKAGE_OF = {
     **dict.fromkeys(("plan", "rungs", "loadrungs", "demandrungs", "livenessrungs", "ledger", "policy",
                      "records", "render", "identity", "eviction", "liveness", "generations", "orphans",
-                     "exitreasons"), "planner/"),
+                     "exitreasons", "memoryview"), "planner/"),
     **dict.fromkeys(("decisions", "labels", "demand", "events", "desired", "observed"), "core/"),
     **dict.fromkeys(("extra_args", "crosscheck", "nodecheck", "fleet", "documents"), "manifests/"),
     **dict.fromkeys(("fleetdiff", "fleetview", "offline"), "fleet/"),
@@ -542,6 +544,15 @@ MUTANTS: tuple[Mutant, ...] = (
        "if k.lower() not in named]", "§9: hop-by-hop headers and the router's key are passed on"),
     _m(RR, "queue-unbounded", "return waiting < max_queue", "return True",
        "§9: the queue has no bound (never 429)"),
+    # ------------------------------------------------------------ §11 the status page
+    _m("documents", "listen-anywhere", "    if not loopback:\n        r.add(",
+       "    if False:\n        r.add(",
+       "§5/§11: the router or the status page listens beyond loopback"),
+    _m("nodecheck", "status-page-shares-a-port", "            if port == page.port:",
+       "            if False:", "§11: the status page takes a role's or the router's port"),
+    _m("memoryview", "ledger-before-the-plan", "now = before if applied or not d.acts else",
+       "now = before if True or not d.acts else",
+       "§11: plan --json's ledger (and the page's bars) ignore what the plan reserves"),
     # ------------------------------------------------------------ liveness (§4.1)
     _m(LV, "no-grace", "if started_at is not None and now - started_at < spec.grace:\n        return Liveness(",
        "if started_at is not None and now - started_at < 0:\n        return Liveness(",

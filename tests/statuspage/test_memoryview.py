@@ -1,0 +1,43 @@
+"""plan --json's ledger and the page's bars: what each role holds once the plan is done (§7, §11)."""
+
+from __future__ import annotations
+
+from reconciler.core.decisions import Decision, Plan, Reason, Verb
+from reconciler.core.desired import Desired, NodeConfig
+from reconciler.planner import memoryview
+
+PLAN = Plan(decisions=(
+    Decision(role="kept", verb=Verb.KEEP, reason=Reason.IN_SYNC),
+    Decision(role="new", verb=Verb.START, reason=Reason.MISSING, reserve=300),
+    Decision(role="grown", verb=Verb.RESTART, reason=Reason.SPEC_CHANGED, reserve=500,
+             release=200),
+    Decision(role="gone", verb=Verb.STOP, reason=Reason.REMOVED, release=400),
+    Decision(role="never", verb=Verb.WAIT, reason=Reason.BACKOFF),
+))
+BEFORE = {"kept": 100, "grown": 200, "gone": 400}
+
+
+def test_a_plan_not_yet_carried_out_counts_its_reserves_and_releases() -> None:
+    assert memoryview.held_after(PLAN, BEFORE, applied=False) == {
+        "kept": 100, "new": 300, "grown": 500}
+
+
+def test_after_a_pass_that_acted_the_store_already_holds_the_ledger() -> None:
+    after = {"kept": 100, "new": 300, "grown": 500}
+    assert memoryview.held_after(PLAN, after, applied=True) == after
+
+
+def test_the_host_ram_bar_and_its_json() -> None:
+    desired = Desired(node=NodeConfig(memory_budget=1000))
+    bar = memoryview.host_ram(PLAN, BEFORE, desired, applied=False, observed={"kept": 42})
+    assert [(h.role, h.held, h.observed) for h in bar.holdings] == [
+        ("kept", 100, 42), ("new", 300, None), ("grown", 500, None)]
+    assert (bar.budget, bar.held, bar.scale) == (1000, 900, 1000)
+    assert memoryview.as_json(bar) == {
+        "name": "host RAM", "budget": 1000, "held": 900,
+        "roles": [{"role": "kept", "held": 100, "evictable": False},
+                  {"role": "new", "held": 300, "evictable": False},
+                  {"role": "grown", "held": 500, "evictable": False}]}
+    over = memoryview.host_ram(PLAN, BEFORE, Desired(node=NodeConfig(memory_budget=600)),
+                               applied=False)
+    assert over.scale == 900  # over its budget, the bar's width is what is held

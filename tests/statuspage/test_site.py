@@ -1,0 +1,129 @@
+"""The page's answers (report/statussite.py) and its own server (report/statusserver.py), in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import socket
+import threading
+import time
+
+import pytest
+
+from reconciler.report import page
+from reconciler.report.snapshot import Snapshot
+from reconciler.report.statusserver import StatusServer
+from reconciler.report.statussite import Site, authorized, sse_event
+from tests.statuspage.test_page import _snapshot
+
+
+def _run(coro):
+    return asyncio.run(coro)
+
+
+def test_the_key_bearer_or_basic() -> None:
+    basic = "Basic " + base64.b64encode(b"anyone:k3y").decode()
+    assert authorized(None, None)
+    assert authorized("k3y", "Bearer k3y") and authorized("k3y", basic)
+    for bad in (None, "", "Bearer nope", "Basic !!!", "Basic " + base64.b64encode(b"k3y").decode(),
+                "Token k3y"):
+        assert not authorized("k3y", bad), bad
+
+
+def test_answers_carry_the_csp_and_nosniff_and_refuse_writes() -> None:
+    site = Site()
+    site.publish(_snapshot())
+    got = _run(site.answer("GET", "/", "", None))
+    headers = dict(got.headers)
+    assert got.status == 200 and headers["Content-Type"].startswith("text/html")
+    assert headers["Content-Security-Policy"] == page.csp()
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    assert b'data-role="coder"' in got.body
+    assert _run(site.answer("POST", "/", "", None)).status == 405
+    assert _run(site.answer("GET", "/nope", "", None)).status == 404
+    denied = _run(site.answer("GET", "/", "", None, key="k"))
+    assert denied.status == 401 and ("WWW-Authenticate", 'Basic realm="reconciler"') in denied.headers
+    js = _run(site.answer("GET", "/status/page.js", "", "Bearer k", key="k"))
+    assert js.status == 200 and js.body.decode() == page.SCRIPT
+    filtered = _run(site.answer("GET", "/", "role=coder", None)).body.decode()
+    assert '<tr class="event" data-role="coder">' in filtered and "event failed" not in filtered
+
+
+def test_a_publish_is_pushed_to_an_open_stream_at_once() -> None:
+    site = Site()
+    site.publish(_snapshot())
+
+    async def main():
+        got = await site.answer("GET", "/status/stream", "", None)
+        stream = got.chunks
+        assert await stream.__anext__() == b"retry: 2000\n\n"
+        assert await stream.__anext__() == sse_event("pass", "1")
+        waiting = asyncio.ensure_future(stream.__anext__())
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # nothing is sent until the daemon publishes
+        started = time.monotonic()
+        threading.Thread(target=site.publish, args=(_snapshot(),)).start()
+        assert await asyncio.wait_for(waiting, 2) == sse_event("pass", "2")
+        await stream.aclose()
+        return time.monotonic() - started
+
+    assert _run(main()) < 1.0
+
+
+def test_a_log_streams_its_last_lines_then_what_is_appended(tmp_path) -> None:
+    (tmp_path / "server.log").write_text("one\n<script>two</script>\n")
+    site = Site()
+    site.publish(Snapshot(), {"chat": str(tmp_path)})
+
+    async def main():
+        got = await site.answer("GET", "/status/logs", "role=chat", None)
+        stream = got.chunks
+        seen = [await stream.__anext__() for _ in range(3)]
+        with open(tmp_path / "server.log", "a") as f:
+            f.write("three\n")
+        seen.append(await asyncio.wait_for(stream.__anext__(), 3))
+        await stream.aclose()
+        return seen
+
+    note, one, two, three = _run(main())
+    assert note.startswith(b"event: note\n")
+    assert (one, two, three) == (sse_event("line", "one"), sse_event("line", "<script>two</script>"),
+                                 sse_event("line", "three"))
+    assert _run(site.answer("GET", "/status/logs", "role=other", None)).status == 404
+
+
+def _get(port: int, path: str, auth: str | None = None) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        extra = f"Authorization: {auth}\r\n" if auth else ""
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n{extra}\r\n".encode())
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    return data
+
+
+def test_its_own_server_on_loopback() -> None:
+    site = Site()
+    site.publish(_snapshot())
+    server = StatusServer("127.0.0.1", 0, site, key="k")
+    server.start()
+    try:
+        host, port = server.address
+        assert host == "127.0.0.1"
+        assert _get(port, "/").startswith(b"HTTP/1.1 401 ")
+        answer = _get(port, "/", "Bearer k")
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK") and b"X-Content-Type-Options: nosniff" in head
+        assert f"Content-Length: {len(body)}".encode() in head
+        assert b'data-role="coder"' in body
+    finally:
+        server.close()
+
+
+def test_a_port_in_use_is_a_start_error() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        server = StatusServer("127.0.0.1", s.getsockname()[1], Site())
+        with pytest.raises(OSError):
+            server.start()
