@@ -1,0 +1,66 @@
+"""``reconcile status`` on a broken manifest set, and ``--html`` (§11), without real servers."""
+
+from __future__ import annotations
+
+import os
+
+from reconciler import cli
+from reconciler.core.desired import Mode, Runtime
+from reconciler.core.exitcodes import Exit
+from reconciler.core.observed import RoleRecord
+from reconciler.state.store import Store
+
+NODE = """\
+apiVersion: reconciler/v1
+kind: NodeConfig
+metadata: {name: n}
+spec: {allowed_ports: {from: 20000, to: 29999}}
+"""
+BROKEN = """\
+apiVersion: reconciler/v1
+kind: InferenceSpec
+metadata: {name: coder}
+spec: {runtime: llamacpp, mode: managed, model: nope, serve: {port: "<script>x</script>"}}
+"""
+
+
+def test_broken_manifests_show_the_problems_then_what_is_recorded(tmp_path, capsys) -> None:
+    manifests, state = tmp_path / "m", tmp_path / "state"
+    manifests.mkdir()
+    (manifests / "node.yaml").write_text(NODE)
+    (manifests / "coder.yaml").write_text(BROKEN)
+    with Store(state) as store:  # a server that ran once (its pid is long gone)
+        store.put_role(RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
+                                  mode=Mode.MANAGED, port=20001, pid=2**22 - 3,
+                                  create_time=1.0, reserved=123_000_000))
+    page = tmp_path / "page.html"
+    code = cli.main(["-f", str(manifests), "--state-dir", str(state), "status",
+                     "--html", str(page)])
+    out, err = capsys.readouterr()
+    assert code == Exit.ERROR
+    assert "coder.yaml:4: $.spec.serve.port" in err
+    assert err.index("coder.yaml") < err.index("manifests invalid: showing the last recorded state")
+    assert out.splitlines()[0].startswith("ROLE")
+    (chat,) = [line for line in out.splitlines()[1:] if line.startswith("chat")]
+    assert "123.0 MB" in chat and "nothing is planned while the manifests are invalid" in chat
+    html = page.read_text()
+    assert html.index("manifests invalid: showing the last recorded state") < html.index('id="roles"')
+    assert 'data-role="chat"' in html and "&lt;script&gt;x&lt;/script&gt;" in html
+    assert "<script" not in html  # the file page has no script at all
+    assert not [n for n in os.listdir(tmp_path) if ".tmp" in n]
+
+
+def test_status_html_of_a_valid_set(tmp_path, capsys) -> None:
+    manifests, state = tmp_path / "m", tmp_path / "state"
+    manifests.mkdir()
+    (manifests / "node.yaml").write_text(NODE)
+    page = tmp_path / "page.html"
+    code = cli.main(["-f", str(manifests), "--state-dir", str(state), "status", "--html",
+                     str(page)])
+    capsys.readouterr()
+    assert code == Exit.OK
+    assert "reconcile status --html" in page.read_text()
+    bad = cli.main(["-f", str(manifests), "--state-dir", str(state), "status", "--html",
+                    str(tmp_path / "no" / "such" / "dir.html")])
+    assert bad == Exit.ERROR
+    assert "cannot write" in capsys.readouterr().err
