@@ -53,6 +53,7 @@ FORBIDDEN_IN_PURE = {
 #: IO library → the modules allowed to import it; at most one of them may.
 OWNERS: dict[str, set[str]] = {
     "aiohttp": {"reconciler/router/proxy.py"},  # the router's server and upstream client (§9)
+    "jinja2": {"reconciler/report/page.py"},  # the status page's templates (§11)
     "httpx": set(),  # probes are an asyncio protocol + http11.py (probe.py says why)
     "prometheus_client": {"reconciler/report/metrics.py"},  # exposition, /metrics, the file
     "psutil": {"reconciler/world/procs.py"},

@@ -1,4 +1,4 @@
-"""The status page: a ``Snapshot`` → HTML, with jinja2 (PURE; BEHAVIOUR §11).
+"""The status page: a ``Snapshot`` → HTML (PURE; BEHAVIOUR §11; the only module that imports jinja2).
 
 Everything the page shows comes from ``snapshot.Snapshot`` (the values
 ``status --json``, ``plan --json``'s ledger and ``events --json`` print), and
