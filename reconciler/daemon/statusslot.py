@@ -29,14 +29,19 @@ class StatusSlot:
         self._config = None
         self.server = None
 
-    def publish(self, config, result, problems, store, state_dir: str) -> None:
+    def publish(self, node, result, problems, store, state_dir: str) -> None:
+        """After a pass: (re)start the page's own server when ``node.status_page`` changed,
+        and publish the pass's values when something serves the page (router or own)."""
         if self.site is None:
             return
+        config = node.status_page if node is not None else None
         if config != self._config:
-            self.close()
+            self._close_server()
             self._config = config
             if config is not None:
                 self.server = self._start(config)
+        if node is None or (node.router is None and config is None):
+            return  # nobody can see the page: its values are not taken
         from reconciler.report import snapshot
 
         try:
@@ -51,6 +56,13 @@ class StatusSlot:
                       exc_info=True, event="error")
 
     def close(self) -> None:
+        """The daemon stops: open pages' streams end (so the router closes at once), then
+        the page's own server."""
+        if self.site is not None:
+            self.site.end_streams()
+        self._close_server()
+
+    def _close_server(self) -> None:
         if self.server is not None:
             self.server.close()
             self.server = None

@@ -228,8 +228,8 @@ class Daemon:
             self.close()
 
     def close(self) -> None:
+        self._status.close()  # first: its open streams would hold the router's close
         self._router.close()
-        self._status.close()
         if self._files is not None:
             self._files.close()
             self._files = None
@@ -345,8 +345,8 @@ class Daemon:
             self._requeue = result.plan.requeue_after if result.plan is not None else None
             self._router.publish(self.last_good.node.router if self.last_good is not None
                                  else None, result, seq)
-            self._status.publish(self.last_good.node.status_page if self.last_good is not None
-                                 else None, result, problems, self.store, self.state_dir)
+            self._status.publish(self.last_good.node if self.last_good is not None else None,
+                                 result, problems, self.store, self.state_dir)
         except StateError as exc:
             # The store's own world broke (a full disk …): one line, no traceback;
             # the next pass tries again (a server spawned before the failure was

@@ -97,6 +97,7 @@ class Site:
         self._page: tuple[int, str] | None = None  # (version, the plain page) cache
         self._watchers: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
         self.log_dirs: dict[str, str] = {}  # role → its instance directory (for the logs)
+        self._ended = 0  # bumped by ``end_streams``: the streams open before it return
 
     # ------------------------------------------------------------ the daemon's side
 
@@ -112,6 +113,17 @@ class Site:
                 loop.call_soon_threadsafe(event.set)
             except RuntimeError:
                 pass  # that loop is closed: its stream is gone
+
+    def end_streams(self) -> None:
+        """End every open stream (the daemon stops): its server can then close at once."""
+        with self._lock:
+            self._ended += 1
+            watchers = list(self._watchers)
+        for loop, event in watchers:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:
+                pass
 
     @property
     def snapshot(self) -> Snapshot:
@@ -171,9 +183,10 @@ class Site:
         watcher = (asyncio.get_running_loop(), event)
         with self._lock:
             self._watchers.add(watcher)
+        ended = self._ended
         try:
             yield b"retry: 2000\n\n"
-            while True:
+            while self._ended == ended:
                 event.clear()
                 yield sse_event("pass", str(self.snapshot.version))
                 try:
@@ -190,12 +203,12 @@ class Site:
 
         where = self.log_dirs[role]
         follower = logtail.Follower(where, lambda: self.log_dirs.get(role, where))
-        partial, quiet = b"", 0.0
+        partial, quiet, ended = b"", 0.0, self._ended
         try:
             yield sse_event("note", f"following {where}/server.log")
             for line in logtail.last_lines(where, LOG_LINES, end=follower.start):
                 yield sse_event("line", line.decode("utf-8", "replace").rstrip("\n"))
-            while True:
+            while self._ended == ended:
                 data = follower.read()
                 if follower.moved:
                     yield sse_event("note", f"following {follower.where}/server.log "

@@ -127,3 +127,24 @@ def test_a_port_in_use_is_a_start_error() -> None:
         server = StatusServer("127.0.0.1", s.getsockname()[1], Site())
         with pytest.raises(OSError):
             server.start()
+
+
+def test_end_streams_ends_the_open_streams(tmp_path) -> None:
+    """The daemon stops: a page's stream and a followed log end, so the server closes at once."""
+    (tmp_path / "server.log").write_text("")
+    site = Site()
+    site.publish(Snapshot(), {"chat": str(tmp_path)})
+
+    async def main():
+        passes = (await site.answer("GET", "/status/stream", "", None)).chunks
+        log = (await site.answer("GET", "/status/logs", "role=chat", None)).chunks
+        await passes.__anext__(), await passes.__anext__(), await log.__anext__()
+        waiting = [asyncio.ensure_future(passes.__anext__()), asyncio.ensure_future(log.__anext__())]
+        await asyncio.sleep(0.05)
+        assert not any(w.done() for w in waiting)
+        threading.Thread(target=site.end_streams).start()
+        for w in waiting:
+            with pytest.raises(StopAsyncIteration):
+                await asyncio.wait_for(w, 2)
+
+    _run(main())
