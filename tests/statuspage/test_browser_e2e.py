@@ -44,9 +44,7 @@ def _browser_or_skip() -> None:
     pytest.skip(reason=message)
 
 
-@pytest.fixture
-def browser(tmp_path):
-    _browser_or_skip()
+def _chrome(profile: Path, *, javascript: bool = True):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -55,10 +53,21 @@ def browser(tmp_path):
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--window-size=1400,1500",
-                 f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+                 f"--user-data-dir={profile}"):
         options.add_argument(flag)
+    if not javascript:
+        options.add_experimental_option(
+            "prefs", {"profile.managed_default_content_settings.javascript": 2})
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
     driver.set_page_load_timeout(20)
+    return driver
+
+
+@pytest.fixture
+def browser(tmp_path):
+    _browser_or_skip()
+    driver = _chrome(tmp_path / "chromium-profile")
     try:
         yield driver
     finally:
@@ -164,7 +173,12 @@ def test_the_page_of_a_live_daemon_in_a_real_browser(world, browser, tmp_path): 
             "css selector", "#events tr.event") if tr.is_displayed()}
         assert shown == {"coder"}, shown
 
-        # Killing a server changes its row without a reload.
+        # Killing a server changes its row without a reload; its log is followed across
+        # the restart (the new server's lines follow the old one's).
+        Select(browser.find_element("id", "log-role")).select_by_value("coder")
+        listening = f"listening on http://127.0.0.1:{coder}"
+        _until(browser, lambda d: d.find_element("id", "log-lines").text.count(listening) == 1,
+               message="coder's log never showed its first run")
         pid = world.pid("coder")
         os.kill(pid, signal.SIGKILL)
         seen = _until(browser, lambda d: (s := _rows(d).get("coder")) != "running" and s,
@@ -174,6 +188,9 @@ def test_the_page_of_a_live_daemon_in_a_real_browser(world, browser, tmp_path): 
         _shot(browser, tmp_path, "after-kill")
         _until(browser, lambda d: _rows(d).get("coder") == "running", timeout=30,
                message="coder never came back")
+        _until(browser, lambda d: d.find_element("id", "log-lines").text.count(listening) == 2,
+               timeout=15, message="the restarted server's log lines never followed")
+        print("browser followed coder's server.log across its restart (2 runs' lines)")
 
         # Broken manifests: the problems first, over the last good state.
         world.write("role-coder.yaml", (world.manifests / "role-coder.yaml").read_text()
@@ -199,6 +216,28 @@ def test_the_page_of_a_live_daemon_in_a_real_browser(world, browser, tmp_path): 
         assert "manifests invalid: showing the last recorded state" in written
         assert 'data-role="chat" data-status="running"' in written
         print(f"status on broken manifests (exit 1):\n{status.stdout}")
+
+        # Nothing the page does is refused by its Content-Security-Policy.
+        console = [(e["level"], e["message"]) for e in browser.get_log("browser")
+                   if "favicon.ico" not in e["message"]]
+        assert not [m for _, m in console if "Content Security Policy" in m], console
+        assert not [m for level, m in console if level == "SEVERE"], console
+        print(f"browser console: {len(console)} message(s) besides the favicon, no CSP refusal")
+
+        # Without JavaScript: a plain page that reloads itself; the forms filter and show a log.
+        plain = _chrome(tmp_path / "chromium-nojs", javascript=False)
+        try:
+            plain.get(f"http://127.0.0.1:{router}/?role=chat&log=chat")
+            assert {tr.get_attribute("data-role") for tr in plain.find_elements(
+                "css selector", "#roles tr.role")} == {"coder", "chat", "lazy"}
+            assert {tr.get_attribute("data-role") for tr in plain.find_elements(
+                "css selector", "#events tr.event")} == {"chat"}
+            assert EVIL in plain.find_element("id", "log-lines").text
+            assert plain.find_element("id", "log-state").text == ""  # no script ran
+            assert plain.find_elements("css selector", 'noscript')
+            _shot(plain, tmp_path, "without-javascript")
+        finally:
+            plain.quit()
     finally:
         daemon.kill()
 
