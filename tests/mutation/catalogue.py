@@ -54,6 +54,7 @@ _TESTS = {
     "orphans": ("tests/plan",),  # the orphan proof of ownership (shell, but a safety rule)
     "documents": ("tests/manifests",),
     "memoryview": ("tests/statuspage",),
+    "page": ("tests/statuspage",),
 }
 
 
@@ -66,6 +67,7 @@ _PACKAGE_OF = {
     **dict.fromkeys(("extra_args", "crosscheck", "nodecheck", "fleet", "documents"), "manifests/"),
     **dict.fromkeys(("fleetdiff", "fleetview", "offline"), "fleet/"),
     "procs": "world/",
+    "page": "report/",
     "router/rules": "",  # reconciler/router/rules.py
 }
 
@@ -553,6 +555,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("memoryview", "ledger-before-the-plan", "now = before if applied or not d.acts else",
        "now = before if True or not d.acts else",
        "§11: plan --json's ledger (and the page's bars) ignore what the plan reserves"),
+    _m("page", "no-escaping", "autoescape=True,", "autoescape=False,",
+       "§11: untrusted text (role names, log lines, exit reasons) becomes markup on the page"),
     # ------------------------------------------------------------ liveness (§4.1)
     _m(LV, "no-grace", "if started_at is not None and now - started_at < spec.grace:\n        return Liveness(",
        "if started_at is not None and now - started_at < 0:\n        return Liveness(",

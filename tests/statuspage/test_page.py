@@ -5,6 +5,9 @@ from __future__ import annotations
 import html
 import re
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from reconciler.planner.memoryview import Holding, MemoryBar
 from reconciler.report import page
 from reconciler.report.snapshot import Snapshot
@@ -108,3 +111,23 @@ def test_the_file_page_has_no_script_and_no_reload() -> None:
     assert "<script" not in out and "refresh" not in out
     live = page.render(_snapshot())
     assert '<noscript><meta http-equiv="refresh"' in live  # without JS it reloads itself
+
+
+@settings(max_examples=50, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.text(min_size=1, max_size=40))
+def test_no_text_can_add_markup(text: str) -> None:
+    """Whatever a role name, detail, exit reason, event or log line holds, the page has exactly
+    the tags, quotes and ampersand entities of the page with plain text in their place."""
+    def page_of(value: str) -> str:
+        snapshot = _snapshot(
+            rows=(_row(value, detail=value, exit={"summary": value, "log": [value]}),),
+            bars=(MemoryBar(budget=10, holdings=(Holding(role=value, held=5),)),),
+            events=({"id": 1, "at": 1.0, "role": value, "verb": "start", "reason": value,
+                     "detail": value, "ok": False, "git_commit": value},),
+            problems=(value,))
+        return page.render(snapshot, role_filter=value, log_role=value, log_lines=(value,))
+
+    def shape(html_text: str) -> tuple[int, ...]:
+        return tuple(html_text.count(c) for c in '<>"\'')
+
+    assert shape(page_of(text)) == shape(page_of("plain"))
