@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from reconciler.report.statussite import Answer, Site
+from reconciler.report.statussite import Answer, Site, key_check
 
 _MAX_HEAD = 16384
 _REASONS = {200: "OK", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
@@ -79,7 +79,7 @@ class StatusServer:
             method, target, headers = _parse(head)
             path, _, query = target.partition("?")
             got = await self.site.answer(method, path, query, headers.get("authorization"),
-                                         key=self.key)
+                                         key_ok=key_check(self.key))
             await self._write(writer, got, method == "HEAD")
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError,
                 ConnectionError, ValueError, UnicodeDecodeError):

@@ -28,7 +28,7 @@ import asyncio
 import base64
 import hmac
 import threading
-from typing import AsyncIterator, Mapping
+from typing import AsyncIterator, Callable, Mapping
 from urllib.parse import parse_qs
 
 import attrs
@@ -72,9 +72,10 @@ def sse_event(kind: str, data: str) -> bytes:
     return (f"event: {kind}\n" + "".join(f"data: {line}\n" for line in lines) + "\n").encode()
 
 
-def authorized(key: str | None, header: str | None) -> bool:
-    """``Bearer KEY``, or Basic with KEY as the password; anything when there is no key."""
-    if key is None:
+def authorized(key_ok: Callable[[str], bool] | None, header: str | None) -> bool:
+    """``Bearer KEY``, or Basic with KEY as the password, where ``key_ok(KEY)``; anything
+    when there is no key (``key_ok`` None)."""
+    if key_ok is None:
         return True
     scheme, _, value = (header or "").strip().partition(" ")
     given = value.strip()
@@ -85,7 +86,14 @@ def authorized(key: str | None, header: str | None) -> bool:
             return False
     elif scheme.lower() != "bearer":
         return False
-    return hmac.compare_digest(given.encode(), key.encode())
+    return bool(given) and key_ok(given)
+
+
+def key_check(key: str | None) -> Callable[[str], bool] | None:
+    """``authorized``'s check for one key (compared in constant time); None: no key."""
+    if key is None:
+        return None
+    return lambda given: hmac.compare_digest(given.encode(), key.encode())
 
 
 class Site:
@@ -132,9 +140,9 @@ class Site:
 
     # ------------------------------------------------------------ a server's side
 
-    async def answer(self, method: str, path: str, query: str,
-                     authorization: str | None, *, key: str | None = None) -> Answer:
-        if not authorized(key, authorization):
+    async def answer(self, method: str, path: str, query: str, authorization: str | None,
+                     *, key_ok: Callable[[str], bool] | None = None) -> Answer:
+        if not authorized(key_ok, authorization):
             return _answer(401, "a valid key is required (Authorization: Bearer, or Basic "
                            "with the key as the password)\n",
                            extra=(("WWW-Authenticate", 'Basic realm="reconciler"'),))

@@ -50,11 +50,11 @@ _JSON = "application/json"
 class Proxy:
     """The aiohttp application, its runner and its upstream session, on the router's loop."""
 
+    status = None  # report/statussite.Site: the status page on GET / (§11); None: 404
+
     def __init__(self, config: RouterConfig, book: Book, *, metrics=None,
-                 api_key: str | None = None, connect_timeout: float = 2.0,
-                 status=None) -> None:
+                 api_key: str | None = None, connect_timeout: float = 2.0) -> None:
         self.config = config
-        self.status = status  # report/statussite.Site: the status page on GET / (§11)
         self.book = book
         self.metrics = metrics
         self.table = Table()
@@ -107,6 +107,10 @@ class Proxy:
         given = rules.bearer(request.headers.get("Authorization"))
         return given is not None and hmac.compare_digest(given.encode(), self._key)
 
+    def _key_ok(self, given: str) -> bool:
+        """The status page's check of a key it was given (as a bearer or Basic password)."""
+        return self._key is not None and hmac.compare_digest(given.encode(), self._key)
+
     async def _unknown(self, request: web.Request) -> web.Response:
         return self._error(404, f"no route for {request.method} {request.path}",
                            "invalid_request_error")
@@ -123,7 +127,7 @@ class Proxy:
             return await self._unknown(request)
         got = await self.status.answer(request.method, request.path, request.query_string,
                                        request.headers.get("Authorization"),
-                                       key=self._key.decode() if self._key else None)
+                                       key_ok=self._key_ok if self._key is not None else None)
         if got.chunks is None:
             return web.Response(status=got.status, body=got.body, headers=got.headers)
         answer = web.StreamResponse(status=got.status, headers=got.headers)

@@ -42,7 +42,8 @@ class Router:
         self.address: tuple[str, int] | None = None
         self._api_key = _read_key(config.api_key_file)
         self._proxy = Proxy(config, self.book, metrics=metrics, api_key=self._api_key,
-                            connect_timeout=connect_timeout, status=status)
+                            connect_timeout=connect_timeout)
+        self._proxy.status = status  # §11 the status page on GET /
         self._loop = asyncio.new_event_loop()
         self._stopping: asyncio.Event | None = None
         self._ready = threading.Event()

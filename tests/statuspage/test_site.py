@@ -13,7 +13,7 @@ import pytest
 from reconciler.report import page
 from reconciler.report.snapshot import Snapshot
 from reconciler.report.statusserver import StatusServer
-from reconciler.report.statussite import Site, authorized, sse_event
+from reconciler.report.statussite import Site, authorized, key_check, sse_event
 from tests.statuspage.test_page import _snapshot
 
 
@@ -23,11 +23,12 @@ def _run(coro):
 
 def test_the_key_bearer_or_basic() -> None:
     basic = "Basic " + base64.b64encode(b"anyone:k3y").decode()
-    assert authorized(None, None)
-    assert authorized("k3y", "Bearer k3y") and authorized("k3y", basic)
-    for bad in (None, "", "Bearer nope", "Basic !!!", "Basic " + base64.b64encode(b"k3y").decode(),
-                "Token k3y"):
-        assert not authorized("k3y", bad), bad
+    ok = key_check("k3y")
+    assert authorized(None, None) and key_check(None) is None
+    assert authorized(ok, "Bearer k3y") and authorized(ok, basic)
+    for bad in (None, "", "Bearer", "Bearer nope", "Basic !!!", "Token k3y",
+                "Basic " + base64.b64encode(b"k3y").decode()):
+        assert not authorized(ok, bad), bad
 
 
 def test_answers_carry_the_csp_and_nosniff_and_refuse_writes() -> None:
@@ -41,9 +42,9 @@ def test_answers_carry_the_csp_and_nosniff_and_refuse_writes() -> None:
     assert b'data-role="coder"' in got.body
     assert _run(site.answer("POST", "/", "", None)).status == 405
     assert _run(site.answer("GET", "/nope", "", None)).status == 404
-    denied = _run(site.answer("GET", "/", "", None, key="k"))
+    denied = _run(site.answer("GET", "/", "", None, key_ok=key_check("k")))
     assert denied.status == 401 and ("WWW-Authenticate", 'Basic realm="reconciler"') in denied.headers
-    js = _run(site.answer("GET", "/status/page.js", "", "Bearer k", key="k"))
+    js = _run(site.answer("GET", "/status/page.js", "", "Bearer k", key_ok=key_check("k")))
     assert js.status == 200 and js.body.decode() == page.SCRIPT
     filtered = _run(site.answer("GET", "/", "role=coder", None)).body.decode()
     assert '<tr class="event" data-role="coder">' in filtered and "event failed" not in filtered
@@ -95,7 +96,7 @@ def test_a_log_streams_its_last_lines_then_what_is_appended(tmp_path) -> None:
 def _get(port: int, path: str, auth: str | None = None) -> bytes:
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
         extra = f"Authorization: {auth}\r\n" if auth else ""
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n{extra}\r\n".encode())
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}\r\n".encode())
         data = b""
         while chunk := s.recv(65536):
             data += chunk
@@ -148,3 +149,32 @@ def test_end_streams_ends_the_open_streams(tmp_path) -> None:
                 await asyncio.wait_for(w, 2)
 
     _run(main())
+
+
+def test_the_page_on_the_routers_port_with_its_key(tmp_path) -> None:
+    """GET / on the router: the router's api_key_file applies; /v1 routes are untouched."""
+    from reconciler.core.desired import RouterConfig
+    from reconciler.router.service import Router
+
+    key = tmp_path / "key"
+    key.write_text("r0uter\n")
+    site = Site()
+    site.publish(_snapshot())
+    router = Router(RouterConfig(host="127.0.0.1", port=0, api_key_file=str(key)),
+                    wake=lambda: None, status=site)
+    router.start()
+    try:
+        port = router.address[1]
+        assert _get(port, "/").startswith(b"HTTP/1.1 401 ")
+        assert _get(port, "/", "Bearer nope").startswith(b"HTTP/1.1 401 ")
+        basic = "Basic " + base64.b64encode(b"me:r0uter").decode()
+        for auth in ("Bearer r0uter", basic):
+            head, _, body = _get(port, "/", auth).partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            assert b"Content-Security-Policy: default-src 'none'" in head
+            assert b'data-role="coder"' in body
+        assert _get(port, "/status/page.js", "Bearer r0uter").startswith(b"HTTP/1.1 200 ")
+        assert _get(port, "/status/nope", "Bearer r0uter").startswith(b"HTTP/1.1 404 ")
+        assert b'"object"' in _get(port, "/v1/models", "Bearer r0uter")
+    finally:
+        router.close()
