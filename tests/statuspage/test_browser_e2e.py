@@ -101,7 +101,7 @@ def test_the_page_of_a_live_daemon_in_a_real_browser(world, browser, tmp_path): 
     coder, chat = free_port(), free_port()
     world.role("coder", coder, memory="memory: {kv: 96MiB}")
     world.role("chat", chat, memory="memory: {kv: 32MiB}")
-    world.role("lazy", free_port(), state="on-demand")
+    world.role("lazy", free_port(), state="on-demand", memory="memory: {kv: 64MiB}")
     daemon = WatchDaemon(world, "--log-format", "json")
     try:
         assert ready(coder) and ready(chat), daemon.log
@@ -116,6 +116,13 @@ def test_the_page_of_a_live_daemon_in_a_real_browser(world, browser, tmp_path): 
         print(f"browser saw roles: {rows}")
         browser.execute_script("window.__sameDocument = 42;")
 
+        # A request for the on-demand role starts it: it then holds memory, evictable.
+        status, _ = _post(router, "/v1/chat/completions", {
+            "model": "lazy", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]})
+        assert status == 200, daemon.log
+        _until(browser, lambda d: _rows(d).get("lazy") == "running", timeout=20,
+               message="the on-demand role's row never showed it running")
+
         # The bars are the ledger of `reconcile plan --json`.
         plan = world.reconcile("plan", "--json")
         assert plan.returncode == 0, plan.stderr
@@ -123,19 +130,23 @@ def test_the_page_of_a_live_daemon_in_a_real_browser(world, browser, tmp_path): 
         bars = browser.execute_script(
             "var out = {}; document.querySelectorAll('#memory rect.seg').forEach(function (r) {"
             " out[r.getAttribute('data-role')] = [Number(r.getAttribute('data-held')),"
-            " r.width.baseVal.value, r.getBoundingClientRect().width]; });"
+            " r.width.baseVal.value, r.getBoundingClientRect().width,"
+            " r.classList.contains('evictable')]; });"
             "var svg = document.querySelector('#memory figure.bar > svg');"
             "return {segs: out, full: svg.getBoundingClientRect().width,"
             " budget: document.querySelector('#memory figure.bar').getAttribute('data-budget')};")
         scale = max(ledger["budget"] or 0, ledger["held"], 1)
-        assert {r["role"]: r["held"] for r in ledger["roles"]} == {
-            role: held for role, (held, _, _) in bars["segs"].items()}, (ledger, bars)
+        assert {r["role"]: (r["held"], r["evictable"]) for r in ledger["roles"]} == {
+            role: (held, evictable) for role, (held, _, _, evictable) in bars["segs"].items()
+        }, (ledger, bars)
+        assert set(bars["segs"]) == {"coder", "chat", "lazy"} and bars["segs"]["lazy"][3]
         assert int(bars["budget"]) == ledger["budget"] == 2**30
-        for role, (held, units, pixels) in bars["segs"].items():
+        for role, (held, units, pixels, _) in bars["segs"].items():
             assert units == pytest.approx(held / scale * 1000, abs=0.01), role
             assert pixels == pytest.approx(held / scale * bars["full"], abs=1.0), role
         print(f"browser saw bars (px of {bars['full']:.0f}): "
-              + ", ".join(f"{r} {p:.1f}px = {h} B" for r, (h, _, p) in bars["segs"].items())
+              + ", ".join(f"{r} {p:.1f}px = {h} B{' (evictable)' if e else ''}"
+                        for r, (h, _, p, e) in bars["segs"].items())
               + f"; plan --json ledger: {ledger}")
 
         # A log line holding <script> is text, followed live.
@@ -273,6 +284,21 @@ def test_the_page_on_its_own_port_with_a_key(world, tmp_path):  # noqa: F811
         assert script.headers["Content-Type"].startswith("text/javascript")
     finally:
         daemon.kill()
+
+
+def _post(port: int, path: str, body: dict) -> tuple[int, bytes]:
+    import urllib.error
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method="POST",
+                                     data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with opener.open(request, timeout=60) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
 
 
 def _until_page(opener, request, needle: str, timeout: float = 20.0):
