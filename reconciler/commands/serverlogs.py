@@ -50,10 +50,14 @@ def run(args) -> int:
                   file=sys.stderr)
             return Exit.ERROR
         out = sys.stdout.buffer
-        out.write(b"".join(last_lines(where, args.lines)))
+        # Following starts before the tail is read, and the tail ends where it starts:
+        # a line written in between is printed once, not lost.
+        follower = logtail.Follower(where, find_again) if args.follow else None
+        end = follower.start if follower is not None else None
+        out.write(b"".join(logtail.last_lines(where, args.lines, end=end)))
         out.flush()
-        if args.follow:
-            follow(where, find_again, out)
+        if follower is not None:
+            follow(where, find_again, out, follower=follower)
     return Exit.OK
 
 
@@ -98,14 +102,15 @@ def last_lines(where: str, count: int) -> list[bytes]:
 
 
 def follow(where: str, find_again, out, *, poll: float = POLL,
-           until=lambda: False) -> None:
+           until=lambda: False, follower=None) -> None:
     """Print what is appended to ``<where>/server.log``, across rotations and new instances.
 
-    ``until`` ends it (tests); otherwise it runs until interrupted.
+    ``until`` ends it (tests); otherwise it runs until interrupted. ``follower``:
+    one made earlier (``run`` makes it before reading the tail).
     """
     from reconciler.world import logtail, serverlog
 
-    follower = logtail.Follower(where, find_again)
+    follower = follower or logtail.Follower(where, find_again)
     try:
         while not until():
             chunk = follower.read()
