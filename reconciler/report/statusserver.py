@@ -11,6 +11,7 @@ NodeConfig gives (validation refuses any other).
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import threading
 
 from reconciler.report.statussite import Answer, Site, key_check
@@ -26,7 +27,7 @@ class StatusServer:
     def __init__(self, host: str, port: int, site: Site, *, key: str | None = None) -> None:
         self.host, self.port, self.site, self.key = host, port, site, key
         self.address: tuple[str, int] | None = None
-        self._loop = asyncio.new_event_loop()
+        self._loop: asyncio.AbstractEventLoop | None = None  # made by start()
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._stopping: asyncio.Event | None = None
@@ -34,6 +35,13 @@ class StatusServer:
                                         daemon=True)
 
     def start(self) -> None:
+        try:  # validation refused any other host; this server checks again (§5)
+            loopback = ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise ValueError(f"{self.host!r} is not a loopback address")
+        self._loop = asyncio.new_event_loop()
         self._thread.start()
         self._ready.wait()
         if self._error is not None:
@@ -41,11 +49,12 @@ class StatusServer:
             raise self._error
 
     def close(self) -> None:
-        if self._thread.is_alive() and self._stopping is not None:
+        if self._thread.is_alive() and self._stopping is not None and self._loop is not None:
             self._loop.call_soon_threadsafe(self._stopping.set)
             self._thread.join(timeout=10)
 
     def _run(self) -> None:
+        assert self._loop is not None
         asyncio.set_event_loop(self._loop)
         try:
             self._loop.run_until_complete(self._serve())

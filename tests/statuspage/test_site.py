@@ -178,3 +178,9 @@ def test_the_page_on_the_routers_port_with_its_key(tmp_path) -> None:
         assert b'"object"' in _get(port, "/v1/models", "Bearer r0uter")
     finally:
         router.close()
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.5", "localhost.example"])
+def test_its_own_server_never_binds_beyond_loopback(host: str) -> None:
+    with pytest.raises(ValueError, match="not a loopback address"):
+        StatusServer(host, 0, Site()).start()
