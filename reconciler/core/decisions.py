@@ -140,6 +140,8 @@ class Decision:
     restarts: int = 0  # restart count after this decision
     generation: str | None = None  # what a start/restart/load runs (§4 generations)
     restarted_at: str | None = None  # that generation's spec.restarted_at
+    #: (device id, bytes) a start/restart reserves on devices; what a kept server holds.
+    devices: tuple[tuple[str, int], ...] = ()
 
     @property
     def acts(self) -> bool:

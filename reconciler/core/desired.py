@@ -16,6 +16,8 @@ from typing import Iterable
 
 import attrs
 
+from reconciler.core.devices import Device, DeviceRequest
+
 frozen = attrs.frozen(kw_only=True)
 
 
@@ -157,6 +159,10 @@ class MemorySpec:
 
     weights: int = 0
     kv: int = 0
+    #: What a role placed on devices keeps in host RAM (CPU-offloaded experts,
+    #: ``--n-cpu-moe``): counted against ``memory_budget``. Host-only roles
+    #: count their whole footprint there instead.
+    host: int = 0
 
     @property
     def footprint(self) -> int:
@@ -189,7 +195,14 @@ class RoleSpec:
     liveness: LivenessSpec | None = None  # §4.1: None = no liveness checks (opt-in)
     #: Any text; a new value starts a new generation (§4), like `kubectl rollout restart`.
     restarted_at: str | None = None
+    #: ``spec.placement.devices``: the devices the footprint goes on (None: host-only).
+    devices: DeviceRequest | None = None
     ref: SourceRef | None = attrs.field(default=None, eq=False)
+
+    @property
+    def host_need(self) -> int:
+        """Bytes against ``memory_budget``: ``memory.host`` on devices, else the footprint."""
+        return self.memory.host if self.devices is not None else self.memory.footprint
 
     @property
     def managed(self) -> bool:
@@ -277,6 +290,7 @@ class NodeConfig:
     data_root: str | None = None  # None = <state dir>/instances
     router: RouterConfig | None = None  # None: no router on this node (§9)
     status_page: StatusPageConfig | None = None  # None: the page only on the router's port (§11)
+    devices: tuple[Device, ...] = ()  # accelerators the planner may place roles on, by id
     ref: SourceRef | None = attrs.field(default=None, eq=False)
 
     def serve_program(self, runtime: Runtime) -> str | None:
@@ -284,6 +298,9 @@ class NodeConfig:
 
     def port_allowed(self, port: int) -> bool:
         return self.allowed_ports is None or port in self.allowed_ports
+
+    def device(self, device_id: str) -> Device | None:
+        return next((d for d in self.devices if d.id == device_id), None)
 
 
 @frozen

@@ -14,6 +14,7 @@ import attrs
 
 from reconciler.core.demand import Demand
 from reconciler.core.desired import Mode, Runtime
+from reconciler.core.devices import DeviceUse, FoundDevice
 
 frozen = attrs.frozen(kw_only=True)
 
@@ -135,6 +136,11 @@ class Observed:
     #: The router's counts at the start of the pass (§9); None outside the daemon.
     demand: Demand | None = None
     orphans: tuple[Orphan, ...] = ()
+    #: The devices discovery found (None: not looked, or no tool to look with):
+    #: a declared device missing or smaller here takes no new claim.
+    devices: tuple[FoundDevice, ...] | None = None
+    #: Device memory each process uses (NVML / nvidia-smi), when observed.
+    device_use: tuple[DeviceUse, ...] = ()
 
     def role(self, name: str) -> RoleObservation:
         found = next((r for r in self.roles if r.name == name), None)
@@ -217,6 +223,9 @@ class RoleRecord:
     generation: str | None = None
     restarted_at: str | None = None  # that generation's spec.restarted_at, for messages
     intent: Intent | None = None  # a pass's unfinished work (see ``Intent``)
+    #: The devices of the last launch and the bytes reserved on each; held while
+    #: the server is resident (running, or crashed and backing off).
+    devices: tuple[tuple[str, int], ...] = ()
 
 
 @frozen

@@ -12,6 +12,7 @@ import hashlib
 from json.encoder import encode_basestring_ascii as _json_string
 from typing import Mapping, Sequence
 
+from reconciler.core.devices import Assignment
 from reconciler.core.desired import Launch, ModelSpec, NodeConfig, RoleSpec
 from reconciler.runtimes import launch_argv, spec_of
 
@@ -101,6 +102,7 @@ class Launcher:
         # names them but ignores their values, so running `reconcile --once` from
         # another shell restarts nothing; a server takes them when it (re)starts.
         passed = {name for name in node.env_passthrough if name in environ}
+        self._passed = passed
         self._marker_passed = MARKER_ENV in passed
         before = [(k, v) for k, v in sorted(env.items()) if k < MARKER_ENV]
         after = [(k, v) for k, v in sorted(env.items()) if k > MARKER_ENV]
@@ -112,17 +114,36 @@ class Launcher:
         self._text_run_as = (f"[{int(self.run_as.uid)}, {int(self.run_as.gid)}]"
                              if self.run_as is not None else "null")
 
-    def argv(self, role: RoleSpec, models: Mapping[str, ModelSpec]) -> tuple[str, ...] | None:
-        """The command line of a managed role, or None (a runtime it never launches)."""
-        if not spec_of(role.runtime).launched or not role.managed:
+    def argv(self, role: RoleSpec, models: Mapping[str, ModelSpec],
+             assignment: Assignment | None = None) -> tuple[str, ...] | None:
+        """The command line of a managed role, or None (a runtime it never launches).
+
+        With an ``assignment`` the runtime's device flags follow it (``--tensor-split``).
+        """
+        rt = spec_of(role.runtime)
+        if not rt.launched or not role.managed:
             return None
         program = self._programs.get(role.runtime) or f"<no serve_programs.{role.runtime}>"
         model = models.get(role.model or "")
         draft = models.get(role.serve.draft_model or "")
+        if assignment and rt.devices is not None:
+            return (program, *launch_argv(role, model, draft), *rt.devices.argv(assignment))
         return (program, *launch_argv(role, model, draft))
 
-    def digest(self, argv: tuple[str, ...], instance: str) -> str:
-        """sha256 of ``canonical(argv, digest env, cwd, run_as)``, from the parts worked out once."""
+    def digest(self, argv: tuple[str, ...], instance: str,
+               extra_env: tuple[tuple[str, str], ...] = ()) -> str:
+        """sha256 of ``canonical(argv, digest env, cwd, run_as)``, from the parts worked out once.
+
+        ``extra_env``: the device visibility variables of an assignment (they win
+        over NodeConfig ``env`` and passthrough, as the marker does).
+        """
+        if extra_env:
+            named = {k for k, _ in extra_env}
+            env = [(k, "<passed through>" if k in self._passed and k not in named else v)
+                   for k, v in self._env(instance, extra_env)]
+            run_as = (self.run_as.uid, self.run_as.gid) if self.run_as is not None else None
+            return hashlib.sha256(
+                canonical(argv, env, self._root + instance, run_as).encode()).hexdigest()
         instance_text = _json_string(instance)
         marker = _pair(MARKER_ENV, "<passed through>") if self._marker_passed else (
             f"[{_json_string(MARKER_ENV)}, {instance_text}]")
@@ -132,11 +153,22 @@ class Launcher:
                 f'"run_as": {self._text_run_as}}}')
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def launch(self, argv: tuple[str, ...], instance: str, digest: str | None = None) -> Launch:
+    def launch(self, argv: tuple[str, ...], instance: str, digest: str | None = None,
+               extra_env: tuple[tuple[str, str], ...] = ()) -> Launch:
         """The whole launch (``digest``: this argv's and instance's, when known already)."""
-        env = (*self._env_before, (MARKER_ENV, instance), *self._env_after)
+        env = self._env(instance, extra_env)
         return Launch(argv=argv, env=env, cwd=self._root + instance, run_as=self.run_as,
-                      digest=digest or self.digest(argv, instance))
+                      digest=digest or self.digest(argv, instance, extra_env))
+
+    def _env(self, instance: str, extra_env: tuple[tuple[str, str], ...]
+             ) -> tuple[tuple[str, str], ...]:
+        env = (*self._env_before, (MARKER_ENV, instance), *self._env_after)
+        if not extra_env:
+            return env
+        merged = dict(env)
+        merged.update(extra_env)
+        merged[MARKER_ENV] = instance
+        return tuple(sorted(merged.items()))
 
 
 def _pair(key: str, value: str) -> str:

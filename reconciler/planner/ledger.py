@@ -21,12 +21,14 @@ thrown away), so it is mutable without being shared state.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import attrs
 
 from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.devices import Assignment, Device
 from reconciler.core.units import format_size
+from reconciler.planner.placement import Claim, DeviceLedger
 
 #: Execution order of acting verbs (BEHAVIOUR §7): unload → stop → restart → start/load.
 ORDER = {Verb.UNLOAD: 0, Verb.STOP: 1, Verb.RESTART: 2, Verb.START: 3, Verb.LOAD: 3}
@@ -50,6 +52,10 @@ class Draft:
     decision: Decision
     holds: int | None = None
     keeps_on_refusal: bool = False
+    #: (device, bytes) held on devices while ``holds`` is not None (§7.1).
+    devices: tuple[tuple[str, int], ...] = ()
+    #: What a claim asks of the devices (None: host memory only).
+    claim: Claim | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -72,8 +78,10 @@ class Ledger:
     """
 
     def __init__(self, budget: int | None, excludes: Mapping[str, frozenset[str]],
-                 together: Mapping[str, frozenset[str]] | None = None) -> None:
+                 together: Mapping[str, frozenset[str]] | None = None,
+                 devices: DeviceLedger | None = None) -> None:
         self.budget = budget
+        self.devices = devices
         self.held: dict[str, int] = {}
         self.used = 0  # the running total of ``held``
         self.loosened = 0
@@ -95,7 +103,14 @@ class Ledger:
         self.held[name] = size
         self._text = None
 
+    def hold_devices(self, name: str, pairs: tuple[tuple[str, int], ...]) -> None:
+        if self.devices is not None and (pairs or name in self.devices.held):
+            if self.devices.hold(name, pairs):
+                self.loosened += 1
+
     def release(self, name: str) -> None:
+        if self.devices is not None and self.devices.release(name):
+            self.loosened += 1
         size = self.held.pop(name, None)
         if size is None:
             return
@@ -215,16 +230,23 @@ def _spread(excludes: Mapping[str, frozenset[str]],
 def place(
     drafts: list[Draft], budget: int | None, excludes: Mapping[str, frozenset[str]],
     together: Mapping[str, frozenset[str]] | None = None,
+    devices: Sequence[Device] = (), broken: Mapping[str, str] | None = None,
 ) -> list[Decision]:
     """§7: count every holder (planned releases already gone), then fit the claims.
 
     ``together`` maps a role to the roles resident whenever it is (Ollama
-    roles sharing one model on one server); none by default.
+    roles sharing one model on one server); none by default. ``devices``: the
+    node's declared devices, ``broken`` those discovery found missing or
+    smaller (§7.1): a claim with a device request gets its devices here.
     """
-    ledger = Ledger(budget, excludes, together)
+    ledger = Ledger(budget, excludes, together,
+                    DeviceLedger(devices, broken) if devices else None)
     for draft in drafts:
         if draft.holds is not None:
             ledger.hold(draft.decision.role, draft.holds)
+            if draft.devices:
+                ledger.hold_devices(draft.decision.role, draft.devices)
+    assigned: dict[str, Assignment] = {}
     pending = sorted((dr for dr in drafts if dr.decision.verb in CLAIMS),
                      key=lambda dr: order_key(dr.decision))
     tried: dict[str, int] = {}  # refused claim → ``ledger.loosened`` at its last try
@@ -239,8 +261,11 @@ def place(
             d = draft.decision
             if tried.get(d.role) == ledger.loosened:
                 still.append(draft)  # nothing left since: refused as before
-            elif ledger.fits(d.role, d.reserve):
+            elif ledger.fits(d.role, d.reserve) and (
+                    draft.claim is None or _picked(ledger, d.role, draft.claim, assigned)):
                 ledger.hold(d.role, d.reserve)
+                if draft.claim is not None:
+                    ledger.hold_devices(d.role, assigned[d.role].pairs())
             else:
                 if not draft.keeps_on_refusal:
                     ledger.release(d.role)
@@ -253,9 +278,31 @@ def place(
     refused = {}
     for draft in pending:
         refusal = ledger.refusal(draft.decision.role, draft.decision.reserve)
-        assert refusal is not None, draft
+        if refusal is None:
+            assert draft.claim is not None and ledger.devices is not None, draft
+            refusal = Refusal(reason=Reason.UNPLACEABLE,
+                              message=ledger.devices.refusal(draft.decision.role, draft.claim))
         refused[draft.decision.role] = _refused(draft, refusal)
-    return [refused.get(dr.decision.role, dr.decision) for dr in drafts]
+    out = []
+    for dr in drafts:
+        d = refused.get(dr.decision.role, dr.decision)
+        if d.role in assigned and d.verb in CLAIMS:
+            d = attrs.evolve(d, devices=assigned[d.role].pairs())
+        elif d.verb not in CLAIMS and d.verb is not Verb.REFUSE and dr.holds is not None:
+            d = attrs.evolve(d, devices=dr.devices) if dr.devices else d
+        out.append(d)
+    return out
+
+
+def _picked(ledger: Ledger, name: str, claim: Claim, assigned: dict[str, Assignment]) -> bool:
+    """Pick ``claim``'s devices into ``assigned``; False when no device fits (§7.1)."""
+    if ledger.devices is None:
+        return False
+    assignment = ledger.devices.pick(name, claim)
+    if assignment is None:
+        return False
+    assigned[name] = assignment
+    return True
 
 
 def _refused(draft: Draft, refusal: Refusal) -> Decision:
@@ -265,5 +312,5 @@ def _refused(draft: Draft, refusal: Refusal) -> Decision:
     return attrs.evolve(
         d, verb=Verb.REFUSE, reason=refusal.reason, why=refusal.message,
         status=Status.UNPLACEABLE, detail=refusal.message, launch=None, model_tag=None,
-        keep_alive=None, reserve=0, release=0 if draft.keeps_on_refusal else d.release,
+        keep_alive=None, reserve=0, devices=(), release=0 if draft.keeps_on_refusal else d.release,
         retry_in=None, restarts=d.restarts - 1 if counted else d.restarts)

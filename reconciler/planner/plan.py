@@ -67,8 +67,9 @@ from typing import Mapping
 import attrs
 
 from reconciler.core import demand as demands
-from reconciler.planner import demandrungs, eviction, exitreasons, generations, identity, ledger, livenessrungs, loadrungs, orphans, policy, records
-from reconciler.core.decisions import Plan, PlanContext, Reason, Status, Verb
+from reconciler.planner import demandrungs, eviction, exitreasons, generations, identity, ledger, livenessrungs, loadrungs, orphans, placement, policy, records
+from reconciler.core.decisions import Decision, Plan, PlanContext, Reason, Status, Verb
+from reconciler.core.devices import Assignment
 from reconciler.core.demand import Demand
 from reconciler.core.desired import Desired, Mode, NodeConfig, WantedState
 from reconciler.planner.ledger import Draft
@@ -77,6 +78,7 @@ from reconciler.planner.rungs import (
     Role,
     backoff,
     changes,
+    device_env,
     draft,
     model_refusal,
     start,
@@ -109,6 +111,7 @@ def plan(
     launcher = identity.Launcher(desired.node, dict(ctx.environ), ctx.data_root)
     served = loadrungs.served(desired.roles, models)
     drafts = []
+    roles: dict[str, Role] = {}  # the roles placed on devices, for their launches after placement
     idle: dict[str, float] = {}  # §9 on-demand roles that may be evicted → when last used
     for name in sorted(specs.keys() | records.keys()):
         obs = observations.get(name) or RoleObservation(name=name)
@@ -116,6 +119,8 @@ def plan(
                   launcher, served, now)
         drafted = _decide(r, desired.node, models, checks, guard, now, elsewhere.get(name),
                           observed.demand)
+        if r.claim is not None:
+            roles[name] = r
         if r.spec is not None and r.spec.on_demand and observed.demand is not None:
             drafted = demandrungs.demand_hint(r, drafted, observed.demand, now)
             if demandrungs.evictable(r, drafted, observed.demand):
@@ -127,15 +132,43 @@ def plan(
     together = {name: frozenset(group - {name}) for here in served.values()
                 for _, group in here if len(group) > 1 for name in group}
     budget = desired.node.memory_budget
-    decisions = ledger.place(drafts, budget, excludes, together)
+    devices = desired.node.devices
+    broken = placement.unusable(devices, observed.devices) if devices else None
+
+    def place(ds: list[Draft]) -> list:
+        return ledger.place(ds, budget, excludes, together, devices, broken)
+
+    decisions = place(drafts)
     if idle:
         # §9 a claim that does not fit may stop idle on-demand roles, LRU first.
-        decisions = eviction.evict(
-            drafts, decisions, idle, lambda ds: ledger.place(ds, budget, excludes, together))
+        decisions = eviction.evict(drafts, decisions, idle, place)
+    if roles:
+        decisions = [_launched(roles[d.role], d, models) if d.role in roles else d
+                     for d in decisions]
     ordered = tuple(sorted(decisions, key=ledger.order_key))
     hints = [d.retry_in for d in ordered if d.retry_in is not None]
     hints += livenessrungs.wakes(specs, records, observations, now)
     return Plan(decisions=ordered, requeue_after=min(hints) if hints else None)
+
+
+def _launched(r: Role, d: Decision, models) -> Decision:
+    """§7.1 a placed claim's launch follows the devices placement gave it.
+
+    The launch (and so the generation) was built with the devices the role ran
+    on; when placement picked others, both are built again with those.
+    """
+    if d.verb not in ledger.CLAIMS or not d.devices or r.spec is None:
+        return d
+    ids = tuple(i for i, _ in d.devices)
+    if r.assignment is not None and r.assignment.ids == ids:
+        return d
+    assignment = Assignment(ids=ids, bytes=tuple(b for _, b in d.devices),
+                            split=r.spec.devices.split if r.spec.devices else ())
+    argv = r.launcher.argv(r.spec, models, assignment)
+    assert argv is not None
+    launch = r.launcher.launch(argv, r.instance_id, None, device_env(r.runtime, assignment))
+    generation = generations.current(r.spec, launch.digest, None)
+    return attrs.evolve(d, launch=launch, generation=generation)
 
 
 def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> Role:
@@ -150,8 +183,11 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
     rpolicy = spec.restart if spec is not None else node.restart
     operator = name in ctx.operator_starts
     instance = identity.instance_id(spec) if spec is not None else record.instance_id
-    argv = launcher.argv(spec, models) if spec is not None else None
-    digest = launcher.digest(argv, instance) if argv is not None else None
+    # §7.1 the devices the launch is built with: fixed ids, or those it last ran on.
+    assignment = placement.preferred(spec, record, node) if spec is not None and spec.devices else None
+    argv = launcher.argv(spec, models, assignment) if spec is not None else None
+    digest = (launcher.digest(argv, instance, device_env(spec.runtime, assignment))
+              if argv is not None else None)
     generation = generations.current(spec, digest,
                                      loadrungs.tag_of(spec, models) if spec else None)
     fresh = generations.is_new(generation, record)
@@ -182,6 +218,8 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
         # process still carries the id it was started with: stops use that.
         owner_id=record.instance_id if running and record is not None else None,
         generation=generation, fresh=fresh, interrupted=interrupted,
+        assignment=assignment,
+        claim=placement.claim_of(spec, assignment) if spec is not None and spec.devices else None,
     )
 
 

@@ -172,7 +172,7 @@ def after_decision(
             # so a broken launcher is retried with delays, not in a hot loop.
             return attrs.evolve(
                 record, pid=None, create_time=None, exited_at=now, healthy_since=None,
-                restarts=decision.restarts, reserved=decision.reserve,
+                restarts=decision.restarts, reserved=decision.reserve, devices=decision.devices,
                 exit=None,  # nothing ran: the outcome says why (the old exit is stale now)
             )
         if facts.exposed:
@@ -196,7 +196,7 @@ def after_decision(
             launch_argv=launch.argv if launch else record.launch_argv,
             instance_id=decision.instance_id or record.instance_id,
             started_at=now, exited_at=None, healthy_since=None,  # (no hold: _attempted)
-            restarts=decision.restarts, reserved=decision.reserve,
+            restarts=decision.restarts, reserved=decision.reserve, devices=decision.devices,
             exit=None, liveness=Liveness(),  # a new server: nothing ended, nothing failed yet
         )
     if verb is Verb.STOP:

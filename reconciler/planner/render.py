@@ -44,7 +44,8 @@ JSON (``as_json``), stable field names::
           "model_tag": str|null, "keep_alive": float|null,   # load/unload
           "reserve": int, "release": int,   # bytes
           "retry_in": float|null,   # seconds
-          "restarts": int           # restart count after this decision
+          "restarts": int,          # restart count after this decision
+          "devices": [{"device": str, "bytes": int}]  # §7.1 reserved per device
         }
       ]
     }
@@ -94,6 +95,8 @@ def line(d: Decision) -> str:
         parts.append(f":{d.port}")
     if d.model_tag and d.verb in (Verb.LOAD, Verb.UNLOAD):
         parts.append(d.model_tag)
+    if d.devices and d.verb in (Verb.START, Verb.RESTART):
+        parts.append("on " + ", ".join(device for device, _ in d.devices))  # §7.1
     return " ".join(parts) + f" ({reason_text(d)})"
 
 
@@ -154,6 +157,7 @@ def decision_json(d: Decision) -> dict[str, Any]:
         "release": d.release,
         "retry_in": d.retry_in,
         "restarts": d.restarts,
+        "devices": [{"device": device, "bytes": size} for device, size in d.devices],
     }
 
 

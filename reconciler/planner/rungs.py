@@ -18,7 +18,10 @@ import attrs
 from reconciler.planner import generations, identity, policy
 from reconciler.core.decisions import Decision, Reason, Status, Verb
 from reconciler.core.desired import Launch, RestartPolicy, RoleSpec, Runtime
+from reconciler.core.devices import Assignment
 from reconciler.planner.ledger import Draft
+from reconciler.planner.placement import Claim
+from reconciler.runtimes import spec_of
 from reconciler.core.observed import (
     Health,
     Intent,
@@ -63,11 +66,24 @@ class Role:
     fresh: bool  # a new generation: the record's holds, backoff and count do not apply
     interrupted: Intent | None  # a killed pass's stop of our server, finished by this one
     why: str = ""  # the plan-line detail every decision carries unless it says its own
+    #: §7.1 the devices the launch is built with before placement (None: host-only,
+    #: or a count request placement has yet to pick), and what a claim asks of them.
+    assignment: Assignment | None = None
+    claim: Claim | None = None
 
     def launch(self) -> Launch:
         """The whole launch, built only for the decisions that carry it (start/restart)."""
         assert self.argv is not None
-        return self.launcher.launch(self.argv, self.instance_id, self.digest)
+        return self.launcher.launch(self.argv, self.instance_id, self.digest,
+                                    device_env(self.runtime, self.assignment))
+
+    @property
+    def resident_hold(self) -> int | None:
+        """What a crashed server keeps across its backoff: its bytes, its devices (None: nothing)."""
+        rec = self.record
+        if rec is None:
+            return None
+        return rec.reserved if rec.reserved or (rec.devices and rec.pid is not None) else None
 
     @property
     def reserved(self) -> int:
@@ -83,14 +99,23 @@ class Role:
 
 
 def draft(r: Role, verb: Verb, reason: Reason, status: Status, detail: str, *,
-          holds: int | None = None, keeps: bool = False, **kw) -> Draft:
+          holds: int | None = None, keeps: bool = False, claim: Claim | None = None,
+          **kw) -> Draft:
     kw.setdefault("restarts", r.restarts)
     if r.why:
         kw.setdefault("why", r.why)
     decision = Decision(role=r.name, verb=verb, reason=reason, status=status, detail=detail,
                         runtime=r.runtime, port=r.port, host=r.host, instance_id=r.instance_id,
                         pid=r.pid, create_time=r.create_time, owner_id=r.owner_id, **kw)
-    return Draft(decision=decision, holds=holds, keeps_on_refusal=keeps)
+    devices = r.record.devices if holds is not None and r.record is not None else ()
+    return Draft(decision=decision, holds=holds, keeps_on_refusal=keeps, devices=devices,
+                 claim=claim)
+
+
+def device_env(runtime: Runtime, assignment: Assignment | None) -> tuple[tuple[str, str], ...]:
+    """The visibility variables of ``assignment`` for ``runtime`` (§7.1)."""
+    rt = spec_of(runtime).devices
+    return rt.env(assignment) if rt is not None and assignment else ()
 
 
 def changes(r: Role) -> str:
@@ -109,7 +134,7 @@ def terminal(r: Role, rec: RoleRecord) -> Draft:
     if r.running:
         # Held, yet our process is alive (it came back, or a stop never took):
         # it is resident, so it keeps its memory and its exclusions.
-        footprint = r.spec.memory.footprint if r.spec is not None else 0
+        footprint = r.spec.host_need if r.spec is not None else 0
         return draft(r, Verb.KEEP, Reason.TERMINAL, status, detail + "; its process is alive",
                      why=str(rec.terminal), holds=max(rec.reserved, footprint))
     return draft(r, Verb.KEEP, Reason.TERMINAL, status, detail, why=str(rec.terminal),
@@ -137,7 +162,7 @@ def backoff(r: Role, exited: float, now: float, what: str, attempt: str,
         return draft(r, Verb.WAIT, Reason.BACKOFF, Status.BACKOFF,
                      f"{what}{because}; {attempt} {n + 1} of {most} in {left}",
                      why=f"{what}{because}; retry in {left}" if said else f"retry in {left}",
-                     retry_in=state.left, holds=r.reserved or None)
+                     retry_in=state.left, holds=r.resident_hold)
     return None
 
 
@@ -156,9 +181,10 @@ def start(r: Role, checks, verb: Verb, reason: Reason, status: Status, detail: s
     refused = model_refusal(r, checks, release=release, kept=kept)
     if refused is not None:
         return refused
-    held = r.reserved if keeps or r.reserved else None  # a crashed server keeps its reservation
-    return draft(r, verb, reason, status, detail, why=why, launch=r.launch(),
-                 reserve=spec.memory.footprint, release=r.reserved, retry_in=policy.POLL,
+    # A crashed server keeps its reservation (its bytes, its devices).
+    held = r.reserved if keeps else r.resident_hold
+    return draft(r, verb, reason, status, detail, why=why, launch=r.launch(), claim=r.claim,
+                 reserve=spec.host_need, release=r.reserved, retry_in=policy.POLL,
                  restarts=r.restarts if restarts is None else restarts, holds=held, keeps=keeps,
                  generation=r.generation, restarted_at=spec.restarted_at)
 

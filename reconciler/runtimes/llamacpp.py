@@ -20,7 +20,8 @@ from reconciler.runtimes.common import (
     ProbeRequest,
     argv_value,
 )
-from reconciler.runtimes.spec import Flag, ProgressProbe, RuntimeSpec, flag_table
+from reconciler.core.devices import DeviceKind
+from reconciler.runtimes.spec import DeviceLaunch, Flag, ProgressProbe, RuntimeSpec, flag_table
 
 
 def model_path(model: ModelSpec | None) -> str:
@@ -54,6 +55,19 @@ FLAGS = flag_table(
     (Flag(1, ("on", "off", "auto")), ("--flash-attn", "-fa")),
     (Flag(0), ("--cont-batching", "--no-cont-batching", "--jinja", "--metrics", "--no-webui",
                "--context-shift", "--no-context-shift")),
+)
+
+
+#: The launch follows the planner's assignment: the server sees only its devices
+#: (by the kind's visibility variable) and splits the model by ``--tensor-split``.
+#: llama.cpp's own device flags are the planner's once a role sets placement.devices.
+DEVICES = DeviceLaunch(
+    kinds=frozenset(DeviceKind),
+    visibility={DeviceKind.CUDA: "CUDA_VISIBLE_DEVICES", DeviceKind.ROCM: "HIP_VISIBLE_DEVICES",
+                DeviceKind.VULKAN: "GGML_VK_VISIBLE_DEVICES"},
+    split_flag="--tensor-split",
+    owned_flags=frozenset({"--device", "-dev", "--tensor-split", "-ts", "--split-mode", "-sm",
+                           "--main-gpu", "-mg"}),
 )
 
 
@@ -175,4 +189,5 @@ SPEC = RuntimeSpec(
     identity="GET /v1/models ids (the alias) and GET /props model_path",
     deep_request=_deep,
     progress=ProgressProbe(request=METRICS, asked=metrics_asked, read=read_progress),
+    devices=DEVICES,
 )

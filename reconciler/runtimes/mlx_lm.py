@@ -25,7 +25,8 @@ from reconciler.runtimes.common import (
     hi_messages,
     unreachable,
 )
-from reconciler.runtimes.spec import Flag, RuntimeSpec, flag_table
+from reconciler.core.devices import DeviceKind
+from reconciler.runtimes.spec import DeviceLaunch, Flag, RuntimeSpec, flag_table
 
 
 def argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None = None) -> tuple[str, ...]:
@@ -136,4 +137,6 @@ SPEC = RuntimeSpec(
     wanted=_no_name,
     identity="the launch argv's --model",
     deep_request=_deep,
+    # Apple silicon: one GPU on unified memory; nothing to make visible, nothing to split.
+    devices=DeviceLaunch(kinds=frozenset({DeviceKind.METAL})),
 )

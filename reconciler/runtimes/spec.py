@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Mapping
 
 import attrs
 
+from reconciler.core.devices import Assignment, DeviceKind, index_of, kind_of
 from reconciler.core.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
 from reconciler.core.observed import ProbeFacts, Progress
 from reconciler.runtimes.common import (
@@ -40,6 +41,46 @@ class Flag:
 def flag_table(*groups: tuple[Flag, Iterable[str]]) -> Mapping[str, Flag]:
     """``spelling → Flag`` from ``(Flag, spellings)`` groups."""
     return {spelling: flag for flag, spellings in groups for spelling in spellings}
+
+
+@attrs.frozen(kw_only=True)
+class DeviceLaunch:
+    """How a runtime's launch follows the planner's device assignment.
+
+    ``visibility``: per device kind, the environment variable that shows the
+    server only its assigned devices (their indices, comma-separated); a kind
+    without one (``metal``: unified memory) sets nothing. ``split_flag``: the
+    flag that spreads the model over several devices, with the proportions.
+    ``owned_flags``: the flags (every spelling) that are the planner's once a
+    role sets ``spec.placement.devices``: setting them by hand is an error.
+    """
+
+    kinds: frozenset[DeviceKind]
+    visibility: Mapping[DeviceKind, str] = attrs.field(factory=dict)
+    split_flag: str | None = None
+    owned_flags: frozenset[str] = frozenset()
+
+    def env(self, assignment: Assignment) -> tuple[tuple[str, str], ...]:
+        if not assignment.ids:
+            return ()
+        name = self.visibility.get(DeviceKind(kind_of(assignment.ids[0])))
+        if name is None:
+            return ()
+        return ((name, ",".join(str(index_of(i)) for i in assignment.ids)),)
+
+    def argv(self, assignment: Assignment) -> tuple[str, ...]:
+        if self.split_flag is None or len(assignment.ids) < 2:
+            return ()
+        weights = assignment.split or (1,) * len(assignment.ids)
+        return (self.split_flag, ",".join(_number(w) for w in weights))
+
+    @property
+    def owned_env(self) -> frozenset[str]:
+        return frozenset(self.visibility.values())
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 #: (role, its model, its draft model) → the server's arguments, without the program.
@@ -100,6 +141,9 @@ class RuntimeSpec:
     unload_request: Callable[[str], ProbeRequest] | None = None
     #: Work counters for the liveness check's *no progress* detector (§4.1), if any.
     progress: ProgressProbe | None = None
+    #: How a launch follows a device assignment (None: the runtime takes no
+    #: ``placement.devices``; its roles claim host memory only).
+    devices: DeviceLaunch | None = None
 
     def __str__(self) -> str:
         return str(self.runtime)

@@ -214,6 +214,7 @@ class Store:
         values["liveness"] = json.dumps(attrs.asdict(record.liveness))
         values["intent"] = (json.dumps(attrs.asdict(record.intent), sort_keys=True)
                             if record.intent is not None else None)
+        values["devices"] = json.dumps([list(p) for p in record.devices])
         values["updated_at"] = time.time()
         cols = ", ".join(values)
         marks = ", ".join(f":{k}" for k in values)
@@ -411,6 +412,7 @@ def _record(row: sqlite3.Row) -> RoleRecord:
     values["exit"] = _exit_value(values["exit"])
     values["liveness"] = _liveness_value(values["liveness"])
     values["intent"] = Intent(**json.loads(values["intent"])) if values["intent"] else None
+    values["devices"] = tuple((str(i), int(b)) for i, b in json.loads(values["devices"] or "[]"))
     return RoleRecord(**values)
 
 

@@ -132,5 +132,10 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE roles ADD COLUMN exit TEXT;
     ALTER TABLE roles ADD COLUMN liveness TEXT;
     """,
+    # 5 → 6: the devices of the last launch and the bytes reserved on each
+    # (a JSON list of [device id, bytes]).
+    """
+    ALTER TABLE roles ADD COLUMN devices TEXT;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -51,6 +51,8 @@ _TESTS = {
     "liveness": ("tests/liveness", "tests/plan", "tests/records"),
     "procs": ("tests/loop",),
     "generations": ("tests/plan", "tests/records"),
+    "desired": ("tests/plan",),
+    "placement": ("tests/devices", "tests/plan"),
     "orphans": ("tests/plan",),  # the orphan proof of ownership (shell, but a safety rule)
     "documents": ("tests/manifests",),
     "memoryview": ("tests/statuspage",),
@@ -62,7 +64,7 @@ _TESTS = {
 _PACKAGE_OF = {
     **dict.fromkeys(("plan", "rungs", "loadrungs", "demandrungs", "livenessrungs", "ledger", "policy",
                      "records", "render", "identity", "eviction", "liveness", "generations", "orphans",
-                     "exitreasons", "memoryview"), "planner/"),
+                     "exitreasons", "memoryview", "placement"), "planner/"),
     **dict.fromkeys(("decisions", "labels", "demand", "events", "desired", "observed"), "core/"),
     **dict.fromkeys(("extra_args", "crosscheck", "nodecheck", "fleet", "documents"), "manifests/"),
     **dict.fromkeys(("fleetdiff", "fleetview", "offline"), "fleet/"),
@@ -84,6 +86,7 @@ EV, RR = "eviction", "router/rules"
 D, RE, I, E, C, RU = "decisions", "render", "identity", "extra_args", "crosscheck", "runtimes"
 LV = "liveness"
 PR, G, O = "procs", "generations", "orphans"
+DS, PL = "desired", "placement"
 
 MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------ plan: safety
@@ -175,7 +178,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(RG, "give-up-keeps-memory", 'f"{because}; run `reconcile start {r.name}`", release=r.reserved)',
        'f"{because}; run `reconcile start {r.name}`", release=0)',
        "§7: gave-up keeps its reservation"),
-    _m(RG, "backoff-holds-nothing", "retry_in=state.left, holds=r.reserved or None)",
+    _m(RG, "backoff-holds-nothing", "retry_in=state.left, holds=r.resident_hold)",
        "retry_in=state.left, holds=None)",
        "§7: a server in backoff loses its reservation in the ledger"),
     _m(P, "requeue-latest", "requeue_after=min(hints) if hints else None",
@@ -207,12 +210,13 @@ MUTANTS: tuple[Mutant, ...] = (
        "§1.1: a model whose hash mismatches is served"),
     _m(RG, "draft-unchecked", "for name in (spec.model, spec.serve.draft_model):",
        "for name in (spec.model,):", "§1.1: an unverified draft model is served"),
-    _m(RG, "reserve-weights-only", "reserve=spec.memory.footprint, release=r.reserved, retry_in=policy.POLL,",
-       "reserve=spec.memory.weights, release=r.reserved, retry_in=policy.POLL,",
+    _m(DS, "reserve-weights-only",
+       "return self.memory.host if self.devices is not None else self.memory.footprint",
+       "return self.memory.host if self.devices is not None else self.memory.weights",
        "§7: a start reserves its weights but not its kv"),
     _m(RG, "refused-restart-drops-hold", "kept = r.reserved if keeps else None",
        "kept = None", "§7: a live server whose restart is refused holds no memory"),
-    _m(RG, "crashed-start-holds-nothing", "held = r.reserved if keeps or r.reserved else None",
+    _m(RG, "crashed-start-holds-nothing", "held = r.reserved if keeps else r.resident_hold",
        "held = r.reserved if keeps else None",
        "§7: a crashed server's reservation is not counted while it restarts"),
     _m(P, "adopted-holds-nothing", "holds=max(spec.memory.footprint, r.reserved) if resident else None,",

@@ -96,7 +96,7 @@ def test_plans_with_either_ledger_are_equal(w: World) -> None:
     assume(all(len(group) < 2 for here in served.values() for _, group in here))
     got = plan(w.desired, w.observed, w.remembered, w.ctx, w.now)
     real = ledger.place
-    ledger.place = lambda drafts, budget, excludes, together: oracle_ledger.place(
+    ledger.place = lambda drafts, budget, excludes, together, *devices: oracle_ledger.place(
         drafts, budget, excludes)
     try:
         want = plan(w.desired, w.observed, w.remembered, w.ctx, w.now)

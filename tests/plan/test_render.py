@@ -10,7 +10,7 @@ from reconciler.core.decisions import ACTING_VERBS, Decision, Plan, Reason, Stat
 FIELDS = {
     "role", "verb", "reason", "why", "acts", "status", "detail", "runtime", "port", "pid",
     "instance_id", "launch", "model_tag", "keep_alive", "reserve", "release", "retry_in",
-    "restarts",
+    "restarts", "devices",
 }
 
 

@@ -1,0 +1,121 @@
+"""Value types of accelerator devices (PURE): declared, requested, assigned, found.
+
+A node declares its devices in NodeConfig ``devices`` (``Device``: an id like
+``cuda:0``, a kind, the memory the reconciler may plan onto it); a role asks
+for some in ``spec.placement.devices`` (``DeviceRequest``: a count or ids, and
+an optional split); the planner answers with an ``Assignment``: which devices,
+and how many bytes on each. Discovery (``world/gpuparse.py``) reports the
+devices a machine has as ``FoundDevice`` values.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+
+import attrs
+
+frozen = attrs.frozen(kw_only=True)
+
+
+class DeviceKind(enum.StrEnum):
+    CUDA = "cuda"
+    ROCM = "rocm"
+    METAL = "metal"
+    VULKAN = "vulkan"
+
+
+@frozen
+class Device:
+    """One declared device of a node: ``id`` is ``<kind>:<index>``; memory in bytes."""
+
+    id: str
+    kind: DeviceKind
+    memory: int
+
+    @property
+    def index(self) -> int:
+        return index_of(self.id)
+
+
+def index_of(device_id: str) -> int:
+    """The index in ``cuda:1`` (what the visibility variable names)."""
+    return int(device_id.rpartition(":")[2])
+
+
+def kind_of(device_id: str) -> str:
+    return device_id.partition(":")[0]
+
+
+@frozen
+class DeviceRequest:
+    """``spec.placement.devices``: ``count`` devices of one kind, or exactly ``ids``.
+
+    ``split``: proportions of the footprint per device, in device order (an
+    empty tuple: even). The footprint (weights + kv) is divided by it.
+    """
+
+    count: int | None = None
+    ids: tuple[str, ...] = ()
+    split: tuple[float, ...] = ()
+
+    @property
+    def wanted(self) -> int:
+        return len(self.ids) if self.ids else (self.count or 0)
+
+    def __str__(self) -> str:
+        return ", ".join(self.ids) if self.ids else f"{self.count} device" + (
+            "" if self.count == 1 else "s")
+
+
+def shares(total: int, split: tuple[float, ...], n: int) -> tuple[int, ...]:
+    """``total`` bytes cut into ``n`` shares by ``split`` (even when empty); they sum to ``total``.
+
+    Each share is rounded up except the last, which takes the rest: what is
+    reserved is never less than the footprint.
+    """
+    weights = split if split else (1.0,) * n
+    whole = sum(weights)
+    out = [math.ceil(total * w / whole) for w in weights[:-1]]
+    out.append(max(total - sum(out), 0))
+    return tuple(out)
+
+
+@frozen
+class Assignment:
+    """Which devices a role runs on, and the bytes it reserves on each (device order)."""
+
+    ids: tuple[str, ...] = ()
+    bytes: tuple[int, ...] = ()
+    split: tuple[float, ...] = ()  # as requested (for --tensor-split); empty: even
+
+    def __bool__(self) -> bool:
+        return bool(self.ids)
+
+    def pairs(self) -> tuple[tuple[str, int], ...]:
+        return tuple(zip(self.ids, self.bytes))
+
+    def __str__(self) -> str:
+        return ", ".join(self.ids)
+
+
+@frozen
+class FoundDevice:
+    """A device discovery found on this machine (bytes; ``used``: None when unknown)."""
+
+    id: str
+    kind: DeviceKind
+    name: str
+    memory: int
+    used: int | None = None
+    uuid: str = ""
+    pci_bus: str = ""
+
+
+@frozen
+class DeviceUse:
+    """Memory a process uses on a device, as NVML or nvidia-smi report it."""
+
+    pid: int
+    device: str  # the device id (``cuda:0``)
+    used: int  # bytes

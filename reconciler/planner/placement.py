@@ -1,0 +1,210 @@
+"""The device ledger: bytes held per device, and which devices a claim gets (PURE; BEHAVIOUR §7.1).
+
+A node declares its devices (NodeConfig ``devices``); a role placed on
+devices (``spec.placement.devices``) divides its footprint (weights + kv)
+over them by its split. ``ledger.place`` keeps one ``DeviceLedger`` beside
+the host ledger for the pass:
+
+* every holder's devices are counted first (a running role holds the devices
+  of its launch, as recorded: it is never moved to make room);
+* a claim's devices are picked by ``pick``: exactly ``ids``; or, for
+  ``count``, the devices the role last ran on when they still fit (a restart
+  stays put), else a deterministic best fit: the devices of one kind with
+  the least free memory that still holds a share, ties by id;
+* a claim that fits no device is refused with the device, its free memory
+  and its holders (``refusal``).
+
+No device is ever planned over its declared memory; a declared device that
+discovery found missing or smaller takes no claim (``unusable``).
+Each operation costs O(devices of the node): linear in the roles.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+import attrs
+
+from reconciler.core.desired import NodeConfig, RoleSpec
+from reconciler.core.devices import (
+    Assignment,
+    Device,
+    DeviceKind,
+    DeviceRequest,
+    FoundDevice,
+    index_of,
+    kind_of,
+    shares,
+)
+from reconciler.core.observed import RoleRecord
+from reconciler.core.units import format_size
+from reconciler.runtimes import spec_of
+
+Pairs = tuple[tuple[str, int], ...]
+
+
+@attrs.frozen(kw_only=True)
+class Claim:
+    """What a start or restart asks of the devices."""
+
+    request: DeviceRequest
+    footprint: int
+    kinds: frozenset[DeviceKind]
+    prefer: tuple[str, ...] = ()  # the devices it ran on (a count request stays on them)
+
+
+def device_order(device_id: str) -> tuple[str, int]:
+    return (kind_of(device_id), index_of(device_id))
+
+
+def preferred(spec: RoleSpec, record: RoleRecord | None, node: NodeConfig) -> Assignment | None:
+    """The devices a role's launch is built with before placement, or None.
+
+    ``ids`` are fixed; a ``count`` role keeps the devices of its last launch
+    while they still answer the request (so a role in sync is not "changed").
+    None: host-only, or a count role with no usable devices yet (placement picks).
+    """
+    req, rt = spec.devices, spec_of(spec.runtime).devices
+    if req is None or rt is None:
+        return None
+    if req.ids:
+        ids = req.ids
+    else:
+        ids = tuple(i for i, _ in record.devices) if record is not None else ()
+        found = [node.device(i) for i in ids]
+        if (len(ids) != req.count or any(d is None or d.kind not in rt.kinds for d in found)
+                or len({d.kind for d in found if d is not None}) != 1):
+            return None
+    return Assignment(ids=ids, bytes=shares(spec.memory.footprint, req.split, len(ids)),
+                      split=req.split)
+
+
+def claim_of(spec: RoleSpec, prefer: Assignment | None) -> Claim | None:
+    req, rt = spec.devices, spec_of(spec.runtime).devices
+    if req is None or rt is None:
+        return None
+    return Claim(request=req, footprint=spec.memory.footprint, kinds=rt.kinds,
+                 prefer=prefer.ids if prefer else ())
+
+
+def unusable(devices: Sequence[Device], found: Iterable[FoundDevice] | None) -> dict[str, str]:
+    """Declared devices discovery found missing or smaller than declared → why."""
+    if found is None:
+        return {}
+    seen = {f.id: f for f in found}
+    out = {}
+    for d in devices:
+        f = seen.get(d.id)
+        if f is None:
+            out[d.id] = f"{d.id} is declared but not found on this machine"
+        elif f.memory < d.memory:
+            out[d.id] = (f"{d.id} is declared with {format_size(d.memory)} but has "
+                         f"{format_size(f.memory)}")
+    return out
+
+
+class DeviceLedger:
+    """Bytes held per device and per role for one ``place()`` call."""
+
+    def __init__(self, devices: Sequence[Device], broken: Mapping[str, str] | None = None) -> None:
+        self.capacity = {d.id: d.memory for d in devices}
+        self.kinds = {d.id: d.kind for d in devices}
+        self.order = sorted(self.capacity, key=device_order)
+        self.broken = dict(broken or {})
+        self.used: dict[str, int] = dict.fromkeys(self.capacity, 0)
+        self.held: dict[str, Pairs] = {}
+        self.holders: dict[str, dict[str, int]] = {d: {} for d in self.capacity}
+
+    def hold(self, name: str, pairs: Pairs) -> bool:
+        """``name`` holds ``pairs`` now (replacing what it held); True when anything shrank."""
+        replaced = self.release(name)  # a replaced hold may be smaller somewhere
+        for device, size in pairs:
+            self.used[device] = self.used.get(device, 0) + size
+            self.holders.setdefault(device, {})[name] = size
+        self.held[name] = pairs
+        return replaced
+
+    def release(self, name: str) -> bool:
+        pairs = self.held.pop(name, None)
+        if pairs is None:
+            return False
+        for device, size in pairs:
+            self.used[device] -= size
+            self.holders[device].pop(name, None)
+        return True
+
+    def free(self, device: str, name: str) -> int:
+        """Free bytes on ``device`` if ``name`` gave up what it holds there."""
+        own = next((s for d, s in self.held.get(name, ()) if d == device), 0)
+        return self.capacity.get(device, 0) - self.used.get(device, 0) + own
+
+    def pick(self, name: str, claim: Claim) -> Assignment | None:
+        """The devices ``claim`` gets (best fit, deterministic), or None when none fit."""
+        req = claim.request
+        if req.ids:
+            need = shares(claim.footprint, req.split, len(req.ids))
+            ok = all(self._usable(d, claim) and self.free(d, name) >= n
+                     for d, n in zip(req.ids, need))
+            return Assignment(ids=req.ids, bytes=need, split=req.split) if ok else None
+        count = req.count or 0
+        need = shares(claim.footprint, req.split, count)
+        most = max(need) if need else 0
+        prefer = claim.prefer
+        if (len(prefer) == count and all(self._usable(d, claim) for d in prefer)
+                and all(self.free(d, name) >= n for d, n in zip(prefer, need))):
+            return Assignment(ids=prefer, bytes=need, split=req.split)
+        for kind in sorted(claim.kinds):
+            fitting = [d for d in self.order
+                       if self.kinds[d] == kind and self._usable(d, claim)
+                       and self.free(d, name) >= most]
+            if len(fitting) >= count:
+                best = sorted(fitting, key=lambda d: (self.free(d, name), device_order(d)))[:count]
+                ids = tuple(sorted(best, key=device_order))
+                return Assignment(ids=ids, bytes=need, split=req.split)
+        return None
+
+    def _usable(self, device: str, claim: Claim) -> bool:
+        return (device in self.capacity and device not in self.broken
+                and self.kinds[device] in claim.kinds)
+
+    def refusal(self, name: str, claim: Claim) -> str:
+        """Why ``claim`` fits no devices: each device it could use, its free memory, its holders."""
+        req = claim.request
+        if req.ids:
+            need = shares(claim.footprint, req.split, len(req.ids))
+            for device, n in zip(req.ids, need):
+                if device not in self.capacity:
+                    return f"{device} is not a device of this node"
+                if device in self.broken:
+                    return self.broken[device]
+                if self.kinds[device] not in claim.kinds:
+                    return f"{device} is a {self.kinds[device]} device; this runtime cannot use it"
+                if self.free(device, name) < n:
+                    return self._short(device, name, n)
+            raise AssertionError(f"{name} fits {req.ids}")
+        count = req.count or 0
+        need = shares(claim.footprint, req.split, count)
+        most = max(need) if need else 0
+        usable = [d for d in self.order if d in self.capacity and self.kinds[d] in claim.kinds]
+        if len(usable) < count:
+            return (f"{name} needs {count} device{'s' if count != 1 else ''} of "
+                    f"{' or '.join(sorted(claim.kinds))}; the node declares {len(usable)}")
+        parts = [self.broken[d] if d in self.broken else self._short(d, name, most, said=False)
+                 for d in usable]
+        each = f"{format_size(most)} on each of {count} devices" if count > 1 else format_size(most)
+        return f"{name} needs {each}: " + "; ".join(parts)
+
+    def _short(self, device: str, name: str, need: int, said: bool = True) -> str:
+        free = max(self.free(device, name), 0)
+        others = sorted((who, size) for who, size in self.holders.get(device, {}).items()
+                        if who != name and size > 0)
+        held = (", ".join(f"{who} ({format_size(size)})" for who, size in others)
+                if others else "nothing else")
+        if said:
+            return (f"{device} has {format_size(free)} free, {name} needs {format_size(need)}; "
+                    f"held by {held}")
+        return f"{device} has {format_size(free)} free (held by {held})"
+
+    def summary(self) -> dict[str, tuple[int, int]]:
+        """device → (reserved, capacity)."""
+        return {d: (self.used[d], self.capacity[d]) for d in self.order}
