@@ -312,5 +312,6 @@ def _refused(draft: Draft, refusal: Refusal) -> Decision:
     return attrs.evolve(
         d, verb=Verb.REFUSE, reason=refusal.reason, why=refusal.message,
         status=Status.UNPLACEABLE, detail=refusal.message, launch=None, model_tag=None,
-        keep_alive=None, reserve=0, devices=(), release=0 if draft.keeps_on_refusal else d.release,
+        devices=(), keep_alive=None, reserve=0,
+        release=0 if draft.keeps_on_refusal else d.release,
         retry_in=None, restarts=d.restarts - 1 if counted else d.restarts)
