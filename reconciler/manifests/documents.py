@@ -73,6 +73,9 @@ class _Reader:
     def get(self, *path: str | int) -> Any:
         value: Any = self.doc.value
         for step in path:
+            if isinstance(value, list) and isinstance(step, int) and 0 <= step < len(value):
+                value = value[step]
+                continue
             if not isinstance(value, dict) or step not in value:
                 return None
             value = value[step]
@@ -261,8 +264,7 @@ def _node_devices(r: _Reader) -> tuple[Device, ...]:
     return tuple(sorted(out, key=lambda d: (d.kind, d.index)))
 
 
-def _role_devices(r: _Reader, runtime: Runtime, mode: Mode,
-                  extra_args: tuple[str, ...]) -> DeviceRequest | None:
+def _role_devices(r: _Reader, runtime: Runtime, mode: Mode) -> DeviceRequest | None:
     """``spec.placement.devices`` (§7.1), and the rules a schema cannot state."""
     raw = r.get("spec", "placement", "devices")
     if raw is None:
@@ -288,11 +290,6 @@ def _role_devices(r: _Reader, runtime: Runtime, mode: Mode,
             if kind_of(i) not in launch.kinds:
                 r.add(here + ("ids",), f"{i}: {runtime} runs on "
                       f"{' or '.join(sorted(launch.kinds))} devices only")
-        for j, arg in enumerate(extra_args):
-            if arg in launch.owned_flags:
-                r.add(("spec", "serve", "extra_args", j),
-                      f"{arg} is set by the planner from spec.placement.devices; "
-                      "remove it (or remove placement.devices to place the server by hand)")
     return DeviceRequest(count=None if ids else int(count or 0), ids=ids, split=split)
 
 
@@ -371,7 +368,7 @@ def role_draft(doc: Document) -> tuple[RoleDraft | None, list[Problem]]:
         idle_after=idle_after or DEFAULT_IDLE_AFTER,
         liveness=_liveness(r),
         restarted_at=r.get("spec", "restarted_at"),
-        devices=_role_devices(r, runtime, mode, serve.extra_args),
+        devices=_role_devices(r, runtime, mode),
         ref=r.ref,
     )
     draft = RoleDraft(

@@ -44,8 +44,12 @@ _NUMBER = re.compile(r"-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
 Finding = tuple[int | None, str]  # (index into extra_args or None for the list, message)
 
 
-def check(runtime: Runtime, args: Sequence[object]) -> list[Finding]:
-    """Every problem with one role's ``extra_args``; empty when they are allowed."""
+def check(runtime: Runtime, args: Sequence[object], on_devices: bool = False) -> list[Finding]:
+    """Every problem with one role's ``extra_args``; empty when they are allowed.
+
+    ``on_devices``: the role sets ``spec.placement.devices``, so the runtime's
+    device flags (``--tensor-split``, ``--main-gpu`` …) are the planner's (§7.1).
+    """
     rt = spec_of(runtime)
     if not rt.launched and args:
         return [(None, f"{runtime} takes no extra_args: the reconciler never launches "
@@ -58,6 +62,14 @@ def check(runtime: Runtime, args: Sequence[object]) -> list[Finding]:
     while i < len(args):
         entry = args[i]
         flag = table.get(entry) if isinstance(entry, str) else None
+        owned = rt.devices.owned_flags if on_devices and rt.devices is not None else ()
+        if entry in owned:
+            findings.append((i, f"{entry} is set by the planner from spec.placement.devices; "
+                                "remove it (or remove placement.devices to place the server "
+                                "by hand)"))
+            follows = i + 1 < len(args) and isinstance(args[i + 1], str)
+            i += 2 if follows and not str(args[i + 1]).startswith("--") else 1
+            continue
         if flag is None:
             findings.append((i, _not_allowed(runtime, entry)))
             i += 1

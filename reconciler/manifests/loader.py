@@ -149,8 +149,9 @@ def _extra_args(doc: Document) -> list[Problem]:
     if not isinstance(args, list) or runtime not in [r.value for r in Runtime]:
         return []
     path = ("spec", "serve", "extra_args")
+    on_devices = _get(doc.value, "spec", "placement", "devices") is not None
     return [doc.problem(path if i is None else path + (i,), message)
-            for i, message in extra_args.check(Runtime(runtime), args)]
+            for i, message in extra_args.check(Runtime(runtime), args, on_devices)]
 
 
 def _mode(doc: Document) -> list[Problem]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Mapping, Sequence
 
-from reconciler.manifests import fleet
+from reconciler.manifests import devicecheck, fleet
 from reconciler.core.desired import ModelSpec, NodeConfig, WantedState
 from reconciler.manifests.documents import RoleDraft
 from reconciler.core.errors import Problem
@@ -59,6 +59,10 @@ def check(drafts: Sequence[RoleDraft], nodes: Sequence[Node],
         for later, first in _collisions(share):
             collisions[(id(later), id(first))].append(config.name)
         warnings += _node_warnings(config, doc, share, models, drafts)
+        placed_devices = devicecheck.check(config, doc, share,
+                                           lambda d: _footprint(d, models), many)
+        problems += placed_devices[0]
+        warnings += placed_devices[1]
         routed = _router_checks(config, doc, share, models, many)
         problems += routed[0]
         warnings += routed[1]
@@ -120,7 +124,7 @@ def _node_warnings(config: NodeConfig, doc: Document | None, share: Sequence[Rol
                                  "probed and served; set allowed_ports {from, to}"))
     if config.memory_budget is None or doc is None:
         return out
-    always = [(d.spec.name, _footprint(d, models)) for d in share
+    always = [(d.spec.name, _host(d, models)) for d in share
               if d.spec.state is WantedState.RUNNING]
     need = sum(size for _, size in always)
     if need > config.memory_budget:
@@ -177,6 +181,13 @@ def _router_checks(config: NodeConfig, doc: Document | None, share: Sequence[Rol
                 f"memory_budget {format_size(config.memory_budget)}"
                 f"{_of([config.name], many)}: it can never start"))
     return problems, warnings
+
+
+def _host(draft: RoleDraft, models: Mapping[str, ModelSpec]) -> int:
+    """What a role counts against ``memory_budget``: ``memory.host`` when on devices (§7.1)."""
+    if draft.spec.devices is not None and spec_of(draft.spec.runtime).devices is not None:
+        return draft.spec.memory.host
+    return _footprint(draft, models)
 
 
 def _footprint(draft: RoleDraft, models: Mapping[str, ModelSpec]) -> int:

@@ -16,7 +16,10 @@ The rules:
   not make the claim fit, none is stopped, and the claim stays refused with
   the ledger's message naming who holds the memory;
 * as few as the LRU order allows: roles are taken one at a time, oldest use
-  first (ties by name), and taking stops as soon as the claim fits.
+  first (ties by name), and taking stops as soon as the claim fits;
+* only from the devices the claim needs (§7.1): a role holding device memory
+  whose stop the claim turns out not to need (it was on another device) is
+  kept running.
 
 Each try re-runs the whole placement with the chosen roles stopped, so every
 ledger rule (the budget, exclusions both ways, roles resident together, the
@@ -43,6 +46,7 @@ def evict(drafts: Sequence[Draft], decisions: Sequence[Decision], idle: Mapping[
           place: Place) -> list[Decision]:
     """The decisions with idle on-demand roles stopped for the claims they unblock."""
     lru = sorted(idle, key=lambda name: (idle[name], name))
+    on_devices = {dr.decision.role: bool(dr.devices) for dr in drafts}
     current = {d.role: d for d in decisions}
     evicted: dict[str, str] = {}  # evicted role → the claim it made room for
     claims = sorted((dr.decision for dr in drafts if dr.decision.verb in CLAIMS),
@@ -61,6 +65,15 @@ def evict(drafts: Sequence[Draft], decisions: Sequence[Decision], idle: Mapping[
             current = _placed(place, drafts, evicted)
             if not _refused_by_ledger(current[claim.role]):
                 break
+        # §7.1 a role on devices the claim did not need is not stopped for it:
+        # LRU order may have taken one on another device before the one that helps.
+        for name in [n for n in pool if evicted.get(n) == claim.role and on_devices.get(n)]:
+            del evicted[name]
+            kept = _placed(place, drafts, evicted)
+            if _refused_by_ledger(kept[claim.role]):
+                evicted[name] = claim.role
+            else:
+                current = kept
     return [current[d.role] for d in decisions]
 
 

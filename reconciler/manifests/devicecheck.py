@@ -1,0 +1,94 @@
+"""Checks of each node's devices against the roles placed on it (PURE; §7.1, §10).
+
+For every node, each role placed on devices must name devices the node
+declares (``ids``) or ask for no more than it has (``count``): errors, as
+nothing could ever start it there. The always-on roles are then placed on
+the node's devices the way the planner would place them (``placement.py``);
+what does not fit is a warning on the NodeConfig's ``devices`` (the ledger
+refuses it at run time, naming the device).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from reconciler.core.desired import NodeConfig, WantedState
+from reconciler.core.devices import index_of, kind_of, shares
+from reconciler.core.units import format_size
+from reconciler.core.errors import Problem
+from reconciler.manifests.documents import RoleDraft
+from reconciler.manifests.yamlsafe import Document
+from reconciler.runtimes import spec_of
+
+
+def check(config: NodeConfig, doc: Document | None, share: Sequence[RoleDraft],
+          footprint: Callable[[RoleDraft], int], many: bool,
+          ) -> tuple[list[Problem], list[Problem]]:
+    """Problems and warnings of one node's device placements."""
+    problems: list[Problem] = []
+    warnings: list[Problem] = []
+    node = f" {config.name!r}" if many else ""
+    declared = ", ".join(d.id for d in config.devices) or "none"
+    placeable = []
+    for draft in share:
+        req, rt = draft.spec.devices, spec_of(draft.spec.runtime).devices
+        if req is None or rt is None:
+            continue
+        here = ("spec", "placement", "devices")
+        missing = [i for i in req.ids if config.device(i) is None]
+        if missing:
+            problems.append(draft.doc.problem(
+                here + ("ids",), f"{', '.join(missing)}: not a device of node{node} "
+                f"(it declares {declared})"))
+            continue
+        if req.count is not None:
+            usable = [d for d in config.devices if d.kind in rt.kinds]
+            if req.count > len(usable):
+                problems.append(draft.doc.problem(
+                    here + ("count",), f"asks for {req.count} devices; node{node} declares "
+                    f"{len(usable)} it can use ({declared})"))
+                continue
+        if draft.spec.state is WantedState.RUNNING:
+            placeable.append(draft)
+    if not placeable or doc is None:
+        return problems, warnings
+    short = _unplaced(config, placeable, footprint)
+    if short:
+        warnings.append(doc.problem(
+            ("spec", "devices"), f"the always-on roles placed on node{node} do not all fit its "
+            f"devices at once: {'; '.join(short)}"))
+    return problems, warnings
+
+
+def _unplaced(config: NodeConfig, drafts: Sequence[RoleDraft],
+              footprint: Callable[[RoleDraft], int]) -> list[str]:
+    """The always-on roles that find no room, as the planner places claims (fixed ids first).
+
+    The same rule as the planner's device ledger (``planner/placement.py``, a
+    later layer): a share per device by the split, best fit for a count.
+    """
+    free = {d.id: d.memory for d in config.devices}
+    out = []
+    for draft in sorted(drafts, key=lambda d: (not d.spec.devices.ids, d.spec.serve.port,
+                                               d.spec.name)):
+        req, rt = draft.spec.devices, spec_of(draft.spec.runtime).devices
+        n = req.wanted
+        need = shares(footprint(draft), req.split, n)
+        if req.ids:
+            ids = list(req.ids)
+        else:
+            most = max(need)
+            fitting = sorted((free[d.id], d.id) for d in config.devices
+                             if d.kind in rt.kinds and free[d.id] >= most)
+            ids = sorted((i for _, i in fitting[:n]), key=device_order) if len(fitting) >= n else []
+        if ids and all(free[i] >= b for i, b in zip(ids, need)):
+            for i, b in zip(ids, need):
+                free[i] -= b
+            continue
+        out.append(f"{draft.spec.name} needs {format_size(max(need))} on {req} "
+                   f"({', '.join(f'{i} {format_size(free[i])} free' for i in sorted(free, key=device_order))})")
+    return out
+
+
+def device_order(device_id: str) -> tuple[str, int]:
+    return (kind_of(device_id), index_of(device_id))

@@ -1,0 +1,119 @@
+"""NodeConfig devices and spec.placement.devices as the loader reads and checks them (§7.1)."""
+
+from __future__ import annotations
+
+from reconciler.core.devices import Device, DeviceKind, DeviceRequest
+from reconciler.manifests import loader
+
+GB = 10**9
+SHA = "a" * 64
+MODEL = f"""\
+apiVersion: reconciler/v1
+kind: Model
+metadata: {{name: m}}
+spec:
+  format: gguf
+  root: /srv/models/m
+  shards:
+    - {{path: m.gguf, size: 100, sha256: {SHA}}}
+"""
+
+
+def _role(name: str, port: int, extra: str, runtime: str = "llamacpp", args: str = "") -> str:
+    model = "model: m, " if runtime != "ollama" else ""
+    return (f"---\napiVersion: reconciler/v1\nkind: InferenceSpec\nmetadata: {{name: {name}}}\n"
+            f"spec: {{runtime: {runtime}, mode: managed, {model}serve: {{port: {port}{args}}}{extra}}}\n")
+
+
+def _load(devices: str, *roles: str):
+    node = ("---\napiVersion: reconciler/v1\nkind: NodeConfig\nmetadata: {name: n}\n"
+            "spec: {allowed_ports: {from: 8000, to: 8999}, "
+            "serve_programs: {llamacpp: /usr/bin/llama-server}" + devices + "}\n")
+    return loader.load([("m.yaml", (MODEL + node + "".join(roles)).encode())])
+
+
+def _messages(result) -> list[str]:
+    return [f"{'.'.join(map(str, p.path)) if hasattr(p, 'path') else ''} {p.message}"
+            for p in result.problems]
+
+
+def test_devices_and_placement_are_parsed_with_units() -> None:
+    result = _load(", devices: [{id: 'cuda:1', kind: cuda, memory: 24GB}, {id: 'cuda:0', memory: 24GB}]",
+                   _role("coder", 8090, ", memory: {weights: 12GB, kv: 1GB, host: 2GB}, "
+                                        "placement: {devices: {ids: ['cuda:0', 'cuda:1'], split: [3, 1]}}"),
+                   _role("chat", 8091, ", placement: {devices: {count: 1}}"))
+    assert result.ok, result.problems
+    node = result.desired.node
+    assert node.devices == (Device(id="cuda:0", kind=DeviceKind.CUDA, memory=24 * GB),
+                            Device(id="cuda:1", kind=DeviceKind.CUDA, memory=24 * GB))
+    coder = result.desired.role("coder")
+    assert coder.devices == DeviceRequest(ids=("cuda:0", "cuda:1"), split=(3.0, 1.0))
+    assert coder.memory.host == 2 * GB and coder.host_need == 2 * GB
+    assert result.desired.role("chat").devices == DeviceRequest(count=1)
+
+
+def test_a_role_without_devices_counts_its_footprint_on_the_host() -> None:
+    result = _load("", _role("coder", 8090, ", memory: {weights: 12GB, kv: 1GB}"))
+    coder = result.desired.role("coder")
+    assert coder.devices is None and coder.host_need == 13 * GB
+
+
+def test_device_problems_are_all_reported_at_their_paths() -> None:
+    result = _load(", devices: [{id: 'cuda:0', kind: rocm, memory: 24GB}, {id: 'cuda:0', memory: 0}]",
+                   _role("a", 8090, ", placement: {devices: {ids: ['cuda:0', 'cuda:1'], split: [1]}}"),
+                   _role("b", 8091, ", placement: {devices: {count: 3}}"),
+                   _role("c", 8092, ", placement: {devices: {count: 1, ids: ['cuda:0']}}"),
+                   _role("d", 8093, ", placement: {devices: {ids: ['cuda:0', 'rocm:0']}}"))
+    text = "\n".join(str(p) for p in result.problems)
+    assert not result.ok
+    assert "does not match the id 'cuda:0'" in text
+    assert "cuda:0 is declared twice" in text
+    assert "must be more than 0 bytes" in text
+    assert "has 1 weights for 2 devices" in text
+    assert "not both" in text  # count and ids
+    assert "must all be of one kind" in text
+
+
+def test_ids_not_declared_and_counts_beyond_the_node_are_errors() -> None:
+    result = _load(", devices: [{id: 'cuda:0', memory: 24GB}]",
+                   _role("a", 8090, ", placement: {devices: {ids: ['cuda:3']}}"),
+                   _role("b", 8091, ", placement: {devices: {count: 2}}"))
+    text = "\n".join(str(p) for p in result.problems)
+    assert "cuda:3: not a device of node (it declares cuda:0)" in text
+    assert "asks for 2 devices; node declares 1 it can use (cuda:0)" in text
+
+
+def test_device_flags_are_the_planners_with_placement_devices() -> None:
+    """With placement.devices, --tensor-split and friends set by hand are an error that says so."""
+    result = _load(", devices: [{id: 'cuda:0', memory: 24GB}]",
+                   _role("a", 8090, ", placement: {devices: {count: 1}}",
+                         args=", extra_args: ['--tensor-split', '3', '--main-gpu', '1']"))
+    text = "\n".join(str(p) for p in result.problems)
+    assert "--tensor-split is set by the planner from spec.placement.devices" in text
+    assert "--main-gpu is set by the planner" in text
+
+
+def test_ollama_roles_claim_host_memory_only() -> None:
+    result = _load(", devices: [{id: 'cuda:0', memory: 24GB}]",
+                   _role("a", 11434, ", model: m, placement: {devices: {count: 1}}", runtime="ollama"))
+    text = "\n".join(str(p) for p in result.problems)
+    assert "ollama roles claim host memory only" in text
+
+
+def test_always_on_roles_beyond_a_device_are_a_warning_naming_it() -> None:
+    result = _load(", devices: [{id: 'cuda:0', memory: 24GB}, {id: 'cuda:1', memory: 24GB}]",
+                   _role("a", 8090, ", memory: {weights: 20GB}, placement: {devices: {count: 1}}"),
+                   _role("b", 8091, ", memory: {weights: 20GB}, placement: {devices: {count: 1}}"),
+                   _role("c", 8092, ", memory: {weights: 12GB}, placement: {devices: {ids: ['cuda:1']}}"))
+    assert result.ok, result.problems
+    text = "\n".join(str(w) for w in result.warnings)
+    assert "do not all fit its devices at once" in text
+    assert "b needs 20.0 GB on 1 device" in text, text
+
+
+def test_always_on_roles_that_fit_their_devices_warn_nothing_about_devices() -> None:
+    result = _load(", devices: [{id: 'cuda:0', memory: 24GB}, {id: 'cuda:1', memory: 24GB}]",
+                   _role("a", 8090, ", memory: {weights: 20GB}, placement: {devices: {count: 1}}"),
+                   _role("b", 8091, ", memory: {weights: 20GB}, placement: {devices: {count: 1}}"))
+    assert result.ok
+    assert not [w for w in result.warnings if "devices" in str(w)]
