@@ -198,11 +198,13 @@ class DeviceLedger:
         free = max(self.free(device, name), 0)
         others = sorted((who, size) for who, size in self.holders.get(device, {}).items()
                         if who != name and size > 0)
-        held = (", ".join(f"{who} ({format_size(size)})" for who, size in others)
-                if others else "nothing else")
         if said:
+            held = (", ".join(f"{who} ({format_size(size)})" for who, size in others)
+                    if others else "nothing else")
             return (f"{device} has {format_size(free)} free, {name} needs {format_size(need)}; "
                     f"held by {held}")
+        held = (", ".join(f"{who} {format_size(size)}" for who, size in others)
+                if others else "nothing else")
         return f"{device} has {format_size(free)} free (held by {held})"
 
     def summary(self) -> dict[str, tuple[int, int]]:

@@ -6,7 +6,8 @@ except ``expect`` or ``steps``)::
     description: one line saying what the case pins
     twin: other-case          # required when the case acts: its "does nothing" twin
     node: {allowed_ports: [8000, 8999], memory_budget: 96GB,
-           restart: {max_restarts: 2, base: 2, cap: 60, stable_after: 60}}
+           restart: {max_restarts: 2, base: 2, cap: 60, stable_after: 60},
+           devices: {"cuda:0": 24GB, "cuda:1": 24GB}}              # §7.1
     ctx: {allow_empty: false, operator_starts: [coder]}
     elsewhere: {coder: [gpu-2]}   # roles of the set placed on other nodes (§10)
     models: {qwen: {format: gguf, size: 1000}, llama3: {format: ollama, tag: "llama3:8b"}}
@@ -14,7 +15,8 @@ except ``expect`` or ``steps``)::
       coder: {runtime: llamacpp, mode: managed, model: qwen, port: 8090, ctx: 4096,
               kv_quant: q8_0, draft_model: x, state: running, memory: {weights: 55GB, kv: 0},
               excludes: [role:voice], restart: {max_restarts: 3}, keep_alive: 300,
-              idle_after: 600}                  # state: on-demand (§9)
+              idle_after: 600,                  # state: on-demand (§9)
+              devices: {count: 1}}              # §7.1 or {ids: ["cuda:1"], split: [3, 1]}
     observed:
       models: {qwen: verified}          # default: every model verified
       orphans: [{pid: 700, instance_id: old-1234abcd, listen: ["127.0.0.1:8095"]}]
@@ -27,6 +29,7 @@ except ``expect`` or ``steps``)::
       demand:                           # §9 the router's counts; absent: no daemon
         coder: {waiting: 3, in_flight: 0, last_request: 900}
       demand_since: 500                 # when the router began counting
+      devices: {"cuda:0": 24GB}           # §7.1 what discovery found (absent: not looked)
     remembered:
       coder: {pid: 100, restarts: 0, exited_at: null, healthy_since: null,
               terminal: gave-up, terminal_detail: "", we_loaded: false,
@@ -35,6 +38,7 @@ except ``expect`` or ``steps``)::
               exit: {known: true, code: 1, log: ["…"]},      # how the last server ended
               liveness: {failures: 2, since: 990, checked_at: 995, detail: "…"},
               restarted_at: "a", started_at: 990,  # the generation's restarted_at
+              devices: {"cuda:1": 12GB},             # §7.1 the last launch's devices
               intent: {verb: restart, reason: spec_changed, instance_id: …, stops: 100}}
     now: 1000
     expect:
@@ -95,7 +99,9 @@ from reconciler.core.observed import (
     RoleRecord,
     Terminal,
 )
+from reconciler.core.devices import Assignment, Device, DeviceKind, DeviceRequest, FoundDevice, kind_of
 from reconciler.core.units import parse_size
+from reconciler.planner.rungs import device_env
 
 GOLDEN = Path(__file__).parent / "golden"
 ENVIRON = (("HOME", "/home/op"), ("PATH", "/usr/bin:/bin"))
@@ -134,7 +140,21 @@ def node_config(data: dict[str, Any] | None) -> NodeConfig:
         serve_programs=((Runtime.LLAMACPP, "/opt/llama-server"), (Runtime.MLX_LM, "/opt/mlx_lm.server")),
         restart=restart_policy(data.get("restart"), RestartPolicy()),
         keep_alive=float(data.get("keep_alive", 1800)),
+        devices=tuple(Device(id=i, kind=DeviceKind(kind_of(i)), memory=size(m))
+                      for i, m in (data.get("devices") or {}).items()),
     )
+
+
+def device_request(data: dict[str, Any] | None) -> DeviceRequest | None:
+    """A role's ``devices: {count: 1}`` or ``{ids: [cuda:0], split: [3, 1]}`` (§7.1)."""
+    if data is None:
+        return None
+    return DeviceRequest(count=data.get("count"), ids=tuple(data.get("ids", ())),
+                         split=tuple(float(w) for w in data.get("split", ())))
+
+
+def held_devices(data: dict[str, Any] | None) -> tuple[tuple[str, int], ...]:
+    return tuple((i, size(b)) for i, b in (data or {}).items())
 
 
 def role_spec(name: str, data: dict[str, Any], node: NodeConfig) -> RoleSpec:
@@ -154,7 +174,9 @@ def role_spec(name: str, data: dict[str, Any], node: NodeConfig) -> RoleSpec:
             draft_model=data.get("draft_model"),
             extra_args=tuple(data.get("extra_args", ())),
         ),
-        memory=MemorySpec(weights=size(memory.get("weights")), kv=size(memory.get("kv"))),
+        memory=MemorySpec(weights=size(memory.get("weights")), kv=size(memory.get("kv")),
+                          host=size(memory.get("host"))),
+        devices=device_request(data.get("devices")),
         excludes=frozenset(e.removeprefix("role:") for e in data.get("excludes", ())),
         restart=restart_policy(data.get("restart"), node.restart),
         keep_alive=data.get("keep_alive", node.keep_alive if runtime is Runtime.OLLAMA else None),
@@ -228,7 +250,12 @@ def observed(case: dict[str, Any], want: Desired) -> Observed:
                         since=data.get("demand_since"))
     orphans = tuple(Orphan(pid=o["pid"], create_time=1.0, instance_id=o["instance_id"],
                            listen=tuple(o.get("listen", ()))) for o in data.get("orphans", ()))
-    return Observed(roles=roles, models=tuple(checks), demand=demand, orphans=orphans)
+    found = None
+    if "devices" in data:  # what discovery found: {"cuda:0": 24GB}
+        found = tuple(FoundDevice(id=i, kind=DeviceKind(kind_of(i)), name="gpu", memory=size(m))
+                      for i, m in (data["devices"] or {}).items())
+    return Observed(roles=roles, models=tuple(checks), demand=demand, orphans=orphans,
+                    devices=found)
 
 
 def record(name: str, data: dict[str, Any], want: Desired) -> RoleRecord:
@@ -239,8 +266,14 @@ def record(name: str, data: dict[str, Any], want: Desired) -> RoleRecord:
         old = spec
         if isinstance(launch_arg, dict):
             old = attrs.evolve(spec, serve=attrs.evolve(spec.serve, **launch_arg))
-        launch = identity.launch(old, {m.name: m for m in want.models}, want.node, dict(ENVIRON), DATA_ROOT)
-        assert launch is not None
+        devices = held_devices(data.get("devices"))
+        launcher = identity.Launcher(want.node, dict(ENVIRON), DATA_ROOT)
+        assignment = Assignment(ids=tuple(i for i, _ in devices),
+                                split=old.devices.split if old.devices else ())
+        launch_argv = launcher.argv(old, {m.name: m for m in want.models}, assignment)
+        assert launch_argv is not None
+        launch = launcher.launch(launch_argv, identity.instance_id(old), None,
+                                 device_env(old.runtime, assignment))
         digest, argv = launch.digest, launch.argv
     runtime = Runtime(data.get("runtime", spec.runtime if spec else "llamacpp"))
     return RoleRecord(
@@ -269,6 +302,7 @@ def record(name: str, data: dict[str, Any], want: Desired) -> RoleRecord:
                     if digest is not None and data.get("restarted_at") else None),
         restarted_at=data.get("restarted_at"),
         intent=Intent(**data["intent"]) if data.get("intent") else None,
+        devices=held_devices(data.get("devices")),
     )
 
 

@@ -38,10 +38,14 @@ _SIZE_FIELDS = {"reserve", "release"}
 
 def _value(d: Decision, field: str) -> Any:
     value = getattr(d, field)
+    if field == "devices":  # §7.1 {cuda:0: 12GB} in the YAML
+        return dict(value)
     return str(value) if hasattr(value, "value") else value
 
 
 def _expected(field: str, value: Any) -> Any:
+    if field == "devices":
+        return {k: size(v) for k, v in value.items()}
     return size(value) if field in _SIZE_FIELDS and isinstance(value, str) else value
 
 

@@ -30,6 +30,7 @@ from reconciler.core.desired import (
     ServeSpec,
     WantedState,
 )
+from reconciler.core.devices import Device, DeviceKind, DeviceRequest
 from reconciler.core.observed import (
     Health,
     ModelCheck,
@@ -54,7 +55,12 @@ NODE = NodeConfig(
     memory_budget=40 * GB,
     serve_programs=SERVE_PROGRAMS,
     restart=POLICY,
+    devices=(Device(id="cuda:0", kind=DeviceKind.CUDA, memory=16 * GB),
+             Device(id="cuda:1", kind=DeviceKind.CUDA, memory=16 * GB)),
 )
+#: §7.1 what a llama.cpp role may ask of the devices (None: host-only).
+DEVICE_REQUESTS = (None, None, DeviceRequest(count=1), DeviceRequest(count=2),
+                   DeviceRequest(ids=("cuda:1",)), DeviceRequest(ids=("cuda:0", "cuda:1"), split=(3.0, 1.0)))
 #: ``big`` names a tag the Ollama server has not pulled.
 ALL_MODELS = tuple(sorted(
     (*MODELS, ModelSpec(name="big", format=ModelFormat.OLLAMA,
@@ -153,11 +159,14 @@ class Reconciling(RuleBasedStateMachine):
             model = "qwen" if runtime is Runtime.LLAMACPP else "mlxq"
             if port is None:
                 return
+        mode = Mode.ADOPTED if adopted or not spec_of(runtime).managed else Mode.MANAGED
+        devices = (data.draw(st.sampled_from(DEVICE_REQUESTS))
+                   if runtime is Runtime.LLAMACPP and mode is Mode.MANAGED else None)
         self.roles[name] = RoleSpec(
-            name=name, runtime=runtime, mode=Mode.ADOPTED if adopted or not spec_of(runtime).managed else Mode.MANAGED,
+            name=name, runtime=runtime, mode=mode,
             model=model, serve=ServeSpec(port=port), memory=MemorySpec(weights=weights * GB),
             excludes=frozenset(excludes - {name}), restart=POLICY,
-            keep_alive=300.0 if runtime is Runtime.OLLAMA else None)
+            keep_alive=300.0 if runtime is Runtime.OLLAMA else None, devices=devices)
 
     @rule(data=st.data())
     def remove_role(self, data) -> None:
@@ -165,7 +174,8 @@ class Reconciling(RuleBasedStateMachine):
         if name is not None:
             del self.roles[name]
 
-    @rule(data=st.data(), what=st.sampled_from(["ctx", "memory", "excludes", "state", "port"]))
+    @rule(data=st.data(), what=st.sampled_from(["ctx", "memory", "excludes", "state", "port",
+                                                 "devices"]))
     def edit_role(self, data, what) -> None:
         name = self.pick(data, self.roles)
         if name is None:
@@ -175,6 +185,10 @@ class Reconciling(RuleBasedStateMachine):
             spec = attrs.evolve(spec, serve=attrs.evolve(spec.serve, ctx=data.draw(st.sampled_from([None, 4096, 8192]))))
         elif what == "memory":
             spec = attrs.evolve(spec, memory=MemorySpec(weights=data.draw(st.integers(0, 25)) * GB))
+        elif what == "devices":
+            if spec.runtime is not Runtime.LLAMACPP or not spec.managed:
+                return
+            spec = attrs.evolve(spec, devices=data.draw(st.sampled_from(DEVICE_REQUESTS)))
         elif what == "excludes":
             spec = attrs.evolve(spec, excludes=frozenset(data.draw(st.sets(st.sampled_from(NAMES), max_size=2))) - {name})
         elif what == "state":
@@ -297,6 +311,17 @@ class Reconciling(RuleBasedStateMachine):
     @invariant()
     def ledger_within_budget(self) -> None:
         assert sum(r.reserved for r in self.remembered.roles) <= (NODE.memory_budget or 0)
+
+    @invariant()
+    def devices_within_memory(self) -> None:
+        """§7.1 what our live servers hold on each device never exceeds its memory."""
+        used: dict[str, int] = {}
+        for rec in self.remembered.roles:
+            if self.live(rec.name):
+                for device, size in rec.devices:
+                    used[device] = used.get(device, 0) + size
+        for device in NODE.devices:
+            assert used.get(device.id, 0) <= device.memory, used
 
     @invariant()
     def one_live_server_per_port(self) -> None:
