@@ -286,6 +286,12 @@ def _json_only(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print as JSON")
 
 
+def _capabilities(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print as JSON")
+    p.add_argument("--devices-yaml", action="store_true",
+                   help="print a NodeConfig devices: snippet for the devices found (§7.1)")
+
+
 def _events(p: argparse.ArgumentParser) -> None:
     p.add_argument("name", nargs="?", help="one role")
     p.add_argument("--since", metavar="DURATION", help="only events newer than this (e.g. 1h)")
@@ -337,7 +343,7 @@ _COMMANDS: tuple[tuple[str, str, str, Callable[[argparse.ArgumentParser], None]]
     ("health", "probe one role and report (with --deep, ask for one token)",
      "health:run_health", _globals_then(_health)),
     ("capabilities", f"what this node can run ({', '.join(Runtime)}), and why not",
-     "health:run_capabilities", _globals_then(_json_only)),
+     "health:run_capabilities", _globals_then(_capabilities)),
     ("events", "the event log", "status:run_events", _globals_then(_events)),
     ("logs", "a managed server's own log (server.log); --follow like tail -F",
      "serverlogs:run", _globals_then(_logs)),

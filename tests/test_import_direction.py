@@ -57,6 +57,7 @@ OWNERS: dict[str, set[str]] = {
     "httpx": set(),  # probes are an asyncio protocol + http11.py (probe.py says why)
     "prometheus_client": {"reconciler/report/metrics.py"},  # exposition, /metrics, the file
     "psutil": {"reconciler/world/procs.py"},
+    "pynvml": {"reconciler/world/devices.py"},  # NVML (nvidia-ml-py, optional), imported lazily
     "signal": {"reconciler/system/signals.py"},  # sending and catching signals
     "sqlite3": {"reconciler/state/store.py"},
     "subprocess": {"reconciler/system/programs.py"},  # servers, git, version probes

@@ -212,9 +212,15 @@ def run_capabilities(args) -> int:
     desired = _load(args)
     if desired is None:
         return Exit.ERROR
+    from reconciler.commands import capdevices
+
+    devices = capdevices.report(desired.node)
+    if getattr(args, "devices_yaml", False):
+        print(devices["yaml"], end="")
+        return Exit.OK if devices["found"] else Exit.ERROR
     rows = capability_rows(desired)
     if args.json:
-        common.print_json({"runtimes": rows})
+        common.print_json({"runtimes": rows, "devices": devices})
     else:
         table = [("RUNTIME", "PROGRAM", "VERSION", "OK")] + [
             (r["runtime"], r["program"] or "-", r["version"] or "-",
@@ -224,5 +230,7 @@ def run_capabilities(args) -> int:
         widths = [max(len(row[i]) for row in table) for i in range(3)]
         for row in table:
             print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[3])
+    if not args.json:
+        capdevices.print_text(devices)
     failed = [r for r in rows if r["needed"] and not r["ok"]]
-    return Exit.ERROR if failed else Exit.OK
+    return Exit.ERROR if failed or capdevices.failed(devices) else Exit.OK

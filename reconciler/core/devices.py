@@ -119,3 +119,48 @@ class DeviceUse:
     pid: int
     device: str  # the device id (``cuda:0``)
     used: int  # bytes
+
+
+@frozen
+class Compared:
+    """One device, declared or found or both: ``state`` ok | missing | smaller | undeclared."""
+
+    id: str
+    state: str
+    declared: int | None
+    found: int | None
+    why: str = ""
+
+
+def compare(declared: tuple[Device, ...], found: tuple[FoundDevice, ...]) -> tuple[Compared, ...]:
+    """Declared devices against found ones (§7.1), in device order.
+
+    Missing or smaller: the roles placed on it are refused (the planner reads
+    the same facts); undeclared: a note (the planner never uses it).
+    """
+    seen = {f.id: f for f in found}
+    out = []
+    for d in declared:
+        f = seen.pop(d.id, None)
+        if f is None:
+            out.append(Compared(id=d.id, state="missing", declared=d.memory, found=None,
+                                why="declared, not found: roles placed on it are unplaceable"))
+        elif f.memory and f.memory < d.memory:
+            out.append(Compared(id=d.id, state="smaller", declared=d.memory, found=f.memory,
+                                why="declared larger than found: roles placed on it are unplaceable"))
+        else:
+            out.append(Compared(id=d.id, state="ok", declared=d.memory, found=f.memory))
+    out += [Compared(id=f.id, state="undeclared", declared=None, found=f.memory,
+                     why="found, not declared in NodeConfig devices: never planned onto")
+            for f in seen.values()]
+    return tuple(sorted(out, key=lambda c: (c.id.partition(":")[0], index_of(c.id))))
+
+
+def devices_yaml(found: tuple[FoundDevice, ...], headroom: float = 0.9) -> str:
+    """A NodeConfig ``devices:`` snippet for what was found (memory less room for the driver)."""
+    lines = ["devices:"]
+    for f in found:
+        plan = int(f.memory * headroom) // 10**8 * 10**8  # rounded down to 0.1 GB
+        lines.append(f"  - {{id: \"{f.id}\", kind: {f.kind}, memory: {plan / 1e9:.1f}GB}}"
+                     f"  # {f.name}, {f.memory / 2**30:.1f} GiB")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,81 @@
+"""Discovery's order and fallbacks (world/devices.py) with NVML and the tools injected.
+
+The NVML path runs here through an injected reader (no GPU on these
+machines); the real bindings run in ``tests/gpu/`` where a GPU is present.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reconciler.core.desired import NodeConfig
+from reconciler.core.devices import Device, DeviceKind, DeviceUse, compare, devices_yaml
+from reconciler.system.programs import Ran
+from reconciler.world import devices
+
+DATA = Path(__file__).parent / "data"
+GIB = 2**30
+
+
+class FakeNvml:
+    def devices(self):
+        return [("NVIDIA RTX A5000", "GPU-a", "00000000:81:00.0", 24 * GIB, 3 * GIB),
+                ("NVIDIA RTX A5000", "GPU-b", "00000000:C1:00.0", 24 * GIB, 0)]
+
+    def processes(self, index):
+        return [(4242, 3 * GIB), (4243, None)] if index == 0 else []
+
+
+def _no_nvml():
+    return None, "nvidia-ml-py is not installed"
+
+
+def _tools(outputs: dict[str, str]):
+    def run(argv):
+        for key, text in outputs.items():
+            if key in " ".join(argv):
+                return Ran(returncode=0, stdout=text.encode())
+        return Ran(failure=f"{argv[0]} is not installed")
+    return run
+
+
+def test_nvml_comes_first_and_reports_use_by_pid() -> None:
+    found = devices.discover(run=_tools({}), nvml=lambda: (FakeNvml(), ""))
+    assert found.tool == "nvml"
+    assert [(d.id, d.memory, d.used) for d in found.devices] == [
+        ("cuda:0", 24 * GIB, 3 * GIB), ("cuda:1", 24 * GIB, 0)]
+    assert found.uses == (DeviceUse(pid=4242, device="cuda:0", used=3 * GIB),)
+
+
+def test_without_nvml_nvidia_smi_csv_is_read() -> None:
+    gpus = (DATA / "nvidia-smi_query-gpu_idx60292320197_4x_h200-141c.csv").read_text()
+    found = devices.discover(run=_tools({"--query-gpu": gpus, "--query-compute-apps":
+                                         "gpu_uuid, pid, used_gpu_memory [MiB]\n"}), nvml=_no_nvml)
+    assert found.tool == "nvidia-smi" and len(found.devices) == 4
+    assert found.notes == ("nvidia-ml-py is not installed",)
+
+
+def test_amd_then_apple_then_nothing() -> None:
+    rocm = (DATA / "rocm-smi_marimo-9237_1x_rx7900xt.json").read_text()
+    found = devices.discover(run=_tools({"rocm-smi": rocm}), nvml=_no_nvml)
+    assert found.tool == "rocm-smi" and found.devices[0].id == "rocm:0"
+    nothing = devices.discover(run=_tools({}), nvml=_no_nvml)
+    assert nothing.tool is None and nothing.devices == ()
+    assert "nvidia-smi is not installed" in nothing.notes
+
+
+def test_declared_against_found_missing_smaller_undeclared() -> None:
+    found = devices.discover(run=_tools({}), nvml=lambda: (FakeNvml(), "")).devices
+    node = NodeConfig(devices=(Device(id="cuda:0", kind=DeviceKind.CUDA, memory=30 * GIB),
+                               Device(id="cuda:2", kind=DeviceKind.CUDA, memory=8 * GIB)))
+    states = {c.id: c.state for c in compare(node.devices, found)}
+    assert states == {"cuda:0": "smaller", "cuda:1": "undeclared", "cuda:2": "missing"}
+
+
+def test_devices_yaml_leaves_room_for_the_driver_and_loads_back() -> None:
+    import yaml
+
+    found = devices.discover(run=_tools({}), nvml=lambda: (FakeNvml(), "")).devices
+    text = devices_yaml(found)
+    data = yaml.safe_load(text)
+    assert data["devices"][0] == {"id": "cuda:0", "kind": "cuda", "memory": "23.1GB"}
