@@ -48,12 +48,25 @@ def _restarted(before: str | None, after: str | None) -> str:
 
 
 def launch_changes(record: RoleRecord, spec: RoleSpec | None, argv, digest: str | None, *,
-                   fresh: bool, owner_id: str | None, instance_id: str) -> str:
-    """What makes a launched role's generation new: the argv's changes, restarted_at, the instance."""
+                   fresh: bool, owner_id: str | None, instance_id: str,
+                   devices: tuple[str, ...] = ()) -> str:
+    """What makes a launched role's generation new: the argv's changes, restarted_at, the instance.
+
+    ``devices``: the ones the new launch is built with (§7.1); a move is named first.
+    """
     parts = []
     if argv is not None and record.launch_digest is not None and digest != record.launch_digest:
-        parts.append(identity.argv_changes(record.launch_argv, argv) if record.launch_argv
-                     else "a new launch")
+        said = (identity.argv_changes(record.launch_argv, argv) if record.launch_argv
+                else "a new launch")
+        before = tuple(i for i, _ in record.devices)
+        if before != devices:
+            wanted = spec.devices if spec is not None else None
+            after = ", ".join(devices) if devices else (
+                f"any {wanted}" if wanted is not None else "(none)")
+            parts.append(f"devices {', '.join(before) or '(none)'} → {after}")
+            said = "" if said == "launch environment changed" else said
+        if said:
+            parts.append(said)
     wanted = spec.restarted_at if spec is not None else None
     if fresh and record.restarted_at != wanted:
         parts.append(_restarted(record.restarted_at, wanted))

@@ -121,7 +121,8 @@ def device_env(runtime: Runtime, assignment: Assignment | None) -> tuple[tuple[s
 def changes(r: Role) -> str:
     assert r.record is not None
     return generations.launch_changes(r.record, r.spec, r.argv, r.digest, fresh=r.fresh,
-                                      owner_id=r.owner_id, instance_id=r.instance_id)
+                                      owner_id=r.owner_id, instance_id=r.instance_id,
+                                      devices=r.assignment.ids if r.assignment else ())
 
 
 def started(r: Role) -> float | None:

@@ -65,6 +65,7 @@ DEVICES = DeviceLaunch(
     kinds=frozenset(DeviceKind),
     visibility={DeviceKind.CUDA: "CUDA_VISIBLE_DEVICES", DeviceKind.ROCM: "HIP_VISIBLE_DEVICES",
                 DeviceKind.VULKAN: "GGML_VK_VISIBLE_DEVICES"},
+    order={DeviceKind.CUDA: (("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),)},
     split_flag="--tensor-split",
     owned_flags=frozenset({"--device", "-dev", "--tensor-split", "-ts", "--split-mode", "-sm",
                            "--main-gpu", "-mg"}),

@@ -57,16 +57,26 @@ class DeviceLaunch:
 
     kinds: frozenset[DeviceKind]
     visibility: Mapping[DeviceKind, str] = attrs.field(factory=dict)
+    #: Set beside the visibility variable: ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` makes CUDA
+    #: count devices as nvidia-smi and NVML do (its default puts the fastest first).
+    order: Mapping[DeviceKind, tuple[tuple[str, str], ...]] = attrs.field(factory=dict)
     split_flag: str | None = None
     owned_flags: frozenset[str] = frozenset()
 
     def env(self, assignment: Assignment) -> tuple[tuple[str, str], ...]:
         if not assignment.ids:
             return ()
-        name = self.visibility.get(DeviceKind(kind_of(assignment.ids[0])))
+        kind = DeviceKind(kind_of(assignment.ids[0]))
+        name = self.visibility.get(kind)
         if name is None:
             return ()
-        return ((name, ",".join(str(index_of(i)) for i in assignment.ids)),)
+        return (*self.order.get(kind, ()),
+                (name, ",".join(str(index_of(i)) for i in assignment.ids)))
+
+    @property
+    def owned_env(self) -> frozenset[str]:
+        return frozenset(self.visibility.values()) | {
+            k for pairs in self.order.values() for k, _ in pairs}
 
     def argv(self, assignment: Assignment) -> tuple[str, ...]:
         if self.split_flag is None or len(assignment.ids) < 2:
@@ -74,9 +84,6 @@ class DeviceLaunch:
         weights = assignment.split or (1,) * len(assignment.ids)
         return (self.split_flag, ",".join(_number(w) for w in weights))
 
-    @property
-    def owned_env(self) -> frozenset[str]:
-        return frozenset(self.visibility.values())
 
 
 def _number(value: float) -> str:
