@@ -28,6 +28,27 @@ def status_rows(result, store) -> list[dict]:
     return snapshot.status_rows(result, store)
 
 
+def device_rows(result) -> list[dict]:
+    """§7.1 per declared device: memory, reserved in total, and per role reserved/used."""
+    from reconciler.planner import placement
+
+    if result.desired is None or not result.desired.node.devices:
+        return []
+    uses = placement.uses_by_pid(result.observed.device_use)
+    return placement.device_table(result.desired.node, result.plan.decisions, uses)
+
+
+def _print_devices(devices: list[dict]) -> None:
+    print()
+    for row in devices:
+        who = ", ".join(
+            f"{h['role']} {format_size(h['reserved'])}"
+            + (f" (using {format_size(h['used'])})" if h["used"] is not None else "")
+            for h in row["holders"]) or "nothing reserved"
+        print(f"{row['device']:<8} {format_size(row['reserved'])} / {format_size(row['memory'])}"
+              f" reserved: {who}")
+
+
 def run_status(args) -> int:
     """What every role is; on an invalid manifest set, the problems first, then what runs.
 
@@ -62,13 +83,14 @@ def run_status(args) -> int:
             if failed:
                 return failed
     code = Exit.ERROR if problems else Exit.OK
+        devices = device_rows(result)
     if args.name:
         rows = [r for r in rows if r["role"] == args.name]
         if not rows:
             print(f"reconcile: error: no role {args.name!r}", file=sys.stderr)
             return Exit.ERROR
     if args.json:
-        common.print_json({"roles": rows, "git_commit": result.git_commit,
+        common.print_json({"roles": rows, "devices": devices, "git_commit": result.git_commit,
                            **({"problems": [str(p) for p in problems]} if problems else {})})
         return code
     table = [_COLUMNS] + [
@@ -80,6 +102,8 @@ def run_status(args) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS) - 1)]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+    if devices and not args.name:
+        _print_devices(devices)
     return code
 
 

@@ -107,6 +107,7 @@ class Reason(enum.StrEnum):
     ON_DEMAND = "on_demand"  # §9 an on-demand role nobody asks for stays stopped
     ORPHAN = "orphan"  # a server of ours by proof that no role wants (§4)
     STARTUP_TIMEOUT = "startup_timeout"  # never answered within startup_grace: a failed start
+    OVER_RESERVED = "over_reserved"  # §7.1 uses more device memory than it reserved: degraded
 
 
 @frozen

@@ -25,12 +25,14 @@ from typing import Iterable, Mapping, Sequence
 
 import attrs
 
+from reconciler.core.decisions import Decision, Reason, Status, Verb
 from reconciler.core.desired import NodeConfig, RoleSpec
 from reconciler.core.devices import (
     Assignment,
     Device,
     DeviceKind,
     DeviceRequest,
+    DeviceUse,
     FoundDevice,
     index_of,
     kind_of,
@@ -210,3 +212,54 @@ class DeviceLedger:
     def summary(self) -> dict[str, tuple[int, int]]:
         """device → (reserved, capacity)."""
         return {d: (self.used[d], self.capacity[d]) for d in self.order}
+
+
+def over_reserved(d: Decision, uses: Mapping[int, Mapping[str, int]]) -> Decision:
+    """§7.1 a running server using more on a device than it reserved there is ``degraded``.
+
+    ``uses``: pid → device → bytes, as NVML or nvidia-smi report them. Only a
+    server in sync is judged (one starting or restarting has no steady use).
+    """
+    if d.verb is not Verb.KEEP or d.status is not Status.RUNNING or not d.devices or d.pid is None:
+        return d
+    used = uses.get(d.pid)
+    if not used:
+        return d
+    over = [(device, used[device], size) for device, size in d.devices
+            if used.get(device, 0) > size]
+    if not over:
+        return d
+    detail = "; ".join(f"using {format_size(u)} on {device}, reserved {format_size(size)}"
+                       for device, u, size in over)
+    return attrs.evolve(d, reason=Reason.OVER_RESERVED, status=Status.DEGRADED, detail=detail,
+                        why=f"over its reservation on {', '.join(dev for dev, _, _ in over)}")
+
+
+def uses_by_pid(uses: Iterable[DeviceUse]) -> dict[int, dict[str, int]]:
+    out: dict[int, dict[str, int]] = {}
+    for use in uses:
+        mine = out.setdefault(use.pid, {})
+        mine[use.device] = mine.get(use.device, 0) + use.used
+    return out
+
+
+def held_after(d: Decision) -> Pairs:
+    """(device, bytes) the role holds once ``d`` is done: kept, started or restarted (§7.1)."""
+    return () if d.verb in (Verb.STOP, Verb.REFUSE, Verb.FORGET, Verb.GIVE_UP) else d.devices
+
+
+def device_table(node: NodeConfig, decisions: Iterable[Decision],
+                 uses: Mapping[int, Mapping[str, int]]) -> list[dict]:
+    """Per declared device: its memory, and each holder's reserved and used bytes (status, metrics)."""
+    rows = []
+    for device in sorted(node.devices, key=lambda d: device_order(d.id)):
+        holders = []
+        for d in sorted(decisions, key=lambda d: d.role):
+            size = dict(held_after(d)).get(device.id)
+            if size is None:
+                continue
+            used = uses.get(d.pid, {}).get(device.id) if d.pid is not None else None
+            holders.append({"role": d.role, "reserved": size, "used": used})
+        rows.append({"device": device.id, "kind": str(device.kind), "memory": device.memory,
+                     "reserved": sum(h["reserved"] for h in holders), "holders": holders})
+    return rows

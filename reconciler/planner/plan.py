@@ -145,6 +145,10 @@ def plan(
     if roles:
         decisions = [_launched(roles[d.role], d, models) if d.role in roles else d
                      for d in decisions]
+    if observed.device_use:
+        # §7.1 a server over its reservation on a device is degraded (observed by pid).
+        uses = placement.uses_by_pid(observed.device_use)
+        decisions = [placement.over_reserved(d, uses) for d in decisions]
     ordered = tuple(sorted(decisions, key=ledger.order_key))
     hints = [d.retry_in for d in ordered if d.retry_in is not None]
     hints += livenessrungs.wakes(specs, records, observations, now)

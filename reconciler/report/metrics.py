@@ -17,6 +17,9 @@ series                                                type   from
                                                              (0 when the pass raised)
 ``reconciler_manifest_problems{node}``                gauge  0 when the manifests are valid
 ``reconciler_last_pass_actions{node,verb,reason}``    gauge  acting decisions of the last pass
+``reconciler_device_memory_bytes{node,device}``       gauge  NodeConfig devices (§7.1)
+``reconciler_device_reserved_bytes{node,device,role}`` gauge the device ledger (§7.1)
+``reconciler_device_used_bytes{node,device,role}``    gauge  observed by pid (NVML, nvidia-smi)
 ====================================================  =====  ===========================
 
 The restart count is a gauge, not a ``_total`` counter: BEHAVIOUR §4 resets
@@ -78,6 +81,9 @@ _HELP = {
     "reconciler_last_pass_success": "1 if the last pass's actions all succeeded, else 0.",
     "reconciler_manifest_problems": "Number of problems in the manifest set (0 = valid).",
     "reconciler_last_pass_actions": "Acting decisions (start, stop, restart, load, unload) of the last pass, by verb and reason.",
+    "reconciler_device_memory_bytes": "Memory of each declared device (NodeConfig devices) in bytes.",
+    "reconciler_device_reserved_bytes": "Bytes each role reserves on each device in the device ledger.",
+    "reconciler_device_used_bytes": "Bytes each role's server uses on each device (NVML / nvidia-smi, by pid).",
 }
 
 
@@ -142,7 +148,22 @@ def _families(result, store, *, problems_count: int, last_pass_ts: float, durati
             acted[key] = acted.get(key, 0) + 1
     for (verb, reason), count in sorted(acted.items()):
         actions.add_metric((node, verb, reason), count)
-    return [status, restarts, reserved, budget, latency, last, took, success, problems, actions]
+    # §7.1 devices: each one's memory, and what each role reserves and uses on it.
+    dev_memory = family("reconciler_device_memory_bytes", ("device",))
+    dev_reserved = family("reconciler_device_reserved_bytes", ("device", "role"))
+    dev_used = family("reconciler_device_used_bytes", ("device", "role"))
+    if desired is not None and desired.node.devices and plan is not None:
+        from reconciler.planner import placement
+
+        uses = placement.uses_by_pid(observed.device_use if observed is not None else ())
+        for row in placement.device_table(desired.node, plan.decisions, uses):
+            dev_memory.add_metric((node, row["device"]), row["memory"])
+            for holder in row["holders"]:
+                dev_reserved.add_metric((node, row["device"], holder["role"]), holder["reserved"])
+                if holder["used"] is not None:
+                    dev_used.add_metric((node, row["device"], holder["role"]), holder["used"])
+    return [status, restarts, reserved, budget, latency, last, took, success, problems, actions,
+            dev_memory, dev_reserved, dev_used]
 
 
 class PassMetrics(Collector):

@@ -59,6 +59,7 @@ def status_rows(result, store, *, records=None) -> list[dict]:
             "footprint_bytes": spec.memory.footprint if spec else 0,
             "next": f"{d.verb} ({d.reason})" if d.acts else None,
             "exit": exit_json(record.exit if record and record.exit else obs.exit),
+            "devices": [{"device": dev, "reserved_bytes": size} for dev, size in d.devices],
         })
     return rows
 

@@ -29,7 +29,7 @@ from typing import Mapping
 
 import attrs
 
-from reconciler.world import instances, postmortem, probe, procs
+from reconciler.world import devices, instances, postmortem, probe, procs
 from reconciler.models import modelchecks
 from reconciler.core.desired import Desired, Mode, RoleSpec, Runtime
 from reconciler.core.observed import (
@@ -327,6 +327,9 @@ async def observe_async(
     # says) go out meanwhile.
     reading = asyncio.ensure_future(asyncio.to_thread(process_side, all_targets, allowed_names,
                                                       root))
+    # §7.1 a node with devices: what the machine has, and each process's use (NVML, nvidia-smi).
+    finding = (asyncio.ensure_future(asyncio.to_thread(devices.discover))
+               if desired.node.devices else None)
     try:
         known = await ask_first(allowed, timeout)
     finally:
@@ -345,8 +348,12 @@ async def observe_async(
             name=t.name, process=process, probe=facts, port_taken=taken, exposed=exposed,
             exit=ended,
         ))
+    found = await finding if finding is not None else None
     # ``sticky``: the store's sticky model mismatches (model → detail).
-    return Observed(roles=tuple(roles), models=modelchecks.check(desired, sticky or {}))
+    return Observed(roles=tuple(roles), models=modelchecks.check(desired, sticky or {}),
+                    # No tool answered: the declaration is trusted (nothing is "missing").
+                    devices=found.devices if found is not None and found.tool else None,
+                    device_use=found.uses if found is not None else ())
 
 
 def observe(

@@ -10,6 +10,7 @@ device takes the refused role; a changed ``ids`` restarts exactly that role.
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import psutil
@@ -76,6 +77,10 @@ def test_two_devices_three_roles_freed_device_and_changed_ids(world):
     assert world.pid("c") is None
     status = world.reconcile("status")
     assert "unplaceable" in status.stdout
+    assert "cuda:0   1.0 GB / 1.5 GB reserved: a 1.0 GB" in status.stdout, status.stdout
+    rows = json.loads(world.reconcile("status", "--json").stdout)["devices"]
+    assert [(r["device"], r["reserved"], [h["role"] for h in r["holders"]]) for r in rows] == [
+        ("cuda:0", 10**9, ["a"]), ("cuda:1", 10**9, ["b"])]
 
     a_pid, b_pid = world.pid("a"), world.pid("b")
     again = converge(world, expect=3)  # in sync: nothing moves, c still refused

@@ -30,6 +30,7 @@ except ``expect`` or ``steps``)::
         coder: {waiting: 3, in_flight: 0, last_request: 900}
       demand_since: 500                 # when the router began counting
       devices: {"cuda:0": 24GB}           # §7.1 what discovery found (absent: not looked)
+      device_use: {100: {"cuda:0": 13.1GB}}  # §7.1 pid → device memory it uses
     remembered:
       coder: {pid: 100, restarts: 0, exited_at: null, healthy_since: null,
               terminal: gave-up, terminal_detail: "", we_loaded: false,
@@ -99,7 +100,15 @@ from reconciler.core.observed import (
     RoleRecord,
     Terminal,
 )
-from reconciler.core.devices import Assignment, Device, DeviceKind, DeviceRequest, FoundDevice, kind_of
+from reconciler.core.devices import (
+    Assignment,
+    Device,
+    DeviceKind,
+    DeviceRequest,
+    DeviceUse,
+    FoundDevice,
+    kind_of,
+)
 from reconciler.core.units import parse_size
 from reconciler.planner.rungs import device_env
 
@@ -254,8 +263,10 @@ def observed(case: dict[str, Any], want: Desired) -> Observed:
     if "devices" in data:  # what discovery found: {"cuda:0": 24GB}
         found = tuple(FoundDevice(id=i, kind=DeviceKind(kind_of(i)), name="gpu", memory=size(m))
                       for i, m in (data["devices"] or {}).items())
+    uses = tuple(DeviceUse(pid=int(pid), device=device, used=size(b))
+                 for pid, on in (data.get("device_use") or {}).items() for device, b in on.items())
     return Observed(roles=roles, models=tuple(checks), demand=demand, orphans=orphans,
-                    devices=found)
+                    devices=found, device_use=uses)
 
 
 def record(name: str, data: dict[str, Any], want: Desired) -> RoleRecord:

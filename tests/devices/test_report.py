@@ -1,0 +1,58 @@
+"""Reserved and used per device in status rows and metrics (§7.1)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from reconciler.core.decisions import Plan
+from reconciler.core.devices import DeviceUse
+from reconciler.core.observed import Observed
+from reconciler.planner import placement
+from reconciler.planner.plan import plan
+from reconciler.report import metrics
+from tests.plan import golden
+
+GB = 10**9
+
+
+def _result():
+    case = golden.load_all()["devices-over-reservation"]
+    (step,) = golden.steps(case, "x")
+    p = plan(step.desired, step.observed, step.remembered, step.ctx, step.now)
+    return SimpleNamespace(plan=p, desired=step.desired, observed=step.observed, ok=True)
+
+
+def test_device_table_has_memory_reserved_and_used_per_role() -> None:
+    result = _result()
+    uses = placement.uses_by_pid(result.observed.device_use)
+    table = placement.device_table(result.desired.node, result.plan.decisions, uses)
+    assert table == [
+        {"device": "cuda:0", "kind": "cuda", "memory": 24 * GB, "reserved": 12 * GB,
+         "holders": [{"role": "chat", "reserved": 12 * GB, "used": 13_100_000_000}]},
+        {"device": "cuda:1", "kind": "cuda", "memory": 24 * GB, "reserved": 12 * GB,
+         "holders": [{"role": "coder", "reserved": 12 * GB, "used": 11 * GB}]},
+    ]
+
+
+def test_metrics_publish_device_memory_reserved_and_used() -> None:
+    text = metrics.render(_result(), None, problems_count=0, last_pass_ts=1.0, duration=0.1,
+                          failed=False, node="gpu-1")
+    assert 'reconciler_device_memory_bytes{device="cuda:0",node="gpu-1"} 2.4e+10' in text
+    assert ('reconciler_device_reserved_bytes{device="cuda:1",node="gpu-1",role="coder"} 1.2e+10'
+            in text)
+    assert ('reconciler_device_used_bytes{device="cuda:0",node="gpu-1",role="chat"} 1.31e+10'
+            in text)
+    assert 'reconciler_role_status{node="gpu-1",role="chat",status="degraded"} 1.0' in text
+
+
+def test_uses_of_one_pid_on_one_device_add_up() -> None:
+    uses = placement.uses_by_pid([DeviceUse(pid=1, device="cuda:0", used=1),
+                                  DeviceUse(pid=1, device="cuda:0", used=2)])
+    assert uses == {1: {"cuda:0": 3}}
+
+
+def test_a_node_without_devices_publishes_no_device_series() -> None:
+    result = SimpleNamespace(plan=Plan(), desired=None, observed=Observed(), ok=True)
+    text = metrics.render(result, None, problems_count=0, last_pass_ts=1.0, duration=0.1,
+                          failed=False, node="n")
+    assert "reconciler_device_reserved_bytes{" not in text
