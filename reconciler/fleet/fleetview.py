@@ -9,6 +9,7 @@ ledger would hold against its budget. ``text`` and ``as_json`` show it;
 Text::
 
     gpu-1  19.4 GB of 48.0 GB  (pool=a, vram=48)
+      devices: cuda:0 9.7 GB/24.0 GB, cuda:1 0 B/24.0 GB
       + coder   llamacpp  :8090  9.7 GB  start
       ! big     llamacpp  :8092  55.0 GB  refuse (unplaceable: …)
     gpu-2  0 B, no budget
@@ -21,8 +22,10 @@ JSON (``as_json``, stable field names)::
     {"format": 1,
      "nodes": [{"node", "labels": {str: str}, "memory_budget": int|null,
                 "allowed_ports": str|null, "reserved": int,
+                "devices": [{"device", "reserved": int, "memory": int}],     # §7.1
                 "roles": [{"role", "runtime", "mode", "state", "host", "port",
-                           "footprint", "verb", "reason", "status", "detail"}]}],
+                           "footprint", "verb", "reason", "status", "detail",
+                           "devices": [str]}]}],
      "unplaced": [str]}
 """
 
@@ -77,6 +80,16 @@ class NodeView:
     def role(self, name: str) -> RoleView | None:
         return next((r for r in self.roles if r.name == name), None)
 
+    @property
+    def devices(self) -> tuple[tuple[str, int, int], ...]:
+        """§7.1 (device, reserved after the offline plan, memory) per declared device."""
+        held: dict[str, int] = {}
+        for r in self.roles:
+            if r.decision.verb in (Verb.START, Verb.RESTART):
+                for device, size in r.decision.devices:
+                    held[device] = held.get(device, 0) + size
+        return tuple((d.id, held.get(d.id, 0), d.memory) for d in self.node.devices)
+
 
 @frozen
 class FleetView:
@@ -123,6 +136,10 @@ def text(fleet_view: FleetView) -> str:
                   else f"{format_size(node.reserved)}, no budget")
         labels = ", ".join(f"{k}={v}" for k, v in node.node.labels)
         lines.append(f"{node.name or '(this node)'}  {memory}" + (f"  ({labels})" if labels else ""))
+        if node.node.devices:  # §7.1
+            lines.append("  devices: " + ", ".join(
+                f"{device} {format_size(held)}/{format_size(total)}"
+                for device, held, total in node.devices))
         rows = [(f"{SYMBOLS[r.decision.verb]} {r.name}", str(r.spec.runtime),
                  f":{r.spec.serve.port}", format_size(r.spec.memory.footprint),
                  _what(r.decision)) for r in node.roles]
@@ -161,6 +178,8 @@ def _node_json(node: NodeView) -> dict[str, Any]:
         "memory_budget": config.memory_budget,
         "allowed_ports": str(config.allowed_ports) if config.allowed_ports else None,
         "reserved": node.reserved,
+        "devices": [{"device": device, "reserved": held, "memory": total}
+                    for device, held, total in node.devices],
         "roles": [_role_json(r) for r in node.roles],
     }
 
@@ -172,4 +191,5 @@ def _role_json(role: RoleView) -> dict[str, Any]:
         "state": str(spec.state), "host": spec.serve.host, "port": spec.serve.port,
         "footprint": spec.memory.footprint, "verb": str(d.verb), "reason": str(d.reason),
         "status": str(d.status), "detail": d.detail,
+        "devices": [device for device, _ in d.devices],
     }
