@@ -90,6 +90,7 @@ class Launcher:
 
     def __init__(self, node: NodeConfig, environ: Mapping[str, str], data_root: str) -> None:
         self.run_as = node.run_as
+        self.devices = {d.id: d for d in node.devices}  # §7.1 by id, for the planner
         self._programs = dict(node.serve_programs)
         self._root = f"{data_root.rstrip('/')}/"
         # JSON encodes character by character: the text of root + instance is the
@@ -102,7 +103,6 @@ class Launcher:
         # names them but ignores their values, so running `reconcile --once` from
         # another shell restarts nothing; a server takes them when it (re)starts.
         passed = {name for name in node.env_passthrough if name in environ}
-        self._passed = passed
         self._marker_passed = MARKER_ENV in passed
         before = [(k, v) for k, v in sorted(env.items()) if k < MARKER_ENV]
         after = [(k, v) for k, v in sorted(env.items()) if k > MARKER_ENV]
@@ -111,6 +111,8 @@ class Launcher:
             f"{_pair(k, '<passed through>' if k in passed else v)}, " for k, v in before)
         self._text_after = "".join(
             f", {_pair(k, '<passed through>' if k in passed else v)}" for k, v in after)
+        self._pair_texts = {k: _pair(k, '<passed through>' if k in passed else v)
+                            for k, v in (*before, *after)}
         self._text_run_as = (f"[{int(self.run_as.uid)}, {int(self.run_as.gid)}]"
                              if self.run_as is not None else "null")
 
@@ -137,14 +139,18 @@ class Launcher:
         ``extra_env``: the device visibility variables of an assignment (they win
         over NodeConfig ``env`` and passthrough, as the marker does).
         """
-        if extra_env:
-            named = {k for k, _ in extra_env}
-            env = [(k, "<passed through>" if k in self._passed and k not in named else v)
-                   for k, v in self._env(instance, extra_env)]
-            run_as = (self.run_as.uid, self.run_as.gid) if self.run_as is not None else None
-            return hashlib.sha256(
-                canonical(argv, env, self._root + instance, run_as).encode()).hexdigest()
         instance_text = _json_string(instance)
+        if extra_env:
+            # The base pairs' text is worked out once; the assignment's pairs replace or join them.
+            texts = dict(self._pair_texts)
+            texts.update((k, _pair(k, v)) for k, v in extra_env)
+            texts[MARKER_ENV] = (_pair(MARKER_ENV, "<passed through>") if self._marker_passed
+                                 else f"[{_json_string(MARKER_ENV)}, {instance_text}]")
+            text = (f'{{"argv": [{", ".join(map(_json_string, argv))}], '
+                    f'"cwd": {self._cwd_text}{instance_text[1:]}, '
+                    f'"env": [{", ".join(texts[k] for k in sorted(texts))}], '
+                    f'"run_as": {self._text_run_as}}}')
+            return hashlib.sha256(text.encode()).hexdigest()
         marker = _pair(MARKER_ENV, "<passed through>") if self._marker_passed else (
             f"[{_json_string(MARKER_ENV)}, {instance_text}]")
         text = (f'{{"argv": [{", ".join(map(_json_string, argv))}], '

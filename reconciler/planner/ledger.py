@@ -279,17 +279,17 @@ def place(
     for draft in pending:
         refusal = ledger.refusal(draft.decision.role, draft.decision.reserve)
         if refusal is None:
-            assert draft.claim is not None and ledger.devices is not None, draft
-            refusal = Refusal(reason=Reason.UNPLACEABLE,
-                              message=ledger.devices.refusal(draft.decision.role, draft.claim))
+            assert draft.claim is not None, draft
+            name = draft.decision.role
+            refusal = Refusal(reason=Reason.UNPLACEABLE, message=(
+                ledger.devices.refusal(name, draft.claim) if ledger.devices is not None
+                else f"{name} asks for {draft.claim.request}; the node declares no devices"))
         refused[draft.decision.role] = _refused(draft, refusal)
     out = []
     for dr in drafts:
         d = refused.get(dr.decision.role, dr.decision)
         if d.role in assigned and d.verb in CLAIMS:
             d = attrs.evolve(d, devices=assigned[d.role].pairs())
-        elif d.verb not in CLAIMS and d.verb is not Verb.REFUSE and dr.holds is not None:
-            d = attrs.evolve(d, devices=dr.devices) if dr.devices else d
         out.append(d)
     return out
 

@@ -26,7 +26,7 @@ from typing import Iterable, Mapping, Sequence
 import attrs
 
 from reconciler.core.decisions import Decision, Reason, Status, Verb
-from reconciler.core.desired import NodeConfig, RoleSpec
+from reconciler.core.desired import RoleSpec
 from reconciler.core.devices import (
     Assignment,
     Device,
@@ -59,7 +59,8 @@ def device_order(device_id: str) -> tuple[str, int]:
     return (kind_of(device_id), index_of(device_id))
 
 
-def preferred(spec: RoleSpec, record: RoleRecord | None, node: NodeConfig) -> Assignment | None:
+def preferred(spec: RoleSpec, record: RoleRecord | None,
+              node: Mapping[str, Device]) -> Assignment | None:
     """The devices a role's launch is built with before placement, or None.
 
     ``ids`` are fixed; a ``count`` role keeps the devices of its last launch
@@ -73,7 +74,7 @@ def preferred(spec: RoleSpec, record: RoleRecord | None, node: NodeConfig) -> As
         ids = req.ids
     else:
         ids = tuple(i for i, _ in record.devices) if record is not None else ()
-        found = [node.device(i) for i in ids]
+        found = [node.get(i) for i in ids]
         if (len(ids) != req.count or any(d is None or d.kind not in rt.kinds for d in found)
                 or len({d.kind for d in found if d is not None}) != 1):
             return None
@@ -112,6 +113,7 @@ class DeviceLedger:
         self.capacity = {d.id: d.memory for d in devices}
         self.kinds = {d.id: d.kind for d in devices}
         self.order = sorted(self.capacity, key=device_order)
+        self.rank = {d: i for i, d in enumerate(self.order)}
         self.broken = dict(broken or {})
         self.used: dict[str, int] = dict.fromkeys(self.capacity, 0)
         self.held: dict[str, Pairs] = {}
@@ -160,8 +162,12 @@ class DeviceLedger:
                        if self.kinds[d] == kind and self._usable(d, claim)
                        and self.free(d, name) >= most]
             if len(fitting) >= count:
-                best = sorted(fitting, key=lambda d: (self.free(d, name), device_order(d)))[:count]
-                ids = tuple(sorted(best, key=device_order))
+                if count == 1:  # the common case: the fullest device that still fits
+                    free = {d: self.free(d, name) for d in fitting}
+                    ids = (min(fitting, key=lambda d: (free[d], self.rank[d])),)
+                    return Assignment(ids=ids, bytes=need, split=req.split)
+                best = sorted(fitting, key=lambda d: (self.free(d, name), self.rank[d]))[:count]
+                ids = tuple(sorted(best, key=self.rank.__getitem__))
                 return Assignment(ids=ids, bytes=need, split=req.split)
         return None
 

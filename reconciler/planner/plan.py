@@ -188,7 +188,8 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
     operator = name in ctx.operator_starts
     instance = identity.instance_id(spec) if spec is not None else record.instance_id
     # §7.1 the devices the launch is built with: fixed ids, or those it last ran on.
-    assignment = placement.preferred(spec, record, node) if spec is not None and spec.devices else None
+    assignment = (placement.preferred(spec, record, launcher.devices)
+                  if spec is not None and spec.devices else None)
     argv = launcher.argv(spec, models, assignment) if spec is not None else None
     digest = (launcher.digest(argv, instance, device_env(spec.runtime, assignment))
               if argv is not None else None)

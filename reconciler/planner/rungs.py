@@ -104,10 +104,12 @@ def draft(r: Role, verb: Verb, reason: Reason, status: Status, detail: str, *,
     kw.setdefault("restarts", r.restarts)
     if r.why:
         kw.setdefault("why", r.why)
+    devices = r.record.devices if holds is not None and r.record is not None else ()
+    if devices:
+        kw.setdefault("devices", devices)  # §7.1 what it holds (a claim's are placed later)
     decision = Decision(role=r.name, verb=verb, reason=reason, status=status, detail=detail,
                         runtime=r.runtime, port=r.port, host=r.host, instance_id=r.instance_id,
                         pid=r.pid, create_time=r.create_time, owner_id=r.owner_id, **kw)
-    devices = r.record.devices if holds is not None and r.record is not None else ()
     return Draft(decision=decision, holds=holds, keeps_on_refusal=keeps, devices=devices,
                  claim=claim)
 
@@ -184,7 +186,10 @@ def start(r: Role, checks, verb: Verb, reason: Reason, status: Status, detail: s
         return refused
     # A crashed server keeps its reservation (its bytes, its devices).
     held = r.reserved if keeps else r.resident_hold
-    return draft(r, verb, reason, status, detail, why=why, launch=r.launch(), claim=r.claim,
+    # §7.1 a claim whose devices placement picks gets its launch after placement.
+    picks = r.claim is not None and r.assignment is None
+    return draft(r, verb, reason, status, detail, why=why, launch=None if picks else r.launch(),
+                 claim=r.claim,
                  reserve=spec.host_need, release=r.reserved, retry_in=policy.POLL,
                  restarts=r.restarts if restarts is None else restarts, holds=held, keeps=keeps,
                  generation=r.generation, restarted_at=spec.restarted_at)

@@ -66,7 +66,7 @@ class DeviceLaunch:
     def env(self, assignment: Assignment) -> tuple[tuple[str, str], ...]:
         if not assignment.ids:
             return ()
-        kind = DeviceKind(kind_of(assignment.ids[0]))
+        kind = _KINDS[kind_of(assignment.ids[0])]
         name = self.visibility.get(kind)
         if name is None:
             return ()
@@ -84,6 +84,9 @@ class DeviceLaunch:
         weights = assignment.split or (1,) * len(assignment.ids)
         return (self.split_flag, ",".join(_number(w) for w in weights))
 
+
+
+_KINDS = {str(k): k for k in DeviceKind}
 
 
 def _number(value: float) -> str:

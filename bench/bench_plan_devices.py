@@ -1,0 +1,148 @@
+"""Benchmark the planner with devices (§7.1): N roles on N/10 nodes of 8 devices each.
+
+Each node's share is planned as a node plans it (one ``plan()`` per node, as
+``reconcile fleet`` and each node's own pass do). Per node, 10 llama.cpp roles
+placed on devices: 5 in sync on the device of their launch, 2 missing
+(``count: 1``: best fit), 1 missing on two fixed devices with a split, 1
+crashed and due for a restart (it keeps its device), 1 launched from an older
+spec (a restart that keeps its device). 8 devices of 80 GB; 20 GB per role.
+
+Timed: the sum of every node's ``plan()``, best of ``--runs``. Printed: µs per
+role at each size and the growth from 1k to 10k roles (100 → 1,000 nodes).
+Goal (issue 20): ≤ 10 µs per role at 10k roles, growth ≤ 11×.
+
+Run: ``.venv/bin/python bench/bench_plan_devices.py [--sizes 1000 10000] [--runs 5]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import time
+
+from reconciler.core.decisions import PlanContext
+from reconciler.core.desired import (
+    Desired,
+    MemorySpec,
+    Mode,
+    ModelFile,
+    ModelFormat,
+    ModelSpec,
+    NodeConfig,
+    PortRange,
+    RoleSpec,
+    Runtime,
+    ServeSpec,
+)
+from reconciler.core.devices import Assignment, Device, DeviceKind, DeviceRequest
+from reconciler.core.observed import (
+    Health,
+    Observed,
+    ProbeFacts,
+    ProcessFacts,
+    Remembered,
+    RoleObservation,
+    RoleRecord,
+)
+from reconciler.planner import identity
+from reconciler.planner.plan import plan
+from reconciler.planner.rungs import device_env
+
+GB = 10**9
+NOW = 100_000.0
+ENVIRON = (("HOME", "/home/op"), ("PATH", "/usr/bin:/bin"))
+CTX = PlanContext(environ=ENVIRON, data_root="/srv/instances")
+MODEL = ModelSpec(name="qwen", format=ModelFormat.GGUF, root="/m/qwen",
+                  shards=(ModelFile(path="q.gguf", sha256="0" * 64, size=GB),))
+NODE = NodeConfig(
+    allowed_ports=PortRange(start=10_000, end=60_000),
+    serve_programs=((Runtime.LLAMACPP, "/opt/llama-server"),),
+    devices=tuple(Device(id=f"cuda:{i}", kind=DeviceKind.CUDA, memory=80 * GB) for i in range(8)))
+KINDS = ("in-sync",) * 5 + ("missing", "missing", "split", "crashed", "spec-changed")
+
+
+def node_world(first: int, devices: bool = True) -> tuple[Desired, Observed, Remembered]:
+    """One node's share; ``devices=False``: the same roles host-only (the baseline)."""
+    node = NODE if devices else NodeConfig(allowed_ports=NODE.allowed_ports,
+                                           serve_programs=NODE.serve_programs)
+    specs, observations, records = [], [], []
+    launcher = identity.Launcher(node, dict(ENVIRON), CTX.data_root)
+    for k, kind in enumerate(KINDS):
+        name, port = f"r{first + k:05d}", 20_000 + k
+        request = (DeviceRequest(ids=("cuda:6", "cuda:7"), split=(3.0, 1.0)) if kind == "split"
+                   else DeviceRequest(count=1))
+        spec = RoleSpec(name=name, runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="qwen",
+                        serve=ServeSpec(port=port, ctx=4096), memory=MemorySpec(weights=20 * GB),
+                        devices=request if devices else None)
+        specs.append(spec)
+        if kind in ("missing", "split"):
+            continue
+        device = f"cuda:{k % 6}"
+        launched = spec if kind != "spec-changed" else RoleSpec(
+            name=name, runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="qwen",
+            serve=ServeSpec(port=port, ctx=2048), memory=spec.memory, devices=spec.devices)
+        assignment = Assignment(ids=(device,) if devices else ())
+        argv = launcher.argv(launched, {"qwen": MODEL}, assignment)
+        launch = launcher.launch(argv, identity.instance_id(spec), None,
+                                 device_env(spec.runtime, assignment))
+        pid = 100_000 + first + k
+        alive = kind != "crashed"
+        observations.append(RoleObservation(
+            name=name, process=ProcessFacts(pid=pid, create_time=1.0, alive=alive, owned=alive),
+            probe=ProbeFacts(health=Health.UP, detail="healthy") if alive else None))
+        records.append(RoleRecord(
+            name=name, instance_id=identity.instance_id(spec), runtime=spec.runtime,
+            mode=spec.mode, port=port, pid=pid, create_time=1.0, launch_digest=launch.digest,
+            launch_argv=launch.argv, healthy_since=None if not alive else NOW - 500,
+            exited_at=NOW - 500 if not alive else None, restarts=1 if not alive else 0,
+            devices=((device, 20 * GB),) if devices else ()))
+    desired = Desired(roles=tuple(specs), models=(MODEL,), node=node)
+    return desired, Observed(roles=tuple(observations)), Remembered(roles=tuple(records))
+
+
+def measure(n: int, runs: int, devices: bool = True) -> tuple[float, collections.Counter]:
+    worlds = [node_world(first, devices) for first in range(0, n, len(KINDS))]
+    best, results = float("inf"), []
+    for _ in range(runs):
+        started = time.perf_counter()
+        results = [plan(d, o, r, CTX, NOW) for d, o, r in worlds]
+        best = min(best, time.perf_counter() - started)
+    verbs = collections.Counter(f"{d.verb}/{d.reason}" for p in results for d in p.decisions)
+    return best, verbs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--verbs", action="store_true", help="print the plans' verbs per size")
+    parser.add_argument("--baseline", action="store_true",
+                        help="also time the same roles host-only (what the devices cost)")
+    args = parser.parse_args()
+    seconds = {}
+    for n in args.sizes:
+        if args.baseline:
+            took, _ = measure(n, args.runs, devices=False)
+            print(f"  host-only baseline, {n:>6} roles: {took * 1000:8.1f} ms = "
+                  f"{took / n * 1e6:6.1f} µs per role")
+        took, verbs = measure(n, args.runs)
+        seconds[n] = took
+        print(f"plan() of {n:>6} roles on {n // len(KINDS):>5} nodes × 8 devices: "
+              f"{took * 1000:8.1f} ms = {took / n * 1e6:6.1f} µs per role")
+        if args.verbs:
+            print("  " + ", ".join(f"{k} {v}" for k, v in sorted(verbs.items())))
+    ok = True
+    if len(args.sizes) >= 2:
+        small, big = min(args.sizes), max(args.sizes)
+        growth = seconds[big] / seconds[small]
+        per_role = seconds[big] / big * 1e6
+        print(f"growth {small} → {big} roles ({big // small}× the roles): {growth:.1f}×")
+        ok = per_role <= 10.0 and growth <= 1.1 * big / small
+        print(f"goal ≤ 10 µs per role at {big} and growth ≤ {1.1 * big / small:.0f}×: "
+              f"{'ok' if ok else 'MISSED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
