@@ -27,7 +27,7 @@ def check(config: NodeConfig, doc: Document | None, share: Sequence[RoleDraft],
     """Problems and warnings of one node's device placements."""
     problems: list[Problem] = []
     warnings: list[Problem] = []
-    node = f" {config.name!r}" if many else ""
+    node = f"node {config.name!r}" if many else "this node"
     declared = ", ".join(d.id for d in config.devices) or "none"
     placeable = []
     for draft in share:
@@ -38,14 +38,14 @@ def check(config: NodeConfig, doc: Document | None, share: Sequence[RoleDraft],
         missing = [i for i in req.ids if config.device(i) is None]
         if missing:
             problems.append(draft.doc.problem(
-                here + ("ids",), f"{', '.join(missing)}: not a device of node{node} "
+                here + ("ids",), f"{', '.join(missing)}: not a device of {node} "
                 f"(it declares {declared})"))
             continue
         if req.count is not None:
             usable = [d for d in config.devices if d.kind in rt.kinds]
             if req.count > len(usable):
                 problems.append(draft.doc.problem(
-                    here + ("count",), f"asks for {req.count} devices; node{node} declares "
+                    here + ("count",), f"asks for {req.count} devices; {node} declares "
                     f"{len(usable)} it can use ({declared})"))
                 continue
         if draft.spec.state is WantedState.RUNNING:
@@ -55,7 +55,7 @@ def check(config: NodeConfig, doc: Document | None, share: Sequence[RoleDraft],
     short = _unplaced(config, placeable, footprint)
     if short:
         warnings.append(doc.problem(
-            ("spec", "devices"), f"the always-on roles placed on node{node} do not all fit its "
+            ("spec", "devices"), f"the always-on roles placed on {node} do not all fit its "
             f"devices at once: {'; '.join(short)}"))
     return problems, warnings
 

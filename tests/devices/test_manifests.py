@@ -79,8 +79,8 @@ def test_ids_not_declared_and_counts_beyond_the_node_are_errors() -> None:
                    _role("a", 8090, ", placement: {devices: {ids: ['cuda:3']}}"),
                    _role("b", 8091, ", placement: {devices: {count: 2}}"))
     text = "\n".join(str(p) for p in result.problems)
-    assert "cuda:3: not a device of node (it declares cuda:0)" in text
-    assert "asks for 2 devices; node declares 1 it can use (cuda:0)" in text
+    assert "cuda:3: not a device of this node (it declares cuda:0)" in text
+    assert "asks for 2 devices; this node declares 1 it can use (cuda:0)" in text
 
 
 def test_device_flags_are_the_planners_with_placement_devices() -> None:
