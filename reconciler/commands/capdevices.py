@@ -3,7 +3,8 @@
 Discovery (``world/devices.py``) says what this machine has; the node's
 NodeConfig says what the planner may use. Each device is ``ok``, ``missing``
 or ``smaller`` (the roles placed on it are refused), or ``undeclared`` (a
-note). ``--devices-yaml`` prints a NodeConfig snippet for what was found.
+note); ``unchecked`` when no discovery tool answered (the declaration is
+trusted). ``--devices-yaml`` prints a NodeConfig snippet for what was found.
 """
 
 from __future__ import annotations
@@ -17,8 +18,13 @@ def report(node: NodeConfig) -> dict:
     from reconciler.world import devices
 
     found = devices.discover()
-    rows = [{"device": c.id, "state": c.state, "declared": c.declared, "found": c.found,
-             "why": c.why} for c in compare(node.devices, found.devices)]
+    if found.tool is None:
+        # Nothing to compare with: the declaration is trusted, as a pass trusts it.
+        rows = [{"device": d.id, "state": "unchecked", "declared": d.memory, "found": None,
+                 "why": "no discovery tool answered"} for d in node.devices]
+    else:
+        rows = [{"device": c.id, "state": c.state, "declared": c.declared, "found": c.found,
+                 "why": c.why} for c in compare(node.devices, found.devices)]
     return {"tool": found.tool, "notes": list(found.notes), "devices": rows,
             "found": [{"device": d.id, "kind": str(d.kind), "name": d.name, "memory": d.memory,
                        "used": d.used} for d in found.devices],

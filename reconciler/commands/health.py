@@ -217,6 +217,8 @@ def run_capabilities(args) -> int:
     devices = capdevices.report(desired.node)
     if getattr(args, "devices_yaml", False):
         print(devices["yaml"], end="")
+        if not devices["found"]:
+            print("reconcile: no devices found: " + "; ".join(devices["notes"]), file=sys.stderr)
         return Exit.OK if devices["found"] else Exit.ERROR
     rows = capability_rows(desired)
     if args.json:

@@ -158,6 +158,8 @@ def compare(declared: tuple[Device, ...], found: tuple[FoundDevice, ...]) -> tup
 
 def devices_yaml(found: tuple[FoundDevice, ...], headroom: float = 0.9) -> str:
     """A NodeConfig ``devices:`` snippet for what was found (memory less room for the driver)."""
+    if not found:
+        return "devices: []\n"
     lines = ["devices:"]
     for f in found:
         plan = int(f.memory * headroom) // 10**8 * 10**8  # rounded down to 0.1 GB

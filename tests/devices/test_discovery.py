@@ -79,3 +79,35 @@ def test_devices_yaml_leaves_room_for_the_driver_and_loads_back() -> None:
     text = devices_yaml(found)
     data = yaml.safe_load(text)
     assert data["devices"][0] == {"id": "cuda:0", "kind": "cuda", "memory": "23.1GB"}
+
+
+def test_capabilities_reports_devices_and_prints_yaml(tmp_path, capsys, monkeypatch) -> None:
+    """The command: found vs declared (smaller → exit 1), and --devices-yaml for what was found."""
+    from reconciler import cli
+
+    monkeypatch.setattr(devices, "discover",
+                        lambda: devices.from_nvml(FakeNvml()))
+    (tmp_path / "node.yaml").write_text(
+        "apiVersion: reconciler/v1\nkind: NodeConfig\nmetadata: {name: n}\n"
+        "spec: {devices: [{id: 'cuda:0', memory: 30GB}, {id: 'cuda:1', memory: 20GB}]}\n")
+    code = cli.main(["-f", str(tmp_path), "capabilities"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "cuda:0     declared 30.0 GB   found 25.8 GB   smaller" in out, out
+    assert "cuda:1     declared 20.0 GB   found 25.8 GB   ok" in out, out
+    assert cli.main(["-f", str(tmp_path), "capabilities", "--devices-yaml"]) == 0
+    assert capsys.readouterr().out.startswith('devices:\n  - {id: "cuda:0", kind: cuda, memory: 23.1GB}')
+
+
+def test_capabilities_without_any_tool_trusts_the_declaration(tmp_path, capsys, monkeypatch) -> None:
+    from reconciler import cli
+
+    monkeypatch.setattr(devices, "discover", lambda: devices.Discovery(notes=("no tool",)))
+    (tmp_path / "node.yaml").write_text(
+        "apiVersion: reconciler/v1\nkind: NodeConfig\nmetadata: {name: n}\n"
+        "spec: {devices: [{id: 'cuda:0', memory: 30GB}]}\n")
+    assert cli.main(["-f", str(tmp_path), "capabilities"]) == 0
+    assert "unchecked: no discovery tool answered" in capsys.readouterr().out
+    assert cli.main(["-f", str(tmp_path), "capabilities", "--devices-yaml"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "devices: []\n" and "no tool" in captured.err
