@@ -96,3 +96,14 @@ def test_the_planned_start_carries_the_assigned_devices_in_its_launch() -> None:
 def attrs_port(role: RoleSpec, port: int) -> RoleSpec:
     import attrs
     return attrs.evolve(role, serve=attrs.evolve(role.serve, port=port))
+
+
+def test_a_launch_built_for_the_old_device_follows_the_one_placement_picked() -> None:
+    """Its old device taken, a count role starts elsewhere: env, digest and generation all say so."""
+    from tests.plan import golden
+
+    (step,) = golden.steps(golden.load_all()["devices-old-device-taken"], "x")
+    d = plan(step.desired, step.observed, step.remembered, step.ctx, step.now).decision("x")
+    assert d.devices == (("cuda:1", 10 * GB),)
+    assert dict(d.launch.env)["CUDA_VISIBLE_DEVICES"] == "1"
+    assert d.generation == d.launch.digest  # what the next pass computes from the record
