@@ -68,8 +68,7 @@ import attrs
 
 from reconciler.core import demand as demands
 from reconciler.planner import demandrungs, eviction, exitreasons, generations, identity, ledger, livenessrungs, loadrungs, orphans, placement, policy, records
-from reconciler.core.decisions import Decision, Plan, PlanContext, Reason, Status, Verb
-from reconciler.core.devices import Assignment
+from reconciler.core.decisions import Plan, PlanContext, Reason, Status, Verb
 from reconciler.core.demand import Demand
 from reconciler.core.desired import Desired, Mode, NodeConfig, WantedState
 from reconciler.planner.ledger import Draft
@@ -81,6 +80,7 @@ from reconciler.planner.rungs import (
     device_env,
     draft,
     model_refusal,
+    placed_launch,
     start,
     started,
     terminal,
@@ -143,7 +143,7 @@ def plan(
         # §9 a claim that does not fit may stop idle on-demand roles, LRU first.
         decisions = eviction.evict(drafts, decisions, idle, place)
     if roles:
-        decisions = [_launched(roles[d.role], d, models) if d.role in roles else d
+        decisions = [placed_launch(roles[d.role], d, models) if d.role in roles else d
                      for d in decisions]
     if observed.device_use:
         # §7.1 a server over its reservation on a device is degraded (observed by pid).
@@ -153,26 +153,6 @@ def plan(
     hints = [d.retry_in for d in ordered if d.retry_in is not None]
     hints += livenessrungs.wakes(specs, records, observations, now)
     return Plan(decisions=ordered, requeue_after=min(hints) if hints else None)
-
-
-def _launched(r: Role, d: Decision, models) -> Decision:
-    """§7.1 a placed claim's launch follows the devices placement gave it.
-
-    The launch (and so the generation) was built with the devices the role ran
-    on; when placement picked others, both are built again with those.
-    """
-    if d.verb not in ledger.CLAIMS or not d.devices or r.spec is None:
-        return d
-    ids = tuple(i for i, _ in d.devices)
-    if r.assignment is not None and r.assignment.ids == ids:
-        return d
-    assignment = Assignment(ids=ids, bytes=tuple(b for _, b in d.devices),
-                            split=r.spec.devices.split if r.spec.devices else ())
-    argv = r.launcher.argv(r.spec, models, assignment)
-    assert argv is not None
-    launch = r.launcher.launch(argv, r.instance_id, None, device_env(r.runtime, assignment))
-    generation = generations.current(r.spec, launch.digest, None)
-    return attrs.evolve(d, launch=launch, generation=generation)
 
 
 def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> Role:

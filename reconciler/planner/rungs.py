@@ -19,7 +19,7 @@ from reconciler.planner import generations, identity, policy
 from reconciler.core.decisions import Decision, Reason, Status, Verb
 from reconciler.core.desired import Launch, RestartPolicy, RoleSpec, Runtime
 from reconciler.core.devices import Assignment
-from reconciler.planner.ledger import Draft
+from reconciler.planner.ledger import CLAIMS, Draft
 from reconciler.planner.placement import Claim
 from reconciler.runtimes import spec_of
 from reconciler.core.observed import (
@@ -213,3 +213,23 @@ def model_refusal(r: Role, checks, *, release: int, kept: int | None) -> Draft |
 
 
 _BAD_MODEL = (ModelState.MISMATCH, ModelState.MISSING, ModelState.DETACHED)
+
+
+def placed_launch(r: Role, d: Decision, models) -> Decision:
+    """§7.1 a placed claim's launch follows the devices placement gave it.
+
+    The launch (and so the generation) was built with the devices the role ran
+    on; when placement picked others, both are built again with those.
+    """
+    if d.verb not in CLAIMS or not d.devices or r.spec is None:
+        return d
+    ids = tuple(i for i, _ in d.devices)
+    if r.assignment is not None and r.assignment.ids == ids:
+        return d
+    assignment = Assignment(ids=ids, bytes=tuple(b for _, b in d.devices),
+                            split=r.spec.devices.split if r.spec.devices else ())
+    argv = r.launcher.argv(r.spec, models, assignment)
+    assert argv is not None
+    launch = r.launcher.launch(argv, r.instance_id, None, device_env(r.runtime, assignment))
+    generation = generations.current(r.spec, launch.digest, None)
+    return attrs.evolve(d, launch=launch, generation=generation)

@@ -641,7 +641,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(EV, "evict-from-any-device",
        "        for name in [n for n in pool if evicted.get(n) == claim.role and on_devices.get(n)]:",
        "        for name in []:", "§7.1: eviction stops on-demand roles on devices the claim does not need"),
-    _m(P, "launch-ignores-placement", "    if r.assignment is not None and r.assignment.ids == ids:\n        return d",
+    _m(RG, "launch-ignores-placement", "    if r.assignment is not None and r.assignment.ids == ids:\n        return d",
        "    if True:\n        return d", "§7.1: a server is launched without the devices placement gave it"),
     _m(RU, "llamacpp.no-visibility",
        'visibility={DeviceKind.CUDA: "CUDA_VISIBLE_DEVICES", DeviceKind.ROCM: "HIP_VISIBLE_DEVICES",',
