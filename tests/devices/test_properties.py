@@ -98,7 +98,7 @@ def test_a_placed_world_settles_with_no_restart(desired) -> None:
     assert not [d for d in plans[-2].decisions if d.verb is Verb.RESTART], plans[-2]
 
 
-@given(desireds(on_demand=True), st.data())
+@given(st.one_of(desireds(on_demand=True), desireds(only_on_demand=True)), st.data())
 def test_eviction_frees_only_what_the_claim_needs(desired, data) -> None:
     """Every on-demand role stopped for a claim held memory on a device the claim got."""
     names = [r.name for r in desired.roles if r.on_demand]

@@ -56,3 +56,17 @@ def test_a_node_without_devices_publishes_no_device_series() -> None:
     text = metrics.render(result, None, problems_count=0, last_pass_ts=1.0, duration=0.1,
                           failed=False, node="n")
     assert "reconciler_device_reserved_bytes{" not in text
+
+
+def test_over_reservation_is_one_event_until_it_changes() -> None:
+    """The degraded decision is news once (its why is stable; the numbers are in its detail)."""
+    from reconciler.core import events
+
+    d = _result().plan.decision("chat")
+    first = events.for_decision(d, None, before=None, after=None, last=None,
+                                operator_started=False, git_commit=None, at=1.0)
+    assert first is not None and first.reason == "over_reserved"
+    assert first.detail == "over its reservation on cuda:0"
+    again = events.for_decision(d, None, before=None, after=None, last=first,
+                                operator_started=False, git_commit=None, at=2.0)
+    assert again is None

@@ -57,13 +57,15 @@ def requests(draw, node: NodeConfig) -> DeviceRequest:
 
 
 @st.composite
-def desireds(draw, on_demand: bool = True) -> Desired:
+def desireds(draw, on_demand: bool = True, only_on_demand: bool = False) -> Desired:
     node = draw(nodes())
     names = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=6, unique=True))
     roles = []
     for i, name in enumerate(sorted(names)):
         states = [WantedState.RUNNING, WantedState.STOPPED] + (
             [WantedState.ON_DEMAND] if on_demand else [])
+        if only_on_demand:
+            states = [WantedState.ON_DEMAND]
         roles.append(RoleSpec(
             name=name, runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="qwen",
             state=draw(st.sampled_from(states)),
