@@ -264,8 +264,8 @@ def place(
             elif ledger.fits(d.role, d.reserve) and (
                     draft.claim is None or _picked(ledger, d.role, draft.claim, assigned)):
                 ledger.hold(d.role, d.reserve)
-                if draft.claim is not None:
-                    ledger.hold_devices(d.role, assigned[d.role].pairs())
+                # A claim without devices (placement.devices removed) gives up any it held.
+                ledger.hold_devices(d.role, assigned[d.role].pairs() if draft.claim else ())
             else:
                 if not draft.keeps_on_refusal:
                     ledger.release(d.role)
@@ -288,8 +288,8 @@ def place(
     out = []
     for dr in drafts:
         d = refused.get(dr.decision.role, dr.decision)
-        if d.role in assigned and d.verb in CLAIMS:
-            d = attrs.evolve(d, devices=assigned[d.role].pairs())
+        if d.verb in CLAIMS and (d.role in assigned or d.devices):
+            d = attrs.evolve(d, devices=assigned[d.role].pairs() if d.role in assigned else ())
         out.append(d)
     return out
 
