@@ -11,6 +11,7 @@ devices a machine has as ``FoundDevice`` values.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 
 import attrs
@@ -38,6 +39,7 @@ class Device:
         return index_of(self.id)
 
 
+@functools.lru_cache(maxsize=4096)
 def index_of(device_id: str) -> int:
     """The index in ``cuda:1`` (what the visibility variable names)."""
     return int(device_id.rpartition(":")[2])
@@ -68,6 +70,7 @@ class DeviceRequest:
             "" if self.count == 1 else "s")
 
 
+@functools.lru_cache(maxsize=4096)
 def shares(total: int, split: tuple[float, ...], n: int) -> tuple[int, ...]:
     """``total`` bytes cut into ``n`` shares by ``split`` (even when empty); they sum to ``total``.
 

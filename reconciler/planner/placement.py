@@ -139,7 +139,7 @@ class DeviceLedger:
 
     def free(self, device: str, name: str) -> int:
         """Free bytes on ``device`` if ``name`` gave up what it holds there."""
-        own = next((s for d, s in self.held.get(name, ()) if d == device), 0)
+        own = self.holders[device].get(name, 0) if device in self.holders else 0
         return self.capacity.get(device, 0) - self.used.get(device, 0) + own
 
     def pick(self, name: str, claim: Claim) -> Assignment | None:

@@ -630,7 +630,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "§7.1: a count claim takes the emptiest device, not the best fit"),
     _m(PL, "broken-device-used", "return (device in self.capacity and device not in self.broken",
        "return (device in self.capacity", "§7.1: a device discovery found missing or smaller takes claims"),
-    _m(PL, "own-hold-not-freed", "own = next((s for d, s in self.held.get(name, ()) if d == device), 0)",
+    _m(PL, "own-hold-not-freed", "own = self.holders[device].get(name, 0) if device in self.holders else 0",
        "own = 0", "§7.1: a restart counts its own devices twice and is refused"),
     _m(RG, "holders-hold-no-devices",
        "devices = r.record.devices if holds is not None and r.record is not None else ()",
