@@ -71,6 +71,7 @@ def run_status(args) -> int:
             recorded = loop.plan_pass(attrs.evolve(inputs, desired=Desired(), allow_empty=True))
             result = attrs.evolve(recorded, git_commit=result.git_commit)
         rows = status_rows(result, store)
+        devices = device_rows(result)
         if problems:
             rows = [_as_recorded(row) for row in rows]
         if getattr(args, "html", None):
@@ -83,7 +84,6 @@ def run_status(args) -> int:
             if failed:
                 return failed
     code = Exit.ERROR if problems else Exit.OK
-        devices = device_rows(result)
     if args.name:
         rows = [r for r in rows if r["role"] == args.name]
         if not rows:
