@@ -72,13 +72,17 @@ class ModelFile:
     path: str
     sha256: str
     size: int | None = None  # tokenizer/template files may omit the size
+    url: str | None = None  # where to fetch it from (an https URL), when not the Hub
+    repo_path: str | None = None  # its path in the Model's Hub repository (default ``path``)
 
 
 @frozen
 class ModelSourceInfo:
-    hf_repo: str | None = None
+    hf_repo: str | None = None  # informative: where a hand-placed copy came from
     hf_revision: str | None = None
     ollama_tag: str | None = None
+    hf: str | None = None  # fetchable: the Hub repository ORG/REPO …
+    revision: str | None = None  # … at this commit (40 hex: a branch or tag moves)
 
 
 @frozen
@@ -107,6 +111,19 @@ class ModelSpec:
     @property
     def ollama_tag(self) -> str | None:
         return self.source.ollama_tag
+
+    @property
+    def fetchable(self) -> bool:
+        """Every file has a source (a URL, or the Model's Hub repository at a commit)."""
+        hub = self.source.hf is not None and self.source.revision is not None
+        return bool(self.files) and all(f.url is not None or hub for f in self.files)
+
+    def fetch_url(self, file: ModelFile, endpoint: str) -> str:
+        """Where ``file`` is fetched from: its URL, or the Hub's resolve URL at the commit."""
+        if file.url is not None:
+            return file.url
+        return (f"{endpoint.rstrip('/')}/{self.source.hf}/resolve/{self.source.revision}/"
+                f"{file.repo_path or file.path}")
 
 
 @frozen
@@ -269,6 +286,21 @@ class StatusPageConfig:
 
 
 @frozen
+class FetchConfig:
+    """``NodeConfig.fetch`` (BEHAVIOUR §1.3): this node downloads Models that have a source.
+
+    ``cache`` holds the files by sha256 (``blobs/<sha256>``) and each Model's tree of
+    hard links (``models/<name>/<path>``); sizes in bytes.
+    """
+
+    cache: str = ""  # absolute
+    max_parallel: int = 2  # files downloaded at once
+    hf_endpoint: str = "https://huggingface.co"
+    hf_token_file: str | None = None  # absolute; its text is sent only to hf_endpoint's host
+    min_free: int = 10 * 2**30  # left free on the cache's filesystem after every fetch
+
+
+@frozen
 class NodeConfig:
     """A ``kind: NodeConfig`` document: one node of the fleet; every field has a default."""
 
@@ -291,6 +323,7 @@ class NodeConfig:
     router: RouterConfig | None = None  # None: no router on this node (§9)
     status_page: StatusPageConfig | None = None  # None: the page only on the router's port (§11)
     devices: tuple[Device, ...] = ()  # accelerators the planner may place roles on, by id
+    fetch: FetchConfig | None = None  # None: this node never downloads (§1.3)
     ref: SourceRef | None = attrs.field(default=None, eq=False)
 
     def serve_program(self, runtime: Runtime) -> str | None:

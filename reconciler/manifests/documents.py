@@ -25,6 +25,7 @@ from reconciler.core.errors import Problem
 from reconciler.manifests.fleet import FleetRole, Placement
 from reconciler.core.desired import (
     DEFAULT_IDLE_AFTER,
+    FetchConfig,
     LivenessSpec,
     MemorySpec,
     Mode,
@@ -111,7 +112,26 @@ def _file(raw: dict[str, Any] | None) -> ModelFile | None:
         return None
     size = raw.get("size")
     return ModelFile(path=raw["path"], sha256=raw["sha256"],
-                     size=int(size) if size is not None else None)
+                     size=int(size) if size is not None else None,
+                     url=raw.get("url"), repo_path=raw.get("repo_path"))
+
+
+def _sources(r: _Reader, files: list[tuple[tuple[str | int, ...], ModelFile]],
+             source: dict[str, Any]) -> None:
+    """BEHAVIOUR §1.3: a fetchable file has a size; a repository needs its commit."""
+    if ("hf" in source) != ("revision" in source):
+        have, lacks = ("hf", "revision") if "hf" in source else ("revision", "hf")
+        r.add(("spec", "source"), f"{have!r} needs {lacks!r}: a Hub source is a repository "
+                                  "at a commit")
+    for path, f in files:
+        if f.url is not None and f.repo_path is not None:
+            r.add((*path, "url"), "give 'url' or 'repo_path', not both")
+        if f.repo_path is not None and "hf" not in source:
+            r.add((*path, "repo_path"), "a path in the repository needs spec.source.hf")
+        fetchable = f.url is not None or "hf" in source
+        if fetchable and f.size is None:
+            r.add(path, "missing required key 'size' (a file with a source is fetched: its "
+                        "size bounds the download and the disk check)")
 
 
 def model_spec(doc: Document) -> tuple[ModelSpec | None, list[Problem]]:
@@ -128,6 +148,14 @@ def model_spec(doc: Document) -> tuple[ModelSpec | None, list[Problem]]:
                   f"{shards[i - 1].path!r}")  # type: ignore[union-attr]
         seen.add(shard.path)
     source = r.get("spec", "source") or {}
+    files = [(("spec", "shards", i), s) for i, s in enumerate(shards)]
+    files += [(("spec", k), f) for k in ("tokenizer", "template")
+              if (f := _file(r.get("spec", k))) is not None]
+    _sources(r, files, source)  # type: ignore[arg-type]
+    if (r.get("spec", "format") != "ollama" and r.get("spec", "root") is None
+            and not all(f.url is not None or "hf" in source for _, f in files)):
+        r.add(("spec",), "missing required key 'root' (where the files are: only a Model "
+                         "whose every file has a source may leave it out)")
     spec = ModelSpec(
         name=r.get("metadata", "name"),
         format=ModelFormat(r.get("spec", "format")),
@@ -212,6 +240,7 @@ def node_config(doc: Document) -> tuple[NodeConfig | None, list[Problem]]:
         router=_router(r),
         status_page=_status_page(r),
         devices=devicedocs.node_devices(r),
+        fetch=_fetch(r),
         ref=r.ref,
         **timeouts,
     )
@@ -243,6 +272,22 @@ def _status_page(r: _Reader) -> StatusPageConfig | None:
         return None
     host, port = _loopback(r, "status_page", raw["listen"])
     return StatusPageConfig(host=host, port=port, api_key_file=raw.get("api_key_file"))
+
+
+def _fetch(r: _Reader) -> FetchConfig | None:
+    """§1.3 ``spec.fetch``: this node downloads Models with a source into ``cache``."""
+    raw = r.get("spec", "fetch")
+    if raw is None:
+        return None
+    defaults = FetchConfig()
+    min_free = r.size("spec", "fetch", "min_free")
+    return FetchConfig(
+        cache=raw["cache"],
+        max_parallel=int(raw.get("max_parallel", defaults.max_parallel)),
+        hf_endpoint=str(raw.get("hf_endpoint", defaults.hf_endpoint)).rstrip("/"),
+        hf_token_file=raw.get("hf_token_file"),
+        min_free=defaults.min_free if min_free is None else min_free,
+    )
 
 
 def _router(r: _Reader) -> RouterConfig | None:

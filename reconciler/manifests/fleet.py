@@ -151,12 +151,25 @@ def desired_for(fleet: Fleet, node: NodeConfig, *,
 
 
 def models_on(models: tuple[ModelSpec, ...], node: NodeConfig) -> tuple[ModelSpec, ...]:
-    """The Models with this node's ``model_roots`` in place of their roots."""
-    if not node.model_roots:
+    """The Models with this node's ``model_roots`` in place of their roots.
+
+    On a node that fetches (§1.3), a Model with a source and no ``model_roots``
+    entry is served from the cache: its root is the cache's tree for it.
+    """
+    if not node.model_roots and node.fetch is None:
         return models
     roots = dict(node.model_roots)
+    if node.fetch is not None:
+        for m in models:
+            if m.fetchable and m.name not in roots:
+                roots[m.name] = cache_tree(node.fetch.cache, m.name)
     return sorted_by_name(attrs.evolve(m, root=roots[m.name]) if m.name in roots else m
                           for m in models)
+
+
+def cache_tree(cache: str, model: str) -> str:
+    """Where a fetched Model's files are linked under the node's cache (§1.3)."""
+    return f"{cache.rstrip('/')}/models/{model}"
 
 
 def role_on(role: FleetRole, model: ModelSpec | None, node: NodeConfig) -> RoleSpec:
