@@ -12,6 +12,7 @@ frozensets so values hash and compare.
 from __future__ import annotations
 
 import enum
+import hashlib
 from typing import Iterable
 
 import attrs
@@ -124,6 +125,13 @@ class ModelSpec:
             return file.url
         return (f"{endpoint.rstrip('/')}/{self.source.hf}/resolve/{self.source.revision}/"
                 f"{file.repo_path or file.path}")
+
+    def fetch_generation(self, endpoint: str) -> str:
+        """The digest of what a fetch downloads (each file's source, digest, size): a new
+        one is a new tree in the cache, so a role on the Model restarts once it is there."""
+        text = "\n".join(f"{f.path}\t{self.fetch_url(f, endpoint)}\t{f.sha256}\t{f.size}"
+                         for f in self.files)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @frozen

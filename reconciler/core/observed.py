@@ -129,10 +129,50 @@ class Orphan:
     listen: tuple[str, ...] = ()  # "host:port" of its group's listeners, when read
 
 
+class FetchState(enum.StrEnum):
+    """Where a Model with a source stands on a node that fetches (§1.3)."""
+
+    DONE = "done"  # every file verified in the cache and linked
+    NEEDED = "needed"  # some file missing, nothing fetching it
+    RUNNING = "running"  # a fetch process of ours is alive for this generation
+    FAILED = "failed"  # this generation failed for good (mismatch, oversize): refused
+    BACKOFF = "backoff"  # the last fetch failed (network, disk): tried again soon
+
+
+@frozen
+class FetchObservation:
+    """A fetchable Model on this node: what is there, what is missing, what runs (§1.3)."""
+
+    model: str
+    generation: str  # the digest of the Model's file list
+    state: FetchState
+    total: int = 0  # bytes of every file
+    missing: int = 0  # bytes not yet in the cache (partial files count as done)
+    free: int | None = None  # bytes free on the cache's filesystem; None: unknown
+    rate: float | None = None  # bytes per second while running
+    detail: str = ""  # the failure, for FAILED
+    pid: int | None = None
+
+
+@frozen
+class FetchRecord:
+    """A fetch process the store remembers, written before it is spawned (intent first)."""
+
+    model: str
+    generation: str
+    pid: int | None = None  # None: the intent, written before the spawn
+    create_time: float | None = None
+    started_at: float = 0.0
+    state: str = "running"  # running | failed
+    detail: str = ""
+    done_at_start: int = 0  # bytes already in the cache when it started (for the rate)
+
+
 @frozen
 class Observed:
     roles: tuple[RoleObservation, ...] = ()
     models: tuple[ModelCheck, ...] = ()
+    fetches: tuple[FetchObservation, ...] = ()  # §1.3 only on a node that fetches
     #: The router's counts at the start of the pass (§9); None outside the daemon.
     demand: Demand | None = None
     orphans: tuple[Orphan, ...] = ()

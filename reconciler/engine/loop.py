@@ -116,6 +116,15 @@ def apply_pass(inputs: PassInputs) -> PassResult:
     readopt.record(inputs.store, found.readopted, at=inputs.clock())
     remembered = readopt.merged(remembered, found.readopted)
     observed, the_plan = _observe_and_plan(inputs, desired, remembered, root, found.orphans)
+    if the_plan.fetches:  # §1.3 detached: the pass never waits for a download
+        from reconciler.core import events
+        from reconciler.world import fetches
+
+        for planned in the_plan.fetches:
+            failure = fetches.start(planned, desired, inputs.store, inputs.clock())
+            inputs.store.add_event(events.fetch_started(
+                planned.model, planned.why, failure, git_commit=began.git_commit,
+                at=inputs.clock()))
     outcomes = act.act(the_plan, desired, inputs.store, verifier=inputs.verifier, root=root,
                        clock=inputs.clock)
     recording.record_pass(inputs.store, desired, observed, the_plan, outcomes,
@@ -151,6 +160,11 @@ def _observe_and_plan(inputs: PassInputs, desired: Desired, remembered: Remember
                                sticky=inputs.store.sticky_mismatches(), root=root)
     if orphans:
         observed = attrs.evolve(observed, orphans=orphans)
+    if desired.node.fetch is not None:  # §1.3 only a node that fetches looks at its cache
+        from reconciler.world import fetches
+
+        observed = attrs.evolve(observed, fetches=fetches.observe(
+            desired, inputs.store.fetches(), inputs.clock()))
     if inputs.demand is not None:  # §9 observed like the servers: at the start of the pass
         observed = attrs.evolve(observed, demand=inputs.demand)
     ctx = PlanContext(

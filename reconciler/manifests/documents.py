@@ -152,10 +152,6 @@ def model_spec(doc: Document) -> tuple[ModelSpec | None, list[Problem]]:
     files += [(("spec", k), f) for k in ("tokenizer", "template")
               if (f := _file(r.get("spec", k))) is not None]
     _sources(r, files, source)  # type: ignore[arg-type]
-    if (r.get("spec", "format") != "ollama" and r.get("spec", "root") is None
-            and not all(f.url is not None or "hf" in source for _, f in files)):
-        r.add(("spec",), "missing required key 'root' (where the files are: only a Model "
-                         "whose every file has a source may leave it out)")
     spec = ModelSpec(
         name=r.get("metadata", "name"),
         format=ModelFormat(r.get("spec", "format")),

@@ -162,14 +162,16 @@ def models_on(models: tuple[ModelSpec, ...], node: NodeConfig) -> tuple[ModelSpe
     if node.fetch is not None:
         for m in models:
             if m.fetchable and m.name not in roots:
-                roots[m.name] = cache_tree(node.fetch.cache, m.name)
+                roots[m.name] = cache_tree(node.fetch.cache, m.name,
+                                           m.fetch_generation(node.fetch.hf_endpoint))
     return sorted_by_name(attrs.evolve(m, root=roots[m.name]) if m.name in roots else m
                           for m in models)
 
 
-def cache_tree(cache: str, model: str) -> str:
-    """Where a fetched Model's files are linked under the node's cache (§1.3)."""
-    return f"{cache.rstrip('/')}/models/{model}"
+def cache_tree(cache: str, model: str, generation: str) -> str:
+    """Where a fetched Model's files are linked under the node's cache (§1.3): one tree
+    per generation, so that a new one changes the role's launch (and restarts it)."""
+    return f"{cache.rstrip('/')}/models/{model}/{generation}"
 
 
 def role_on(role: FleetRole, model: ModelSpec | None, node: NodeConfig) -> RoleSpec:

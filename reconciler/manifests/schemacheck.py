@@ -31,7 +31,7 @@ _REQUIRED_WHY: dict[tuple[str, str], str] = {
     ("model", "InferenceSpec"): "a managed role needs a model",
     ("serve", "InferenceSpec"): "serve.port is required except for ollama",
     ("port", "InferenceSpec"): "required except for ollama, which defaults to 11434",
-    ("root", "Model"): "required unless the format is ollama",
+    ("root", "Model"): "required unless the format is ollama or every file has a source",
     ("shards", "Model"): "required unless the format is ollama",
     ("source", "Model"): "format ollama needs source.ollama_tag",
     ("ollama_tag", "Model"): "format ollama needs the Ollama model name",

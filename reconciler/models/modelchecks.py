@@ -5,7 +5,8 @@ only at what is cheap and certain. A model with a sticky mismatch (the
 store remembers one until a full verification passes, BEHAVIOUR §1.1) is
 refused; a root directory that has vanished is a detached model store; any
 other model is ``unverified`` here and verified for real right before the
-spawn that uses it (``act.py``).
+spawn that uses it (``act.py``). A Model served from the node's fetch cache
+(§1.3) is ``unverified`` until fetched: the fetch rung waits for it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from reconciler.core.observed import ModelCheck, ModelState
 
 def check(desired: Desired, sticky: Mapping[str, str]) -> tuple[ModelCheck, ...]:
     """One check per model a managed role serves or drafts with, by name."""
+    fetch = desired.node.fetch
+    cached = f"{fetch.cache.rstrip('/')}/models/" if fetch is not None else None
     names = set()
     for role in desired.roles:
         if role.managed:
@@ -28,7 +31,10 @@ def check(desired: Desired, sticky: Mapping[str, str]) -> tuple[ModelCheck, ...]
         spec = desired.model(name)
         if spec is None:
             continue
-        if sticky.get(name):
+        if cached is not None and spec.fetchable and (spec.root or "").startswith(cached):
+            # §1.3 its tree appears when its fetch is done: the fetch rung decides
+            checks.append(ModelCheck(name=name, state=ModelState.UNVERIFIED))
+        elif sticky.get(name):
             checks.append(ModelCheck(name=name, state=ModelState.MISMATCH, detail=sticky[name]))
         elif spec.root is not None and not os.path.isdir(spec.root):
             state = ModelState.MISMATCH if os.path.exists(spec.root) else ModelState.DETACHED

@@ -67,7 +67,7 @@ from typing import Mapping
 import attrs
 
 from reconciler.core import demand as demands
-from reconciler.planner import demandrungs, eviction, exitreasons, generations, identity, ledger, livenessrungs, loadrungs, orphans, placement, policy, records
+from reconciler.planner import demandrungs, eviction, exitreasons, fetchrungs, generations, identity, ledger, livenessrungs, loadrungs, orphans, placement, policy, records
 from reconciler.core.decisions import Plan, PlanContext, Reason, Status, Verb
 from reconciler.core.demand import Demand
 from reconciler.core.desired import Desired, Mode, NodeConfig, WantedState
@@ -128,6 +128,9 @@ def plan(
                                                observed.demand.since)
         drafts.append(drafted)
     drafts += orphans.drafts(observed.orphans, set(specs) | set(records), guard)
+    # §1.3 a start whose Model is not here yet waits for its fetch (or is refused).
+    drafts, fetches = fetchrungs.gate(drafts, specs, models,
+                                      {f.model: f for f in observed.fetches}, desired.node)
     excludes = {name: spec.excludes for name, spec in specs.items()}
     together = {name: frozenset(group - {name}) for here in served.values()
                 for _, group in here if len(group) > 1 for name in group}
@@ -152,7 +155,8 @@ def plan(
     ordered = tuple(sorted(decisions, key=ledger.order_key))
     hints = [d.retry_in for d in ordered if d.retry_in is not None]
     hints += livenessrungs.wakes(specs, records, observations, now)
-    return Plan(decisions=ordered, requeue_after=min(hints) if hints else None)
+    return Plan(decisions=ordered, requeue_after=min(hints) if hints else None,
+                fetches=fetches)
 
 
 def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> Role:

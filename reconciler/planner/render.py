@@ -12,12 +12,14 @@ Text: one line per decision, in execution order, then a summary line::
     ! refuse big :8094 (unplaceable: 'big' needs 55.0 GB but only …)
     ! give-up flaky :8095 (max_restarts: exited after 2 restarts …)
     x forget gone :8096 (removed)
+    > fetch qwen 4.4 GB (missing on this node; 38.0 GB free)
 
-    Plan: 1 to start, 1 to restart, 1 to stop, 1 to load, 1 to unload; 5 unchanged.
+    Plan: 1 to start, 1 to restart, 1 to stop, 1 to load, 1 to unload; 5 unchanged. 1 to fetch.
 
 Symbols: ``+`` start, ``~`` restart, ``-`` stop, ``>`` load, ``<`` unload,
 ``=`` keep, ``…`` wait, ``!`` refuse and give-up (a role needing an
-operator), ``x`` forget (the record is dropped; nothing is signalled).
+operator), ``x`` forget (the record is dropped; nothing is signalled), ``>`` fetch
+(a Model's files downloaded, §1.3: listed after the roles, which wait ``fetching``).
 The parenthesis holds the reason and, after a colon, its ``why`` (for keep
 decisions without a why, the status detail is shown when the role is not
 plainly in sync).  When nothing acts the summary reads
@@ -30,7 +32,9 @@ JSON (``as_json``), stable field names::
       "changes": int,               # number of acting decisions
       "requeue_after": float|null,  # seconds: look again then
       "summary": {"start", "restart", "stop", "load", "unload", "unchanged",
-                  "needs_operator"}: int,
+                  "needs_operator", "fetch"}: int,
+      "fetches": [{"model": str, "verb": "fetch", "reason": str, "why": str,
+                   "bytes": int, "free": int|null, "generation": str}],
       "decisions": [                # in execution order
         {
           "role": str, "verb": str, "reason": str, "why": str,
@@ -50,7 +54,7 @@ JSON (``as_json``), stable field names::
       ]
     }
 
-Verbs: start stop restart load unload keep wait give-up refuse forget.
+Verbs: start stop restart load unload keep wait give-up refuse forget (and fetch).
 Reasons and statuses are the ``Reason``/``Status`` values of ``decisions.py``.
 """
 
@@ -58,7 +62,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconciler.core.decisions import Decision, NEEDS_OPERATOR, Plan, Reason, Status, Verb
+from reconciler.core.decisions import Decision, Fetch, NEEDS_OPERATOR, Plan, Reason, Status, Verb
+from reconciler.core.units import format_size
 
 SYMBOLS = {
     Verb.START: "+",
@@ -71,6 +76,7 @@ SYMBOLS = {
     Verb.REFUSE: "!",
     Verb.GIVE_UP: "!",
     Verb.FORGET: "x",
+    Verb.FETCH: ">",
 }
 
 _COUNTED = (Verb.START, Verb.RESTART, Verb.STOP, Verb.LOAD, Verb.UNLOAD)
@@ -107,7 +113,18 @@ def counts(plan: Plan) -> dict[str, int]:
             out[str(d.verb)] += 1
     out["unchanged"] = len(plan.decisions) - len(plan.changes)
     out["needs_operator"] = sum(1 for d in plan.decisions if d.status in NEEDS_OPERATOR)
+    out["fetch"] = len(plan.fetches)
     return out
+
+
+def fetch_line(f: Fetch) -> str:
+    """``> fetch qwen 4.4 GB (missing on this node; 38.0 GB free)``"""
+    return f"{SYMBOLS[f.verb]} {f.verb} {f.model} {format_size(f.bytes)} ({f.why or f.reason})"
+
+
+def fetch_json(f: Fetch) -> dict[str, Any]:
+    return {"model": f.model, "verb": str(f.verb), "reason": str(f.reason), "why": f.why,
+            "bytes": f.bytes, "free": f.free, "generation": f.generation}
 
 
 def summary(plan: Plan) -> str:
@@ -120,12 +137,14 @@ def summary(plan: Plan) -> str:
     if c["needs_operator"]:
         n = c["needs_operator"]
         text += f" {n} {'needs' if n == 1 else 'need'} an operator."
+    if c["fetch"]:
+        text += f" {c['fetch']} to fetch."
     return text
 
 
 def text(plan: Plan) -> str:
     """The whole diff: decision lines, a blank line, the summary."""
-    lines = [line(d) for d in plan.decisions]
+    lines = [line(d) for d in plan.decisions] + [fetch_line(f) for f in plan.fetches]
     return "\n".join([*lines, "", summary(plan)] if lines else [summary(plan)]) + "\n"
 
 
@@ -169,4 +188,5 @@ def as_json(plan: Plan) -> dict[str, Any]:
         "requeue_after": plan.requeue_after,
         "summary": counts(plan),
         "decisions": [decision_json(d) for d in plan.decisions],
+        "fetches": [fetch_json(f) for f in plan.fetches],
     }

@@ -39,7 +39,7 @@ from reconciler.core import events as ev
 from reconciler.core.errors import StateError
 from reconciler.core.events import Event, EventKind
 from reconciler.core.desired import Mode, Runtime
-from reconciler.core.observed import ExitInfo, Intent, Liveness, RoleRecord, Terminal
+from reconciler.core.observed import ExitInfo, FetchRecord, Intent, Liveness, RoleRecord, Terminal
 from reconciler.state.storeschema import MIGRATIONS, SCHEMA_VERSION
 
 if TYPE_CHECKING:  # hashing models is not every pass's business: imported when stamps are read
@@ -223,6 +223,23 @@ class Store:
     @_state_errors
     def delete_role(self, name: str) -> None:
         self._db.execute("DELETE FROM roles WHERE name = ?", (name,))
+
+    # ------------------------------------------------------------ fetches (§1.3)
+
+    @_state_errors
+    def fetches(self) -> tuple[FetchRecord, ...]:
+        rows = self._db.execute("SELECT * FROM fetches ORDER BY model").fetchall()
+        return tuple(FetchRecord(**{k: row[k] for k in row.keys()}) for row in rows)
+
+    @_state_errors
+    def put_fetch(self, record: FetchRecord) -> None:
+        values = attrs.asdict(record)
+        cols, marks = ", ".join(values), ", ".join(f":{k}" for k in values)
+        self._db.execute(f"INSERT OR REPLACE INTO fetches ({cols}) VALUES ({marks})", values)
+
+    @_state_errors
+    def delete_fetch(self, model: str) -> None:
+        self._db.execute("DELETE FROM fetches WHERE model = ?", (model,))
 
     # ------------------------------------------------------------ operator starts
 

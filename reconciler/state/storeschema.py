@@ -137,5 +137,19 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE roles ADD COLUMN devices TEXT;
     """,
+    # 6 → 7: detached Model fetches (§1.3), recorded like servers: the row (pid NULL,
+    # the intent) is written before the spawn, the pid right after it.
+    """
+    CREATE TABLE IF NOT EXISTS fetches (
+        model TEXT PRIMARY KEY,
+        generation TEXT NOT NULL,
+        pid INTEGER,
+        create_time REAL,
+        started_at REAL NOT NULL,
+        state TEXT NOT NULL DEFAULT 'running',
+        detail TEXT NOT NULL DEFAULT '',
+        done_at_start INTEGER NOT NULL DEFAULT 0
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -54,11 +54,27 @@ def test_json_has_stable_field_names_and_serialises() -> None:
         Decision(role="a", verb=Verb.START, reason=Reason.MISSING, port=8090, reserve=5),
     ), requeue_after=1.0)
     data = json.loads(json.dumps(render.as_json(plan)))
-    assert set(data) == {"format", "changes", "requeue_after", "summary", "decisions"}
+    assert set(data) == {"format", "changes", "requeue_after", "summary", "decisions", "fetches"}
     assert set(data["decisions"][0]) == FIELDS
     assert data["decisions"][0]["verb"] == "start" and data["changes"] == 1
     assert set(data["summary"]) == {"start", "restart", "stop", "load", "unload", "unchanged",
-                                    "needs_operator"}
+                                    "needs_operator", "fetch"}
+
+
+def test_a_fetch_is_a_line_of_its_own_and_counted() -> None:
+    """§1.3 ``> fetch qwen 4.4 GB (missing on this node; 38.0 GB free)``, after the roles."""
+    from reconciler.core.decisions import Fetch
+
+    plan = Plan(decisions=(
+        Decision(role="coder", verb=Verb.WAIT, reason=Reason.FETCHING, port=8090,
+                 status=Status.FETCHING, why="fetching qwen: starting"),
+    ), fetches=(Fetch(model="qwen", generation="g", bytes=4_400_000_000, free=38 * 10**9,
+                      why="missing on this node; 38.0 GB free"),))
+    lines = render.text(plan).splitlines()
+    assert lines[0] == "… wait coder :8090 (fetching: fetching qwen: starting)"
+    assert lines[1] == "> fetch qwen 4.4 GB (missing on this node; 38.0 GB free)"
+    assert lines[-1].endswith("1 to fetch.")
+    assert render.as_json(plan)["fetches"][0]["bytes"] == 4_400_000_000
 
 
 def test_json_never_carries_environment_values() -> None:

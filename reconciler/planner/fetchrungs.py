@@ -1,0 +1,116 @@
+"""The fetch rung: a start whose Model must first arrive waits for it (PURE).
+
+BEHAVIOUR §1.3. ``gate`` looks at every drafted start or restart; when the
+role's Model (or draft Model) has a source and is not yet in this node's
+cache, the draft becomes, in this order:
+
+* **refuse ``no_fetch``** when the node has no ``fetch`` and no copy of the
+  Model (no root, no ``model_roots`` entry): the message says the Model has a
+  source and the node does not fetch;
+* **refuse ``fetch_failed``** when this generation's bytes did not match
+  (sticky until a new generation or ``reconcile models fetch --retry``);
+* **wait ``fetching``** with the progress while our fetch process runs;
+* **refuse ``no_disk``** when the missing bytes, plus those of the fetches
+  planned before it, plus ``min_free``, exceed what is free in the cache;
+* otherwise **wait ``fetching``** and one ``Fetch`` of the Model is planned
+  (several roles waiting for one Model share it).
+
+A running server whose restart waits keeps running and keeps what it holds.
+A fetch reserves no memory: the roles' claims are placed when they start.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import attrs
+
+from reconciler.core.decisions import Fetch, Reason, Status, Verb
+from reconciler.core.desired import ModelSpec, NodeConfig, RoleSpec
+from reconciler.core.observed import FetchObservation, FetchState
+from reconciler.core.units import format_duration, format_size
+from reconciler.planner.ledger import Draft
+
+_GATED = (Verb.START, Verb.RESTART)
+#: Seconds between looks while a fetch runs (progress in ``status``).
+POLL = 2.0
+
+
+def progress(obs: FetchObservation) -> str:
+    """``fetching qwen: 43 %, 1.2 GB/s, 2m left``."""
+    done = obs.total - obs.missing
+    pct = int(100 * done / obs.total) if obs.total else 100
+    text = f"fetching {obs.model}: {pct} %"
+    if obs.rate:
+        text += f", {format_size(int(obs.rate))}/s, {format_duration(obs.missing / obs.rate)} left"
+    return text
+
+
+def gate(drafts: list[Draft], specs: Mapping[str, RoleSpec], models: Mapping[str, ModelSpec],
+         fetches: Mapping[str, FetchObservation],
+         node: NodeConfig) -> tuple[list[Draft], tuple[Fetch, ...]]:
+    """The drafts with waits and refusals for Models not here yet; the fetches to start."""
+    planned: dict[str, Fetch] = {}
+    out = []
+    for d in drafts:
+        spec = specs.get(d.decision.role)
+        if d.decision.verb not in _GATED or spec is None:
+            out.append(d)
+            continue
+        out.append(_gated(d, spec, models, fetches, node, planned))
+    return out, tuple(planned.values())
+
+
+def _gated(d: Draft, spec: RoleSpec, models: Mapping[str, ModelSpec],
+           fetches: Mapping[str, FetchObservation], node: NodeConfig,
+           planned: dict[str, Fetch]) -> Draft:
+    for name in (spec.model, spec.serve.draft_model):
+        model = models.get(name) if name else None
+        if model is None or not model.fetchable:
+            continue
+        if node.fetch is None:
+            if model.root is None:
+                msg = (f"Model {name} has a source, but node {node.name or '(this node)'} "
+                       "does not fetch (no spec.fetch in its NodeConfig) and has no copy "
+                       "(no root, no model_roots entry)")
+                return _becomes(d, Verb.REFUSE, Reason.NO_FETCH, Status.REFUSED, msg)
+            continue
+        obs = fetches.get(model.name)
+        if obs is None or obs.state is FetchState.DONE:
+            continue  # a hand-placed copy (model_roots), or here already
+        if obs.state is FetchState.FAILED:
+            msg = (f"fetch of {name} failed: {obs.detail}; a fixed Model or "
+                   f"`reconcile models fetch --retry {name}`")
+            return _becomes(d, Verb.REFUSE, Reason.FETCH_FAILED, Status.REFUSED, msg)
+        if obs.state is FetchState.BACKOFF:
+            return _becomes(d, Verb.WAIT, Reason.FETCHING, Status.FETCHING,
+                            f"fetch of {name} failed: {obs.detail}; retrying soon",
+                            retry_in=POLL)
+        if obs.state is FetchState.RUNNING:
+            return _becomes(d, Verb.WAIT, Reason.FETCHING, Status.FETCHING, progress(obs),
+                            retry_in=POLL)
+        if name in planned:
+            return _becomes(d, Verb.WAIT, Reason.FETCHING, Status.FETCHING,
+                            f"fetching {name}: starting", retry_in=POLL)
+        ahead = sum(f.bytes for f in planned.values())
+        if obs.free is not None and obs.missing + ahead + node.fetch.min_free > obs.free:
+            msg = (f"not enough disk to fetch {name}: {format_size(obs.missing)}"
+                   + (f" (+{format_size(ahead)} fetched before it)" if ahead else "")
+                   + f" + min_free {format_size(node.fetch.min_free)} > "
+                   f"{format_size(obs.free)} free in {node.fetch.cache}")
+            return _becomes(d, Verb.REFUSE, Reason.NO_DISK, Status.REFUSED, msg)
+        where = "missing on this node" if obs.missing == obs.total else "partly on this node"
+        free = f"; {format_size(obs.free)} free" if obs.free is not None else ""
+        planned[name] = Fetch(model=name, generation=obs.generation, bytes=obs.missing,
+                              free=obs.free, why=f"{where}{free}")
+        return _becomes(d, Verb.WAIT, Reason.FETCHING, Status.FETCHING,
+                        f"fetching {name}: starting", retry_in=POLL)
+    return d
+
+
+def _becomes(d: Draft, verb: Verb, reason: Reason, status: Status, detail: str,
+             retry_in: float | None = None) -> Draft:
+    """The draft turned into a wait or refusal; a live server keeps what it holds."""
+    decision = attrs.evolve(d.decision, verb=verb, reason=reason, status=status, detail=detail,
+                            why=detail, launch=None, reserve=0, release=0, retry_in=retry_in)
+    return Draft(decision=decision, holds=d.holds, keeps_on_refusal=d.keeps_on_refusal)
