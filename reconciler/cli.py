@@ -307,6 +307,9 @@ def _models(models: argparse.ArgumentParser) -> None:
     p = msub.add_parser("verify", help="verify models against their manifests",
                         build=_globals_then(_models_verify))
     p.set_defaults(target="models:run_verify")
+    p = msub.add_parser("fetch", help="fetch this node's Models that have a source, with a "
+                        "progress bar", build=_globals_then(_models_fetch))
+    p.set_defaults(target="modelfetch:run_fetch")
 
 
 def _models_add(p: argparse.ArgumentParser) -> None:
@@ -317,6 +320,18 @@ def _models_add(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ollama", metavar="NAME:TAG",
                    help="describe an Ollama model from Ollama's own store")
     p.add_argument("-o", "--output", metavar="FILE", help="write the document here")
+    p.add_argument("--url", metavar="URL", help="describe a file at an https URL (its "
+                   "metadata only; nothing is downloaded)")
+    p.add_argument("--sha256", metavar="HEX", help="with --url: the file's digest")
+    p.add_argument("--hf-endpoint", metavar="URL", help="the Hub for hf:// (default "
+                   "$HF_ENDPOINT or https://huggingface.co)")
+    p.add_argument("--hf-token-file", metavar="FILE", help="a file holding a Hub token")
+
+
+def _models_fetch(p: argparse.ArgumentParser) -> None:
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument("--retry", action="store_true",
+                   help="forget a failed fetch (a digest mismatch) and try again")
 
 
 def _models_verify(p: argparse.ArgumentParser) -> None:

@@ -61,6 +61,7 @@ OWNERS: dict[str, set[str]] = {
     "pynvml": {"reconciler/world/devices.py"},  # NVML (nvidia-ml-py, optional), imported lazily
     "signal": {"reconciler/system/signals.py"},  # sending and catching signals
     "sqlite3": {"reconciler/state/store.py"},
+    "tqdm": {"reconciler/commands/modelfetch.py"},  # `reconcile models fetch`'s bar
     "subprocess": {"reconciler/system/programs.py"},  # servers, git, version probes
     "watchfiles": {"reconciler/daemon/filewatch.py"},
 }

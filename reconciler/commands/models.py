@@ -33,7 +33,7 @@ from typing import Iterator
 from reconciler.manifests import modeldoc, schemata
 from reconciler.models import modelstore
 from reconciler.core.exitcodes import Exit
-from reconciler.commands import common
+from reconciler.commands import common, modelfetch
 from reconciler.core.desired import ModelFile, ModelFormat, ModelSpec
 from reconciler.core.observed import ModelCheck, ModelState
 from reconciler.manifests.modeldoc import FileFact
@@ -47,7 +47,9 @@ _SMALL_FILE = 1 << 20  # config.json, Ollama manifests
 
 def run_add(args) -> int:
     try:
-        if args.ollama:
+        if modelfetch.wants_remote(args):  # hf://… or --url: from metadata (§1.3)
+            doc = modelfetch.remote_document(args)
+        elif args.ollama:
             doc = _ollama_document(args)
         else:
             doc = _files_document(args)

@@ -247,3 +247,42 @@ def _io_failure(job: FileJob, exc: OSError) -> Outcome:
                        detail=f"{job.label}: no space left in the cache {job.cache}; "
                               "the partial file was removed")
     return Outcome(ok=False, failure=Failure.IO, detail=f"{job.label}: {exc.strerror or exc}")
+
+
+def metadata(url: str, *, token: str | None = None, token_origin: str = "",
+             verify: bool | str = True) -> dict[str, str] | str:
+    """The headers of a HEAD of ``url`` (the Hub's file metadata), or why there are none.
+
+    As ``huggingface_hub.get_hf_file_metadata`` does: redirects that stay on the
+    same origin are followed (a renamed repository); a redirect to another host
+    (the CDN) is not: the metadata is on that answer, and the token stays home.
+    """
+    refusal = fetchpolicy.url_refusal(url)
+    if refusal:
+        return refusal
+    seen = [url]
+    headers = {"Accept-Encoding": "identity"}
+    if token and fetchpolicy.same_origin(url, token_origin):
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        with httpx.Client(timeout=TIMEOUT, verify=verify, follow_redirects=False,
+                          trust_env=False) as client:
+            for _ in range(MAX_REDIRECTS + 1):
+                response = client.head(url, headers=headers)
+                if response.is_redirect:
+                    target = str(response.url.join(response.headers.get("location", "")))
+                    if fetchpolicy.same_origin(url, target):
+                        refusal = fetchpolicy.redirect_refusal(url, target, seen)
+                        if refusal:
+                            return refusal
+                        seen.append(target)
+                        url = target
+                        continue
+                if response.status_code >= 400:
+                    code = response.headers.get("x-error-code", "")
+                    return f"HTTP {response.status_code}" + (f" ({code})" if code else "")
+                return {k.lower(): v for k, v in response.headers.items()} | {
+                    ":status": str(response.status_code), ":url": url}
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return f"more than {MAX_REDIRECTS} redirects"

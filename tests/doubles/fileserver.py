@@ -40,7 +40,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class Nginx:
-    def __init__(self, root: Path, tmp: Path) -> None:
+    def __init__(self, root: Path, tmp: Path, limit_rate: str = "0") -> None:
         self.port = free_port()
         tmp.mkdir(parents=True, exist_ok=True)
         conf = tmp / "nginx.conf"
@@ -57,7 +57,7 @@ http {{
   sendfile on;
   client_body_temp_path {tmp}; proxy_temp_path {tmp}; fastcgi_temp_path {tmp};
   uwsgi_temp_path {tmp}; scgi_temp_path {tmp};
-  server {{ listen 127.0.0.1:{self.port}; root {root}; }}
+  server {{ listen 127.0.0.1:{self.port}; root {root}; limit_rate {limit_rate}; }}
 }}
 """)
         self.proc = subprocess.Popen([NGINX, "-c", str(conf), "-p", str(tmp)],
