@@ -33,7 +33,7 @@ from reconciler.core.observed import FetchObservation, FetchRecord, FetchState
 from reconciler.manifests.fleet import cache_tree
 from reconciler.models import fetchmodel
 from reconciler.models.fetchpolicy import STICKY, Failure, blob_path, origin, partial_path
-from reconciler.system import programs
+from reconciler.system import failpoints, programs
 from reconciler.world import procs
 
 RETRY_AFTER = 30.0
@@ -180,6 +180,7 @@ def start(planned: Fetch, desired: Desired, store, now: float) -> str:
     record = FetchRecord(model=model.name, generation=job.generation, started_at=now,
                          done_at_start=done)
     store.put_fetch(record)  # the intent: written before the process exists
+    failpoints.reach("fetch-intent")
     try:
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
@@ -187,6 +188,7 @@ def start(planned: Fetch, desired: Desired, store, now: float) -> str:
                                  env=env, cwd=os.path.dirname(path), output=log)
     finally:
         os.close(log)
+    failpoints.reach("fetch-spawned")
     if started.pid is None:
         store.delete_fetch(model.name)
         return f"{model.name}: cannot start the fetch: {started.failure}"
