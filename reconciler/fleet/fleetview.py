@@ -12,6 +12,7 @@ Text::
       devices: cuda:0 9.7 GB/24.0 GB, cuda:1 0 B/24.0 GB
       + coder   llamacpp  :8090  9.7 GB  start
       ! big     llamacpp  :8092  55.0 GB  refuse (unplaceable: …)
+      > fetch qwen  4.4 GB
     gpu-2  0 B, no budget
       (no roles)
     not placed on any node: stray
@@ -25,7 +26,8 @@ JSON (``as_json``, stable field names)::
                 "devices": [{"device", "reserved": int, "memory": int}],     # §7.1
                 "roles": [{"role", "runtime", "mode", "state", "host", "port",
                            "footprint", "verb", "reason", "status", "detail",
-                           "devices": [str]}]}],
+                           "devices": [str]}],
+                "fetches": [{"model", "bytes"}]}],   # §1.3 Models to download first
      "unplaced": [str]}
 """
 
@@ -37,7 +39,7 @@ import attrs
 
 from reconciler.manifests import fleet as fleets
 from reconciler.fleet import offline
-from reconciler.core.decisions import Decision, NEEDS_OPERATOR, Verb
+from reconciler.core.decisions import Decision, Fetch, NEEDS_OPERATOR, Verb
 from reconciler.core.desired import Launch, NodeConfig, RoleSpec
 from reconciler.manifests.fleet import Fleet
 from reconciler.planner.render import SYMBOLS, reason_text
@@ -66,6 +68,7 @@ class RoleView:
 class NodeView:
     node: NodeConfig
     roles: tuple[RoleView, ...]  # by name
+    fetches: tuple[Fetch, ...] = ()  # §1.3 the Models it must download first
 
     @property
     def name(self) -> str:
@@ -108,9 +111,11 @@ def view(whole: Fleet, *, implicit: str = "") -> FleetView:
     views = []
     for node in nodes:
         desired = fleets.desired_for(whole, node, placed=placed, roles=shares[node.name])
-        decisions = {d.role: d for d in offline.plan(desired).decisions}
+        the_plan = offline.plan(desired)
+        decisions = {d.role: d for d in the_plan.decisions}
         views.append(NodeView(node=node, roles=tuple(
-            RoleView(spec=spec, decision=decisions[spec.name]) for spec in desired.roles)))
+            RoleView(spec=spec, decision=decisions[spec.name]) for spec in desired.roles),
+            fetches=the_plan.fetches))
     return FleetView(nodes=tuple(views),
                      unplaced=tuple(name for name, on in placed.items() if not on))
 
@@ -148,6 +153,7 @@ def text(fleet_view: FleetView) -> str:
             lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[4])
         if not rows:
             lines.append("  (no roles)")
+        lines += [f"  > fetch {f.model}  {format_size(f.bytes)}" for f in node.fetches]
         placed += len(node.roles)
         refused += sum(r.decision.status in NEEDS_OPERATOR for r in node.roles)
     if fleet_view.unplaced:
@@ -181,6 +187,7 @@ def _node_json(node: NodeView) -> dict[str, Any]:
         "devices": [{"device": device, "reserved": held, "memory": total}
                     for device, held, total in node.devices],
         "roles": [_role_json(r) for r in node.roles],
+        "fetches": [{"model": f.model, "bytes": f.bytes} for f in node.fetches],
     }
 
 

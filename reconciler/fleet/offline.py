@@ -19,7 +19,8 @@ from __future__ import annotations
 from reconciler.planner import plan as planner
 from reconciler.core.decisions import Plan, PlanContext
 from reconciler.core.desired import Desired
-from reconciler.core.observed import Health, Observed, ProbeFacts, Remembered, RoleObservation
+from reconciler.manifests.fleet import fetched_models
+from reconciler.core.observed import FetchObservation, FetchState, Health, Observed, ProbeFacts, Remembered, RoleObservation
 from reconciler.runtimes import spec_of
 
 #: Where a root reconciler keeps instance directories (``<state dir>/instances``).
@@ -37,7 +38,12 @@ def observed(desired: Desired) -> Observed:
         roles.append(RoleObservation(name=role.name, probe=ProbeFacts(
             health=Health.UP, detail="offline: assumed up",
             listed_models=(tag,) if tag else ())))
-    return Observed(roles=tuple(roles))
+    fetch = desired.node.fetch
+    fetches = tuple(FetchObservation(  # §1.3 an empty node has none of its Models yet
+        model=m.name, generation=m.fetch_generation(fetch.hf_endpoint), state=FetchState.NEEDED,
+        total=sum(f.size or 0 for f in m.files), missing=sum(f.size or 0 for f in m.files))
+        for m in fetched_models(desired)) if fetch is not None else ()
+    return Observed(roles=tuple(roles), fetches=fetches)
 
 
 def plan(desired: Desired, *, data_root: str | None = None) -> Plan:

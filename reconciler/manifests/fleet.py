@@ -196,3 +196,15 @@ def names(nodes: Iterable[str], limit: int = 5) -> str:
     if len(listed) <= limit:
         return ", ".join(listed)
     return ", ".join(listed[:limit]) + f" and {len(listed) - limit} more"
+
+
+def fetched_models(desired: Desired) -> tuple[ModelSpec, ...]:
+    """§1.3 the Models this node serves from its fetch cache: with a source, used by a
+    managed role, not replaced by a ``model_roots`` copy."""
+    fetch = desired.node.fetch
+    if fetch is None:
+        return ()
+    used = {n for r in desired.roles if r.managed for n in (r.model, r.serve.draft_model) if n}
+    return tuple(m for m in desired.models if m.name in used and m.fetchable
+                 and m.root == cache_tree(fetch.cache, m.name,
+                                          m.fetch_generation(fetch.hf_endpoint)))

@@ -20,6 +20,9 @@ series                                                type   from
 ``reconciler_device_memory_bytes{node,device}``       gauge  NodeConfig devices (§7.1)
 ``reconciler_device_reserved_bytes{node,device,role}`` gauge the device ledger (§7.1)
 ``reconciler_device_used_bytes{node,device,role}``    gauge  observed by pid (NVML, nvidia-smi)
+``reconciler_fetch_bytes_total{node,model}``          count  bytes of the Model in the cache
+                                                             (§1.3; partial files count)
+``reconciler_fetch_remaining_bytes{node,model}``      gauge  bytes still to fetch
 ====================================================  =====  ===========================
 
 The restart count is a gauge, not a ``_total`` counter: BEHAVIOUR §4 resets
@@ -63,7 +66,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import (
     CollectorRegistry, Counter, Histogram, generate_latest, make_wsgi_app,
 )
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from reconciler.core.decisions import Status
@@ -84,6 +87,8 @@ _HELP = {
     "reconciler_device_memory_bytes": "Memory of each declared device (NodeConfig devices) in bytes.",
     "reconciler_device_reserved_bytes": "Bytes each role reserves on each device in the device ledger.",
     "reconciler_device_used_bytes": "Bytes each role's server uses on each device (NVML / nvidia-smi, by pid).",
+    "reconciler_fetch_bytes": "Bytes of each fetched Model already in this node's cache (partial files included).",
+    "reconciler_fetch_remaining_bytes": "Bytes of each fetched Model still to download.",
 }
 
 
@@ -162,8 +167,14 @@ def _families(result, store, *, problems_count: int, last_pass_ts: float, durati
                 dev_reserved.add_metric((node, row["device"], holder["role"]), holder["reserved"])
                 if holder["used"] is not None:
                     dev_used.add_metric((node, row["device"], holder["role"]), holder["used"])
+    fetched = CounterMetricFamily("reconciler_fetch_bytes", _HELP["reconciler_fetch_bytes"],
+                                  labels=("node", "model"))
+    remaining = family("reconciler_fetch_remaining_bytes", ("model",))
+    for f in observed.fetches if observed is not None else ():  # §1.3
+        fetched.add_metric((node, f.model), f.total - f.missing)
+        remaining.add_metric((node, f.model), f.missing)
     return [status, restarts, reserved, budget, latency, last, took, success, problems, actions,
-            dev_memory, dev_reserved, dev_used]
+            dev_memory, dev_reserved, dev_used, fetched, remaining]
 
 
 class PassMetrics(Collector):

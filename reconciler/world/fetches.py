@@ -30,7 +30,7 @@ import sys
 from reconciler.core.decisions import Fetch
 from reconciler.core.desired import Desired, ModelSpec
 from reconciler.core.observed import FetchObservation, FetchRecord, FetchState
-from reconciler.manifests.fleet import cache_tree
+from reconciler.manifests.fleet import fetched_models  # noqa: F401 (models fetch uses it here)
 from reconciler.models import fetchmodel
 from reconciler.models.fetchpolicy import STICKY, Failure, blob_path, origin, partial_path
 from reconciler.system import failpoints, programs
@@ -41,17 +41,6 @@ RETRY_AFTER = 30.0
 
 def job_path(cache: str, model: str) -> str:
     return f"{cache.rstrip('/')}/jobs/{model}.json"
-
-
-def fetched_models(desired: Desired) -> tuple[ModelSpec, ...]:
-    """The Models this node serves from its cache: with a source, used by a managed role."""
-    fetch = desired.node.fetch
-    if fetch is None:
-        return ()
-    used = {n for r in desired.roles if r.managed for n in (r.model, r.serve.draft_model) if n}
-    return tuple(m for m in desired.models if m.name in used and m.fetchable
-                 and m.root == cache_tree(fetch.cache, m.name,
-                                          m.fetch_generation(fetch.hf_endpoint)))
 
 
 def observe(desired: Desired, records: tuple[FetchRecord, ...],

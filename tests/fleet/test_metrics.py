@@ -40,3 +40,19 @@ def test_a_node_not_in_the_fleet_still_names_itself(store):
     result = attrs.evolve(bad("no NodeConfig is named 'gpu-9'"), node="gpu-9")
     text = metrics.render_result(result, store)
     assert series(text, "reconciler_manifest_problems") == {(("node", "gpu-9"),): 1}
+
+
+def test_fetch_progress_is_published_per_model(store):
+    """§1.3 reconciler_fetch_bytes_total and reconciler_fetch_remaining_bytes, from the pass's
+    observation of the cache."""
+    from reconciler.core.observed import FetchObservation, FetchState, Observed
+
+    result = good(desired("new"))
+    obs = FetchObservation(model="qwen", generation="g", state=FetchState.RUNNING,
+                           total=1000, missing=400)
+    result = attrs.evolve(result, observed=Observed(fetches=(obs,)))
+    text = metrics.render_result(result, store)
+    assert series(text, "reconciler_fetch_bytes") == {
+        (("model", "qwen"), ("node", "test-node")): 600}
+    assert series(text, "reconciler_fetch_remaining_bytes") == {
+        (("model", "qwen"), ("node", "test-node")): 400}

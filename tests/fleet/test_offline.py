@@ -127,3 +127,22 @@ def test_diff_properties(one, two) -> None:
     back = {(c.node, c.role, {"+": "-", "-": "+"}.get(c.sign, c.sign))
             for c in fleetdiff.diff(b, a)}
     assert forward == back
+
+
+def test_the_fleet_view_names_the_models_each_node_must_fetch() -> None:
+    """§1.3 from the manifests alone: two fetching nodes get the sourced Model's role and
+    list the fetch with its size; the third (no role there) fetches nothing."""
+    sourced = model("src", size=4_400_000_000)
+    del sourced["spec"]["root"]
+    sourced["spec"]["source"] = {"hf": "org/src", "revision": "c" * 40}
+    fetch = {"fetch": {"cache": "/var/cache/reconciler"}}
+    on_gpu = {"node_selector": {"match_labels": {"gpu": "yes"}}}
+    whole = fleet_of(node("n1", labels={"gpu": "yes"}, extra=fetch),
+                     node("n2", labels={"gpu": "yes"}, extra=fetch),
+                     node("n3", labels={"gpu": "no"}, extra=fetch), sourced,
+                     role("coder", 8001, placement=on_gpu, model_name="src"))
+    shown = fleetview.as_json(fleetview.view(whole))
+    assert {n["node"]: n["fetches"] for n in shown["nodes"]} == {
+        "n1": [{"model": "src", "bytes": 4_400_000_000}],
+        "n2": [{"model": "src", "bytes": 4_400_000_000}], "n3": []}
+    assert "  > fetch src  4.4 GB" in fleetview.text(fleetview.view(whole))
