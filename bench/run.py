@@ -2,7 +2,7 @@
 
 Each benchmark measures its ratio within one run (against ``sha256sum``, a
 bare import, one probe, supervisord, the same planner at a tenth of the
-size, or the same server without the router), so the figures mean the same on any machine. Run one alone for its options: ``.venv/bin/python bench/bench_watch.py --help``.
+size, or the same server without the router, ``curl -o``), so the figures mean the same on any machine. Run one alone for its options: ``.venv/bin/python bench/bench_watch.py --help``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ BENCHES = [
     ("plan() of 1k and 10k roles (issue: planner at scale)", ["bench_plan.py"]),
     ("router vs direct llama-server (issue 13: the router)", ["bench_router.py"]),
     ("the status page of 100 roles (issue 22: status page)", ["bench_page.py"]),
+    ("Model fetch vs curl -o, resume, --once (issue 21: weights by commit)", ["bench_fetch.py"]),
 ]
 
 

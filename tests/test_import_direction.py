@@ -54,8 +54,9 @@ FORBIDDEN_IN_PURE = {
 OWNERS: dict[str, set[str]] = {
     "aiohttp": {"reconciler/router/proxy.py"},  # the router's server and upstream client (§9)
     "jinja2": {"reconciler/report/page.py"},  # the status page's templates (§11)
-    # probes are an asyncio protocol + http11.py (probe.py says why); downloads use httpx
-    "httpx": {"reconciler/models/fetch.py"},
+    "httpx": set(),  # probes are an asyncio protocol + http11.py (probe.py says why)
+    "http": {"reconciler/models/fetch.py"},  # Model downloads (§1.6; fetch.py says why)
+    "ssl": {"reconciler/models/fetch.py"},
     "prometheus_client": {"reconciler/report/metrics.py"},  # exposition, /metrics, the file
     "psutil": {"reconciler/world/procs.py"},
     "pynvml": {"reconciler/world/devices.py"},  # NVML (nvidia-ml-py, optional), imported lazily

@@ -2,7 +2,7 @@
 
 The one module that imports ``tqdm`` (the foreground fetch's progress bar).
 
-BEHAVIOUR §1.3.
+BEHAVIOUR §1.6.
 
 * ``models add hf://ORG/REPO/FILE[@REVISION]`` asks the Hub for the file's
   metadata (``HEAD …/resolve/…``: nothing is downloaded) and writes a Model
@@ -16,7 +16,7 @@ BEHAVIOUR §1.3.
   ``--retry`` first forgets a failed fetch (a digest mismatch stays refused
   until a new generation or this).
 
-Why tqdm and not rich: docs/behaviour.md §1.3 has the measurements.
+Why tqdm and not rich: docs/behaviour.md §1.6 has the measurements.
 """
 
 from __future__ import annotations

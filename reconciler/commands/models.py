@@ -47,7 +47,7 @@ _SMALL_FILE = 1 << 20  # config.json, Ollama manifests
 
 def run_add(args) -> int:
     try:
-        if modelfetch.wants_remote(args):  # hf://… or --url: from metadata (§1.3)
+        if modelfetch.wants_remote(args):  # hf://… or --url: from metadata (§1.6)
             doc = modelfetch.remote_document(args)
         elif args.ollama:
             doc = _ollama_document(args)

@@ -51,7 +51,7 @@ class Status(enum.StrEnum):
     REFUSED = "refused"
     STOPPED = "stopped"
     UNKNOWN = "unknown"
-    FETCHING = "fetching"  # §1.3 waiting for its Model's files to arrive
+    FETCHING = "fetching"  # §1.6 waiting for its Model's files to arrive
 
 
 #: Statuses after which a role needs an operator (exit code 3 of --once).
@@ -71,7 +71,7 @@ class Verb(enum.StrEnum):
     GIVE_UP = "give-up"
     REFUSE = "refuse"
     FORGET = "forget"
-    FETCH = "fetch"  # §1.3 a Model's files are downloaded (a ``Fetch`` of ``Plan.fetches``)
+    FETCH = "fetch"  # §1.6 a Model's files are downloaded (a ``Fetch`` of ``Plan.fetches``)
 
 
 #: Verbs that change the world; the rest are decisions to do nothing.
@@ -110,10 +110,10 @@ class Reason(enum.StrEnum):
     ORPHAN = "orphan"  # a server of ours by proof that no role wants (§4)
     STARTUP_TIMEOUT = "startup_timeout"  # never answered within startup_grace: a failed start
     OVER_RESERVED = "over_reserved"  # §7.1 uses more device memory than it reserved: degraded
-    FETCHING = "fetching"  # §1.3 its Model is being fetched (or is about to be)
-    NO_DISK = "no_disk"  # §1.3 the fetch would leave less than min_free
-    NO_FETCH = "no_fetch"  # §1.3 the Model has a source, this node does not fetch
-    FETCH_FAILED = "fetch_failed"  # §1.3 the bytes did not match: a new generation or --retry
+    FETCHING = "fetching"  # §1.6 its Model is being fetched (or is about to be)
+    NO_DISK = "no_disk"  # §1.6 the fetch would leave less than min_free
+    NO_FETCH = "no_fetch"  # §1.6 the Model has a source, this node does not fetch
+    FETCH_FAILED = "fetch_failed"  # §1.6 the bytes did not match: a new generation or --retry
 
 
 @frozen
@@ -157,7 +157,7 @@ class Decision:
 
 @frozen
 class Fetch:
-    """§1.3 a Model to download on this node: ``> fetch qwen 4.4 GB (missing on this node; …)``.
+    """§1.6 a Model to download on this node: ``> fetch qwen 4.4 GB (missing on this node; …)``.
 
     Not a role's decision: one Model may be waited for by several roles, each of
     which is ``fetching``. A fetch reserves no memory.
@@ -176,7 +176,7 @@ class Fetch:
 class Plan:
     decisions: tuple[Decision, ...] = ()  # in execution order
     requeue_after: float | None = None  # earliest retry_in: "look again then"
-    fetches: tuple[Fetch, ...] = ()  # §1.3 started before the decisions are applied
+    fetches: tuple[Fetch, ...] = ()  # §1.6 started before the decisions are applied
 
     @property
     def changes(self) -> tuple[Decision, ...]:

@@ -295,7 +295,7 @@ class StatusPageConfig:
 
 @frozen
 class FetchConfig:
-    """``NodeConfig.fetch`` (BEHAVIOUR §1.3): this node downloads Models that have a source.
+    """``NodeConfig.fetch`` (BEHAVIOUR §1.6): this node downloads Models that have a source.
 
     ``cache`` holds the files by sha256 (``blobs/<sha256>``) and each Model's tree of
     hard links (``models/<name>/<path>``); sizes in bytes.
@@ -331,7 +331,7 @@ class NodeConfig:
     router: RouterConfig | None = None  # None: no router on this node (§9)
     status_page: StatusPageConfig | None = None  # None: the page only on the router's port (§11)
     devices: tuple[Device, ...] = ()  # accelerators the planner may place roles on, by id
-    fetch: FetchConfig | None = None  # None: this node never downloads (§1.3)
+    fetch: FetchConfig | None = None  # None: this node never downloads (§1.6)
     ref: SourceRef | None = attrs.field(default=None, eq=False)
 
     def serve_program(self, runtime: Runtime) -> str | None:

@@ -47,7 +47,7 @@ class EventKind(enum.StrEnum):
     GIVE_UP = "give-up"
     REFUSE = "refuse"
     FORGET = "forget"
-    FETCH = "fetch"  # §1.3 a Model's fetch started (``role`` holds the Model's name)
+    FETCH = "fetch"  # §1.6 a Model's fetch started (``role`` holds the Model's name)
     # the others
     READOPTED = "adopt"  # our own server found unrecorded, and recorded
     OPERATOR_START = "operator-start"  # `reconcile start NAME`
@@ -134,7 +134,7 @@ def repeats(event: Event, last: Event | None) -> bool:
 
 def fetch_started(model: str, why: str, failure: str, *, git_commit: str | None,
                   at: float) -> Event:
-    """§1.3 a fetch started (or could not): logged under the Model's name."""
+    """§1.6 a fetch started (or could not): logged under the Model's name."""
     return Event(role=model, kind=EventKind.FETCH, reason="missing",
                  detail="; ".join(p for p in (why, failure) if p), ok=not failure,
                  git_commit=git_commit, at=at)

@@ -130,7 +130,7 @@ class Orphan:
 
 
 class FetchState(enum.StrEnum):
-    """Where a Model with a source stands on a node that fetches (§1.3)."""
+    """Where a Model with a source stands on a node that fetches (§1.6)."""
 
     DONE = "done"  # every file verified in the cache and linked
     NEEDED = "needed"  # some file missing, nothing fetching it
@@ -141,7 +141,7 @@ class FetchState(enum.StrEnum):
 
 @frozen
 class FetchObservation:
-    """A fetchable Model on this node: what is there, what is missing, what runs (§1.3)."""
+    """A fetchable Model on this node: what is there, what is missing, what runs (§1.6)."""
 
     model: str
     generation: str  # the digest of the Model's file list
@@ -172,7 +172,7 @@ class FetchRecord:
 class Observed:
     roles: tuple[RoleObservation, ...] = ()
     models: tuple[ModelCheck, ...] = ()
-    fetches: tuple[FetchObservation, ...] = ()  # §1.3 only on a node that fetches
+    fetches: tuple[FetchObservation, ...] = ()  # §1.6 only on a node that fetches
     #: The router's counts at the start of the pass (§9); None outside the daemon.
     demand: Demand | None = None
     orphans: tuple[Orphan, ...] = ()

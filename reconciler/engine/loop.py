@@ -116,7 +116,7 @@ def apply_pass(inputs: PassInputs) -> PassResult:
     readopt.record(inputs.store, found.readopted, at=inputs.clock())
     remembered = readopt.merged(remembered, found.readopted)
     observed, the_plan = _observe_and_plan(inputs, desired, remembered, root, found.orphans)
-    if the_plan.fetches:  # §1.3 detached: the pass never waits for a download
+    if the_plan.fetches:  # §1.6 detached: the pass never waits for a download
         from reconciler.core import events
         from reconciler.world import fetches
 
@@ -160,7 +160,7 @@ def _observe_and_plan(inputs: PassInputs, desired: Desired, remembered: Remember
                                sticky=inputs.store.sticky_mismatches(), root=root)
     if orphans:
         observed = attrs.evolve(observed, orphans=orphans)
-    if desired.node.fetch is not None:  # §1.3 only a node that fetches looks at its cache
+    if desired.node.fetch is not None:  # §1.6 only a node that fetches looks at its cache
         from reconciler.world import fetches
 
         observed = attrs.evolve(observed, fetches=fetches.observe(

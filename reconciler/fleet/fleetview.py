@@ -27,7 +27,7 @@ JSON (``as_json``, stable field names)::
                 "roles": [{"role", "runtime", "mode", "state", "host", "port",
                            "footprint", "verb", "reason", "status", "detail",
                            "devices": [str]}],
-                "fetches": [{"model", "bytes"}]}],   # §1.3 Models to download first
+                "fetches": [{"model", "bytes"}]}],   # §1.6 Models to download first
      "unplaced": [str]}
 """
 
@@ -68,7 +68,7 @@ class RoleView:
 class NodeView:
     node: NodeConfig
     roles: tuple[RoleView, ...]  # by name
-    fetches: tuple[Fetch, ...] = ()  # §1.3 the Models it must download first
+    fetches: tuple[Fetch, ...] = ()  # §1.6 the Models it must download first
 
     @property
     def name(self) -> str:

@@ -39,7 +39,7 @@ def observed(desired: Desired) -> Observed:
             health=Health.UP, detail="offline: assumed up",
             listed_models=(tag,) if tag else ())))
     fetch = desired.node.fetch
-    fetches = tuple(FetchObservation(  # §1.3 an empty node has none of its Models yet
+    fetches = tuple(FetchObservation(  # §1.6 an empty node has none of its Models yet
         model=m.name, generation=m.fetch_generation(fetch.hf_endpoint), state=FetchState.NEEDED,
         total=sum(f.size or 0 for f in m.files), missing=sum(f.size or 0 for f in m.files))
         for m in fetched_models(desired)) if fetch is not None else ()

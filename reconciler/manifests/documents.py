@@ -118,7 +118,7 @@ def _file(raw: dict[str, Any] | None) -> ModelFile | None:
 
 def _sources(r: _Reader, files: list[tuple[tuple[str | int, ...], ModelFile]],
              source: dict[str, Any]) -> None:
-    """BEHAVIOUR §1.3: a fetchable file has a size; a repository needs its commit."""
+    """BEHAVIOUR §1.6: a fetchable file has a size; a repository needs its commit."""
     if ("hf" in source) != ("revision" in source):
         have, lacks = ("hf", "revision") if "hf" in source else ("revision", "hf")
         r.add(("spec", "source"), f"{have!r} needs {lacks!r}: a Hub source is a repository "
@@ -271,7 +271,7 @@ def _status_page(r: _Reader) -> StatusPageConfig | None:
 
 
 def _fetch(r: _Reader) -> FetchConfig | None:
-    """§1.3 ``spec.fetch``: this node downloads Models with a source into ``cache``."""
+    """§1.6 ``spec.fetch``: this node downloads Models with a source into ``cache``."""
     raw = r.get("spec", "fetch")
     if raw is None:
         return None

@@ -153,7 +153,7 @@ def desired_for(fleet: Fleet, node: NodeConfig, *,
 def models_on(models: tuple[ModelSpec, ...], node: NodeConfig) -> tuple[ModelSpec, ...]:
     """The Models with this node's ``model_roots`` in place of their roots.
 
-    On a node that fetches (§1.3), a Model with a source and no ``model_roots``
+    On a node that fetches (§1.6), a Model with a source and no ``model_roots``
     entry is served from the cache: its root is the cache's tree for it.
     """
     if not node.model_roots and node.fetch is None:
@@ -169,7 +169,7 @@ def models_on(models: tuple[ModelSpec, ...], node: NodeConfig) -> tuple[ModelSpe
 
 
 def cache_tree(cache: str, model: str, generation: str) -> str:
-    """Where a fetched Model's files are linked under the node's cache (§1.3): one tree
+    """Where a fetched Model's files are linked under the node's cache (§1.6): one tree
     per generation, so that a new one changes the role's launch (and restarts it)."""
     return f"{cache.rstrip('/')}/models/{model}/{generation}"
 
@@ -199,7 +199,7 @@ def names(nodes: Iterable[str], limit: int = 5) -> str:
 
 
 def fetched_models(desired: Desired) -> tuple[ModelSpec, ...]:
-    """§1.3 the Models this node serves from its fetch cache: with a source, used by a
+    """§1.6 the Models this node serves from its fetch cache: with a source, used by a
     managed role, not replaced by a ``model_roots`` copy."""
     fetch = desired.node.fetch
     if fetch is None:

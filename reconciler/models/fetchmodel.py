@@ -1,6 +1,6 @@
 """One Model's fetch: its files in parallel, then its tree of links (SHELL).
 
-BEHAVIOUR §1.3. A ``ModelJob`` names every file of one Model with its URL,
+BEHAVIOUR §1.6. A ``ModelJob`` names every file of one Model with its URL,
 digest and size; ``run(job)`` downloads the missing ones (``fetch.download``,
 ``max_parallel`` at a time), then links each verified blob to
 ``<cache>/models/<name>/<path>`` (a hard link: the server sees a plain file
@@ -10,7 +10,7 @@ A pass never runs this itself: ``engine`` starts it as a detached process,
 ``python -m reconciler.models.fetchmodel JOB.json`` (the job file is written
 first, so that a pass killed right after the spawn still knows what runs),
 which writes ``JOB.result.json`` when done. ``reconcile models fetch`` runs
-it in the foreground with a progress bar. ``fetch.py`` (and ``httpx``) is
+it in the foreground with a progress bar. ``fetch.py`` (and ``http.client``) is
 imported here, inside ``run``: a pass with nothing to fetch never loads it.
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import attrs
@@ -59,7 +58,9 @@ class ModelOutcome:
 
 def run(job: ModelJob, progress: Callable[[int], None] | None = None) -> ModelOutcome:
     """Fetch every missing file of ``job``, then link the Model's tree."""
-    from reconciler.models import fetch  # httpx only when something is fetched
+    from concurrent.futures import ThreadPoolExecutor
+
+    from reconciler.models import fetch  # http.client only when something is fetched
 
     token = None
     if job.token_file:

@@ -1,6 +1,6 @@
 """What a fetch may do, decided without IO (PURE): URLs, redirects, ranges, cache paths.
 
-BEHAVIOUR §1.3. ``fetch.py`` asks these before every request and answer:
+BEHAVIOUR §1.6. ``fetch.py`` asks these before every request and answer:
 
 * ``url_refusal``: a URL is https, or plain http to a loopback mirror; never
   with a user:password.

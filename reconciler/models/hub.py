@@ -1,6 +1,6 @@
 """The Hugging Face Hub's words, read without IO (PURE): ``hf://`` names and file metadata.
 
-BEHAVIOUR §1.3. ``reconcile models add hf://ORG/REPO/FILE@REVISION`` writes a
+BEHAVIOUR §1.6. ``reconcile models add hf://ORG/REPO/FILE@REVISION`` writes a
 Model from the Hub's metadata alone, so a reviewer sees the digest in the pull
 request before any byte moves. What the Hub answers to ``HEAD
 /ORG/REPO/resolve/REVISION/FILE`` (as huggingface_hub's

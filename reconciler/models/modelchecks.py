@@ -6,7 +6,7 @@ store remembers one until a full verification passes, BEHAVIOUR §1.1) is
 refused; a root directory that has vanished is a detached model store; any
 other model is ``unverified`` here and verified for real right before the
 spawn that uses it (``act.py``). A Model served from the node's fetch cache
-(§1.3) is ``unverified`` until fetched: the fetch rung waits for it.
+(§1.6) is ``unverified`` until fetched: the fetch rung waits for it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def check(desired: Desired, sticky: Mapping[str, str]) -> tuple[ModelCheck, ...]
         if spec is None:
             continue
         if cached is not None and spec.fetchable and (spec.root or "").startswith(cached):
-            # §1.3 its tree appears when its fetch is done: the fetch rung decides
+            # §1.6 its tree appears when its fetch is done: the fetch rung decides
             checks.append(ModelCheck(name=name, state=ModelState.UNVERIFIED))
         elif sticky.get(name):
             checks.append(ModelCheck(name=name, state=ModelState.MISMATCH, detail=sticky[name]))

@@ -1,6 +1,6 @@
 """The fetch rung: a start whose Model must first arrive waits for it (PURE).
 
-BEHAVIOUR §1.3. ``gate`` looks at every drafted start or restart; when the
+BEHAVIOUR §1.6. ``gate`` looks at every drafted start or restart; when the
 role's Model (or draft Model) has a source and is not yet in this node's
 cache, the draft becomes, in this order:
 

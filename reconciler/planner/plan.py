@@ -128,7 +128,7 @@ def plan(
                                                observed.demand.since)
         drafts.append(drafted)
     drafts += orphans.drafts(observed.orphans, set(specs) | set(records), guard)
-    # §1.3 a start whose Model is not here yet waits for its fetch (or is refused).
+    # §1.6 a start whose Model is not here yet waits for its fetch (or is refused).
     drafts, fetches = fetchrungs.gate(drafts, specs, models,
                                       {f.model: f for f in observed.fetches}, desired.node)
     excludes = {name: spec.excludes for name, spec in specs.items()}

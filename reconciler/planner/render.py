@@ -19,7 +19,7 @@ Text: one line per decision, in execution order, then a summary line::
 Symbols: ``+`` start, ``~`` restart, ``-`` stop, ``>`` load, ``<`` unload,
 ``=`` keep, ``…`` wait, ``!`` refuse and give-up (a role needing an
 operator), ``x`` forget (the record is dropped; nothing is signalled), ``>`` fetch
-(a Model's files downloaded, §1.3: listed after the roles, which wait ``fetching``).
+(a Model's files downloaded, §1.6: listed after the roles, which wait ``fetching``).
 The parenthesis holds the reason and, after a colon, its ``why`` (for keep
 decisions without a why, the status detail is shown when the role is not
 plainly in sync).  When nothing acts the summary reads

@@ -21,7 +21,7 @@ series                                                type   from
 ``reconciler_device_reserved_bytes{node,device,role}`` gauge the device ledger (§7.1)
 ``reconciler_device_used_bytes{node,device,role}``    gauge  observed by pid (NVML, nvidia-smi)
 ``reconciler_fetch_bytes_total{node,model}``          count  bytes of the Model in the cache
-                                                             (§1.3; partial files count)
+                                                             (§1.6; partial files count)
 ``reconciler_fetch_remaining_bytes{node,model}``      gauge  bytes still to fetch
 ====================================================  =====  ===========================
 
@@ -170,7 +170,7 @@ def _families(result, store, *, problems_count: int, last_pass_ts: float, durati
     fetched = CounterMetricFamily("reconciler_fetch_bytes", _HELP["reconciler_fetch_bytes"],
                                   labels=("node", "model"))
     remaining = family("reconciler_fetch_remaining_bytes", ("model",))
-    for f in observed.fetches if observed is not None else ():  # §1.3
+    for f in observed.fetches if observed is not None else ():  # §1.6
         fetched.add_metric((node, f.model), f.total - f.missing)
         remaining.add_metric((node, f.model), f.missing)
     return [status, restarts, reserved, budget, latency, last, took, success, problems, actions,

@@ -224,7 +224,7 @@ class Store:
     def delete_role(self, name: str) -> None:
         self._db.execute("DELETE FROM roles WHERE name = ?", (name,))
 
-    # ------------------------------------------------------------ fetches (§1.3)
+    # ------------------------------------------------------------ fetches (§1.6)
 
     @_state_errors
     def fetches(self) -> tuple[FetchRecord, ...]:

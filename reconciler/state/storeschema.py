@@ -137,7 +137,7 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE roles ADD COLUMN devices TEXT;
     """,
-    # 6 → 7: detached Model fetches (§1.3), recorded like servers: the row (pid NULL,
+    # 6 → 7: detached Model fetches (§1.6), recorded like servers: the row (pid NULL,
     # the intent) is written before the spawn, the pid right after it.
     """
     CREATE TABLE IF NOT EXISTS fetches (

@@ -11,7 +11,7 @@ costs one comparison. The points, in the order a pass reaches them:
 ``after-spawn``     spawned; the pid not recorded yet
 ``spawn-recorded``  the new server's record written
 ``recording``       the record room, before each role's record
-``fetch-intent``    a Model fetch's row is in the store; the fetch not spawned (§1.3)
+``fetch-intent``    a Model fetch's row is in the store; the fetch not spawned (§1.6)
 ``fetch-spawned``   the fetch process runs; its pid not recorded yet
 
 They let the tests of BEHAVIOUR §3/§4 (intents, orphans, interrupted restarts

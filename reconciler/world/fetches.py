@@ -1,11 +1,11 @@
 """Model fetches on this node: what the cache holds, what runs, starting one (SHELL).
 
-BEHAVIOUR §1.3. ``observe`` makes one ``FetchObservation`` per Model with a
+BEHAVIOUR §1.6. ``observe`` makes one ``FetchObservation`` per Model with a
 source that a managed role of this node serves from the cache (not from a
 ``model_roots`` copy): ``stat`` of each blob and partial file, the free space
 of the cache's filesystem, the fetch process the store remembers (alive by
 pid and create time), and the result file the last one left. Nothing is
-hashed and nothing is downloaded here; ``httpx`` is never imported by a pass.
+hashed and nothing is downloaded here; ``fetch.py`` is never imported by a pass.
 
 ``start`` runs a planned ``Fetch`` as a detached process
 (``python -m reconciler.models.fetchmodel JOB.json``, a session of its own,

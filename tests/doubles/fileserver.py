@@ -1,4 +1,4 @@
-"""Real loopback HTTP servers that serve Model files, for the fetch tests (§1.3).
+"""Real loopback HTTP servers that serve Model files, for the fetch tests (§1.6).
 
 * ``nginx(root, tmp)``: Debian's nginx serving a directory (real ``Range``
   support, ``sendfile``), started from a config in ``tmp`` on a free loopback

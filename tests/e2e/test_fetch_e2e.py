@@ -1,4 +1,4 @@
-"""A Model arrives by commit (BEHAVIOUR §1.3): real nginx, real fetch process, real llama-server."""
+"""A Model arrives by commit (BEHAVIOUR §1.6): real nginx, real fetch process, real llama-server."""
 
 from __future__ import annotations
 

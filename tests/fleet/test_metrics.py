@@ -43,7 +43,7 @@ def test_a_node_not_in_the_fleet_still_names_itself(store):
 
 
 def test_fetch_progress_is_published_per_model(store):
-    """§1.3 reconciler_fetch_bytes_total and reconciler_fetch_remaining_bytes, from the pass's
+    """§1.6 reconciler_fetch_bytes_total and reconciler_fetch_remaining_bytes, from the pass's
     observation of the cache."""
     from reconciler.core.observed import FetchObservation, FetchState, Observed
 

@@ -130,7 +130,7 @@ def test_diff_properties(one, two) -> None:
 
 
 def test_the_fleet_view_names_the_models_each_node_must_fetch() -> None:
-    """§1.3 from the manifests alone: two fetching nodes get the sourced Model's role and
+    """§1.6 from the manifests alone: two fetching nodes get the sourced Model's role and
     list the fetch with its size; the third (no role there) fetches nothing."""
     sourced = model("src", size=4_400_000_000)
     del sourced["spec"]["root"]

@@ -1,4 +1,4 @@
-"""The downloader against real loopback HTTP servers (BEHAVIOUR §1.3): nginx and a fault server."""
+"""The downloader against real loopback HTTP servers (BEHAVIOUR §1.6): nginx and a fault server."""
 
 from __future__ import annotations
 

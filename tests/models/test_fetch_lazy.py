@@ -1,8 +1,9 @@
-"""httpx and tqdm are loaded only when something is really downloaded (BEHAVIOUR §1.3).
+"""http.client and tqdm are loaded only when something is downloaded (BEHAVIOUR §1.6).
 
 A pass never downloads: it spawns a detached fetch process. So a plain
 ``--once`` — on a node without ``fetch``, or with a Model still to fetch —
-leaves ``httpx``, ``tqdm`` and ``reconciler.models.fetch`` unloaded.
+leaves ``http.client``, ``tqdm`` and ``reconciler.models.fetch`` unloaded (``ssl`` is
+loaded by asyncio anyway).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ PROBE = """
 import sys
 from reconciler import cli
 code = cli.main(["-f", sys.argv[1], "--state-dir", sys.argv[2], *sys.argv[3:]])
-print(code, sorted(m for m in ("httpx", "tqdm", "reconciler.models.fetch") if m in sys.modules))
+print(code, sorted(m for m in ("http.client", "tqdm", "reconciler.models.fetch")
+                   if m in sys.modules))
 """
 
 MODEL = """\
@@ -49,7 +51,7 @@ spec:
 @pytest.mark.parametrize("state,fetch", [("stopped", ""), ("stopped", "fetch: {cache: CACHE}"),
                                          ("running", "fetch: {cache: CACHE, min_free: 1}")])
 def test_a_pass_never_imports_the_downloader(tmp_path: Path, state: str, fetch: str) -> None:
-    """--once with nothing to fetch, and --once that starts a fetch: no httpx, no tqdm."""
+    """--once with nothing to fetch, and --once that starts a fetch: no downloader loaded."""
     manifests = tmp_path / "m"
     manifests.mkdir()
     text = MODEL % ("a" * 64, state, fetch.replace("CACHE", str(tmp_path / "cache")))

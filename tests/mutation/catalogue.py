@@ -58,7 +58,7 @@ _TESTS = {
     "memoryview": ("tests/statuspage",),
     "page": ("tests/statuspage",),
     "fetchrungs": ("tests/plan",),
-    "fetchpolicy": ("tests/models",),  # what a download may do (§1.3; pure, in a shell layer)
+    "fetchpolicy": ("tests/models",),  # what a download may do (§1.6; pure, in a shell layer)
     "fetch": ("tests/models",),  # the downloader's bounds (shell, but safety rules)
 }
 
@@ -654,20 +654,20 @@ MUTANTS: tuple[Mutant, ...] = (
        "§7.1: a CUDA server sees every GPU, not its assigned ones"),
     _m("fetchrungs", "fetch-fills-the-disk",
        "if obs.free is not None and obs.missing + ahead + node.fetch.min_free > obs.free:",
-       "if False:", "§1.3: a fetch is planned that leaves less than min_free on the disk"),
+       "if False:", "§1.6: a fetch is planned that leaves less than min_free on the disk"),
     _m("fetchrungs", "failed-fetch-retried", "        if obs.state is FetchState.FAILED:",
-       "        if False:", "§1.3: a digest mismatch is fetched again and again, never refused"),
+       "        if False:", "§1.6: a digest mismatch is fetched again and again, never refused"),
     _m("fetchrungs", "no-fetch-starts", "            if model.root is None:\n                msg",
        "            if False:\n                msg",
-       "§1.3: a node that does not fetch starts a server on a Model it does not have"),
+       "§1.6: a node that does not fetch starts a server on a Model it does not have"),
     _m("fetchpolicy", "https-down-to-http",
        'mine[0] == "https" and theirs[0] != "https":', 'False:',
-       "§1.3: a redirect from https to plain http is followed"),
+       "§1.6: a redirect from https to plain http is followed"),
     _m("fetchpolicy", "redirect-loop", "    if target in seen:", "    if False:",
-       "§1.3: a redirect loop is followed until the redirect cap"),
+       "§1.6: a redirect loop is followed until the redirect cap"),
     _m("fetch", "oversize-on-the-wire", "if have + read + len(chunk) > job.size:", "if False:",
-       "§1.3: a server sending more than the declared size fills the disk"),
+       "§1.6: a server sending more than the declared size fills the disk"),
     _m("fetch", "token-to-any-host",
        "if job.token and fetchpolicy.same_origin(url, job.token_origin):",
-       "if job.token:", "§1.3: the Hub token is sent to the CDN (another host)"),
+       "if job.token:", "§1.6: the Hub token is sent to the CDN (another host)"),
 )

@@ -1,4 +1,4 @@
-"""The fetch rung (BEHAVIOUR §1.3): a start waits for its Model's fetch, or is refused."""
+"""The fetch rung (BEHAVIOUR §1.6): a start waits for its Model's fetch, or is refused."""
 
 from __future__ import annotations
 

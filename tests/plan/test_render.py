@@ -62,7 +62,7 @@ def test_json_has_stable_field_names_and_serialises() -> None:
 
 
 def test_a_fetch_is_a_line_of_its_own_and_counted() -> None:
-    """§1.3 ``> fetch qwen 4.4 GB (missing on this node; 38.0 GB free)``, after the roles."""
+    """§1.6 ``> fetch qwen 4.4 GB (missing on this node; 38.0 GB free)``, after the roles."""
     from reconciler.core.decisions import Fetch
 
     plan = Plan(decisions=(
