@@ -191,3 +191,46 @@ def test_once_killed_around_the_fetch_spawn_is_finished_by_the_next_pass(world, 
         assert blob.exists()
     finally:
         nginx.close()
+
+
+def test_a_hub_model_at_a_commit_is_fetched_through_the_cdn_and_started(world, tmp_path):
+    """source {hf, revision}: the fetch asks the Hub double (hf_endpoint), follows its
+    redirect to the CDN host, sends the token to the Hub only, and the server starts."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    hub_server, cdn = FaultServer(), FaultServer(host="127.0.0.2")
+    try:
+        hub_server.hub["org/tiny"] = (commit, cdn.base)
+        hub_server.files["tiny.gguf"] = cdn.files["tiny.gguf"] = TINY_GGUF.read_bytes()
+        token = world.root / "hf-token"
+        token.write_text("hf_secret\n")
+        cache = world.root / "cache"
+        world.node(extra=f"  fetch: {{cache: {cache}, min_free: 1MiB, "
+                         f"hf_endpoint: '{hub_server.base}', hf_token_file: {token}}}")
+        world.write("model-tiny.yaml", f"""\
+        apiVersion: reconciler/v1
+        kind: Model
+        metadata: {{name: tiny}}
+        spec:
+          format: gguf
+          source: {{hf: org/tiny, revision: {commit}}}
+          shards:
+            - {{path: tiny.gguf, size: {world.size}, sha256: {world.digest}}}
+        """)
+        port = free_port()
+        world.role("chat", port)
+        world.reconcile("--once")
+        assert wait_for(Path(blob_path(str(cache), world.digest)).exists, 30)
+        for _ in range(5):
+            world.reconcile("--once")
+            if wait_for(lambda: http_get(port, "/health")[0] == 200, 5):
+                break
+        assert http_get(port, "/health")[0] == 200
+        gets = [(p, h) for m, p, h in hub_server.requests if m == "GET"]
+        assert gets and gets[0][0] == f"/org/tiny/resolve/{commit}/tiny.gguf"
+        assert gets[0][1].get("Authorization") == "Bearer hf_secret"
+        assert cdn.requests and all("Authorization" not in h for _, _, h in cdn.requests)
+        log = (cache / "jobs" / "tiny.log").read_text()
+        assert "hf_secret" not in log
+    finally:
+        hub_server.close()
+        cdn.close()
