@@ -1,7 +1,7 @@
 """Downloading one file into the node's cache, verified before use (SHELL).
 
-The only module that imports ``http.client`` (and the only module that imports
-``ssl``): the standard library's.
+The only module that imports ``http.client``, and the only module that imports ``ssl``
+(both the standard library's).
 
 BEHAVIOUR §1.6. ``download(job)`` fetches ``job.url`` to
 ``<cache>/partial/<sha256>.part`` and, only once every byte hashed to the
