@@ -665,7 +665,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "§1.6: a redirect from https to plain http is followed"),
     _m("fetchpolicy", "redirect-loop", "    if target in seen:", "    if False:",
        "§1.6: a redirect loop is followed until the redirect cap"),
-    _m("fetch", "oversize-on-the-wire", "if have + read + len(chunk) > job.size:", "if False:",
+    _m("fetch", "oversize-on-the-wire", "            if n > left:\n", "            if False:\n",
        "§1.6: a server sending more than the declared size fills the disk"),
     _m("fetch", "token-to-any-host",
        "if job.token and fetchpolicy.same_origin(url, job.token_origin):",
