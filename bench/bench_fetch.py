@@ -196,7 +196,7 @@ def main() -> int:
     parser.add_argument("--dir", help="where the files go (default: /dev/shm if it has room)")
     args = parser.parse_args()
     if not os.path.exists(NGINX) or not shutil.which("curl"):
-        print("needs nginx and curl (apt-get install nginx-light curl)")
+        print("needs nginx and curl (apt-get install nginx curl)")
         return 1
     size = args.size_mib * 2**20
     base = args.dir

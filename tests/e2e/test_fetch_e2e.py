@@ -12,12 +12,11 @@ from pathlib import Path
 import pytest
 
 from reconciler.models.fetchpolicy import blob_path, partial_path
-from tests.doubles.fileserver import NGINX, FaultServer, Nginx
+from tests.doubles.fileserver import NO_NGINX, NO_NGINX_WHY, FaultServer, Nginx
 from tests.e2e.conftest import TINY_GGUF, free_port, http_get, wait_for
 
 pytestmark = [pytest.mark.e2e,
-              pytest.mark.skipif(not os.path.exists(NGINX), reason="nginx not installed "
-                                 "(.ci/run installs it)")]
+              pytest.mark.skipif(NO_NGINX, reason=NO_NGINX_WHY)]
 
 
 def sourced_model(world, url: str, size: int | None = None, digest: str | None = None) -> None:

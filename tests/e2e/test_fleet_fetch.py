@@ -13,12 +13,12 @@ import textwrap
 import pytest
 
 from reconciler.models.fetchpolicy import blob_path
-from tests.doubles.fileserver import NGINX, Nginx
+from tests.doubles.fileserver import NO_NGINX, NO_NGINX_WHY, Nginx
 from tests.e2e.conftest import LLAMA_SERVER, NOBODY, PORT_RANGE, TINY_GGUF, free_port, wait_for
 from tests.e2e.test_fleet import NODES, fleet, ok, ready  # noqa: F401 (fleet is a fixture)
 
 pytestmark = [pytest.mark.e2e,
-              pytest.mark.skipif(not os.path.exists(NGINX), reason="nginx not installed")]
+              pytest.mark.skipif(NO_NGINX, reason=NO_NGINX_WHY)]
 
 
 def test_a_commit_with_a_sourced_model_fetches_on_two_nodes_and_not_the_third(fleet, tmp_path):

@@ -15,7 +15,7 @@ import pytest
 
 from reconciler.models import fetch, fetchmodel, fetchpolicy
 from reconciler.models.fetchpolicy import Failure, FileJob, blob_path, partial_path
-from tests.doubles.fileserver import NGINX, FaultServer, Nginx
+from tests.doubles.fileserver import NO_NGINX, NO_NGINX_WHY, FaultServer, Nginx
 
 DATA = os.urandom(3 * fetch.CHUNK + 12345)
 SHA = hashlib.sha256(DATA).hexdigest()
@@ -46,8 +46,7 @@ def nothing_served(cache: Path) -> bool:
         not parts.exists() or not any(parts.iterdir()))
 
 
-@pytest.mark.skipif(not os.path.exists(NGINX), reason="Debian's nginx is not installed "
-                    "(.ci/run installs it): apt-get install nginx-light")
+@pytest.mark.skipif(NO_NGINX, reason=NO_NGINX_WHY)
 def test_nginx_file_is_fetched_verified_and_moved_into_the_cache(tmp_path: Path) -> None:
     """A real nginx: the file lands at blobs/<sha256>, nothing is left in partial/."""
     www = tmp_path / "www"
@@ -64,7 +63,7 @@ def test_nginx_file_is_fetched_verified_and_moved_into_the_cache(tmp_path: Path)
     assert out.fetched == len(DATA)
 
 
-@pytest.mark.skipif(not os.path.exists(NGINX), reason="nginx not installed")
+@pytest.mark.skipif(NO_NGINX, reason=NO_NGINX_WHY)
 def test_nginx_resumes_a_partial_file_with_a_range(tmp_path: Path) -> None:
     """A partial file (a killed fetch) is continued from its length: only the rest is read."""
     www = tmp_path / "www"

@@ -10,12 +10,12 @@ import signal
 import pytest
 
 from reconciler.models.fetchpolicy import blob_path
-from tests.doubles.fileserver import NGINX, Nginx
+from tests.doubles.fileserver import NO_NGINX, NO_NGINX_WHY, Nginx
 from tests.e2e.conftest import TINY_GGUF, free_port, http_get, wait_for
 from tests.watch.test_watch_e2e import daemons  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.e2e,
-              pytest.mark.skipif(not os.path.exists(NGINX), reason="nginx not installed")]
+              pytest.mark.skipif(NO_NGINX, reason=NO_NGINX_WHY)]
 
 
 def test_watch_fetches_in_the_background_survives_a_kill_and_starts_the_role(
