@@ -195,6 +195,11 @@ def _attempt(job: FileJob, fd: int, progress: Progress | None, counted: list[int
             headers["Authorization"] = f"Bearer {job.token}"
         try:
             conn, response = _request("GET", url, headers, job.verify)
+        except ssl.SSLCertVerificationError as exc:  # not a glitch: never retried
+            raise _Abort(Outcome(ok=False, failure=Failure.REFUSED,
+                                 detail=f"{job.label}: TLS certificate verify failed: "
+                                        f"{exc.verify_message or exc} "
+                                        f"({fetchpolicy.origin(url)[1]})")) from None
         except _NETWORK as exc:
             raise _Transient(f"{type(exc).__name__}: {exc}") from None
         try:

@@ -25,6 +25,7 @@ import hashlib
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -90,7 +91,7 @@ http {{
 class FaultServer:
     """Serves ``files[name] = bytes`` at ``/name``; ``faults[name]`` makes it misbehave."""
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    def __init__(self, host: str = "127.0.0.1", tls: tuple[str, str] | None = None) -> None:
         self.files: dict[str, bytes] = {}
         self.faults: dict[str, dict] = {}
         self.sent = 0  # body bytes written, all requests
@@ -182,8 +183,12 @@ class FaultServer:
 
         self.server = ThreadingHTTPServer((host, 0), Handler)
         self.server.daemon_threads = True
+        if tls is not None:  # (certfile, keyfile): https on loopback
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
-        self.base = f"http://{host}:{self.port}"
+        self.base = f"{'https' if tls else 'http'}://{host}:{self.port}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
@@ -193,3 +198,13 @@ class FaultServer:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def self_signed(where: Path) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 and its key, made by the openssl command (.ci/run has it)."""
+    cert, key = where / "cert.pem", where / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    return str(cert), str(key)

@@ -164,6 +164,33 @@ def test_redirect_policy_never_goes_from_https_down_to_http() -> None:
     assert fetchpolicy.url_refusal("http://127.0.0.1:8/x") is None
 
 
+def test_tls_is_verified_and_https_never_redirects_down_to_http(tmp_path: Path) -> None:
+    """A real TLS server on loopback with a self-signed certificate: refused (not retried)
+    with the system's CAs; accepted with its CA given (an option only tests use); and from
+    there a redirect to plain http, even on loopback, is refused."""
+    from tests.doubles.fileserver import self_signed
+
+    cert, key = self_signed(tmp_path)
+    server, plain = FaultServer(tls=(cert, key)), FaultServer()
+    try:
+        server.files["m.gguf"] = DATA
+        plain.files["m.gguf"] = DATA
+        slept: list[float] = []
+        out = fetch.download(job(tmp_path / "a", server.url("m.gguf")), sleep=slept.append)
+        assert not out.ok and out.failure is Failure.REFUSED and slept == []
+        assert "certificate verify failed" in out.detail
+        out = fetch.download(job(tmp_path / "b", server.url("m.gguf"), verify=cert))
+        assert out.ok, out.detail
+        server.faults["m.gguf"] = {"redirect": plain.url("m.gguf")}
+        out = fetch.download(job(tmp_path / "c", server.url("m.gguf"), verify=cert),
+                             sleep=no_sleep)
+        assert not out.ok and out.failure is Failure.REDIRECT and "https to http" in out.detail
+        assert plain.requests == []
+    finally:
+        server.close()
+        plain.close()
+
+
 def test_a_full_cache_filesystem_gives_a_clear_reason_and_serves_nothing(tmp_path: Path,
                                                                         server: FaultServer) -> None:
     """The cache on a 1 MiB tmpfs: no_space, the partial file removed, no blob."""
