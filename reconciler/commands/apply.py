@@ -35,7 +35,7 @@ def run_plan(args) -> int:
                           "ledger": memoryview.as_json(ledger)}, indent=2))
     else:
         print(render.text(result.plan).rstrip("\n"))
-    if args.detailed_exitcode and result.plan.changes:
+    if args.detailed_exitcode and (result.plan.changes or result.plan.fetches):
         return Exit.CHANGES
     return Exit.OK
 

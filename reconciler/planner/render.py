@@ -132,12 +132,14 @@ def summary(plan: Plan) -> str:
     if plan.changes:
         text = (f"Plan: {c['start']} to start, {c['restart']} to restart, {c['stop']} to stop, "
                 f"{c['load']} to load, {c['unload']} to unload; {c['unchanged']} unchanged.")
+    elif plan.fetches:  # §1.6 a download is a change of the node, if not of a server
+        text = f"Plan: {c['fetch']} to fetch; {c['unchanged']} unchanged."
     else:
         text = f"No changes. {c['unchanged']} unchanged."
     if c["needs_operator"]:
         n = c["needs_operator"]
         text += f" {n} {'needs' if n == 1 else 'need'} an operator."
-    if c["fetch"]:
+    if c["fetch"] and plan.changes:
         text += f" {c['fetch']} to fetch."
     return text
 

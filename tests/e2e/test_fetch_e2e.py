@@ -59,6 +59,8 @@ def test_a_role_whose_model_has_a_url_is_fetched_verified_and_started(world, tmp
         plan = world.reconcile("plan")
         assert "> fetch tiny 524.6 kB (missing on this node;" in plan.stdout, plan.stdout
         assert "… wait chat" in plan.stdout and "fetching" in plan.stdout
+        assert plan.stdout.rstrip().endswith("Plan: 1 to fetch; 1 unchanged.")
+        assert world.reconcile("plan", "--detailed-exitcode").returncode == 2
         first = world.reconcile("--once")
         assert first.returncode == 0, first.stdout + first.stderr
         shown = status(world, "chat")

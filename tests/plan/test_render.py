@@ -73,7 +73,7 @@ def test_a_fetch_is_a_line_of_its_own_and_counted() -> None:
     lines = render.text(plan).splitlines()
     assert lines[0] == "… wait coder :8090 (fetching: fetching qwen: starting)"
     assert lines[1] == "> fetch qwen 4.4 GB (missing on this node; 38.0 GB free)"
-    assert lines[-1].endswith("1 to fetch.")
+    assert lines[-1] == "Plan: 1 to fetch; 1 unchanged."
     assert render.as_json(plan)["fetches"][0]["bytes"] == 4_400_000_000
 
 
