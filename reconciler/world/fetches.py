@@ -18,7 +18,8 @@ Result files (``<cache>/jobs/<model>.result.json``): a mismatch or a server
 sending too much is **failed** for that generation until a new one or
 ``reconcile models fetch --retry`` (which removes the file); an unreadable
 token file is failed while it stays unreadable; any other failure is retried
-after ``RETRY_AFTER`` seconds.
+after ``RETRY_AFTER`` seconds. A fetch that found its files locked by another
+process (``reconcile models fetch`` in the foreground) reads as running.
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def _after_result(cache: str, model: str, gen: str, token_file: str | None, now:
     if result.get("generation") != gen or not failure:
         return FetchObservation(state=FetchState.NEEDED, **base)
     detail = str(result.get("detail", ""))
+    if failure == Failure.BUSY and now - when < RETRY_AFTER:
+        # another process (`reconcile models fetch`) holds the files: it is fetching them
+        return FetchObservation(state=FetchState.RUNNING, **base)
     if failure in STICKY:
         return FetchObservation(state=FetchState.FAILED, detail=detail, **base)
     if failure == Failure.TOKEN and token_file and not os.access(token_file, os.R_OK):
