@@ -1,4 +1,4 @@
-"""Benchmark: fetching a Model file (BEHAVIOUR §1.3) against ``curl -o``, resume, and --once.
+"""Benchmark: fetching a Model file (BEHAVIOUR §1.6) against ``curl -o``, resume, and --once.
 
 1. **Throughput.** A 2 GiB file served by Debian's nginx on loopback
    (``sendfile``), fetched by ``curl -o`` and by our downloader

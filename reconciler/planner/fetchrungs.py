@@ -110,7 +110,9 @@ def _gated(d: Draft, spec: RoleSpec, models: Mapping[str, ModelSpec],
 
 def _becomes(d: Draft, verb: Verb, reason: Reason, status: Status, detail: str,
              retry_in: float | None = None) -> Draft:
-    """The draft turned into a wait or refusal; a live server keeps what it holds."""
+    """The draft turned into a wait or refusal: it claims nothing (memory or devices); a live
+    server keeps what it holds."""
     decision = attrs.evolve(d.decision, verb=verb, reason=reason, status=status, detail=detail,
-                            why=detail, launch=None, reserve=0, release=0, retry_in=retry_in)
-    return Draft(decision=decision, holds=d.holds, keeps_on_refusal=d.keeps_on_refusal)
+                            why=detail, launch=None, reserve=0, release=0, retry_in=retry_in,
+                            devices=d.devices if d.holds is not None else ())
+    return attrs.evolve(d, decision=decision, claim=None)

@@ -138,3 +138,15 @@ def test_a_stop_is_never_gated() -> None:
     stop = Draft(decision=Decision(role="coder", verb=Verb.STOP, reason=Reason.REMOVED))
     drafts, fetches = gate([stop], [seen(FetchState.NEEDED)])
     assert drafts[0] is stop and fetches == ()
+
+
+def test_a_restart_waiting_for_its_model_keeps_what_the_server_holds() -> None:
+    """The running server stays: its memory and devices stay held; nothing new is claimed."""
+    restart = Draft(decision=Decision(role="coder", verb=Verb.RESTART, reason=Reason.SPEC_CHANGED,
+                                      status=Status.RUNNING, reserve=5 * GB, pid=42,
+                                      devices=(("gpu0", GB),)),
+                    holds=5 * GB, devices=(("gpu0", GB),))
+    (d,), _ = gate([restart], [seen(FetchState.NEEDED)])
+    assert (d.decision.verb, d.decision.reserve, d.holds, d.devices, d.claim) == (
+        Verb.WAIT, 0, 5 * GB, (("gpu0", GB),), None)
+    assert d.decision.pid == 42 and d.decision.devices == (("gpu0", GB),)

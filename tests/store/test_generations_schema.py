@@ -53,7 +53,7 @@ def test_a_v3_database_migrates_to_v4_keeping_its_records(tmp_path):
     assert got == record(intent=None, generation=None, restarted_at=None)
     db = sqlite3.connect(tmp_path / "state.db")
     try:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
         columns = {row[1] for row in db.execute("PRAGMA table_info(roles)")}
         assert {"generation", "restarted_at", "intent"} <= columns
     finally:
