@@ -44,8 +44,9 @@ def _diff(args, paths: list[str], now, implicit: str) -> int:
     from reconciler.manifests import loader
     from reconciler.core.errors import sorted_problems
 
-    files, refused = gitrev.manifests_at(args.diff, paths)
-    before = loader.load(files)
+    where: dict[str, tuple[str, str]] = {}
+    files, refused = gitrev.manifests_at(args.diff, paths, where)
+    before = loader.load(files, repo_files=gitrev.RepoFilesAt(args.diff, where))
     problems = sorted_problems([*before.problems, *refused])
     if problems or before.fleet is None:
         for problem in problems:

@@ -74,7 +74,8 @@ def deep_check(spec: RoleSpec, desired: Desired, listed: tuple[str, ...] = ()) -
     if isinstance(request, str):
         return DeepResult(ok=False, detail=request)
     answer = probe.send_sync(
-        spec.serve.host, spec.serve.port, request, timeout=desired.node.deep_timeout
+        spec.serve.host, spec.serve.port, request, timeout=desired.node.deep_timeout,
+        key=probe.api_key(spec.serve.api_key_file),
     )
     return deep_verdict(request, answer)
 

@@ -165,13 +165,57 @@ class LivenessSpec:
 
 
 @frozen
+class LoraRef:
+    """One LoRA adapter of a role (``spec.serve.loras``): a Model name and its scale."""
+
+    model: str
+    scale: float = 1.0
+
+
+@frozen
+class RepoFile:
+    """A file of the manifests repository that a flag reads (BEHAVIOUR §1.4).
+
+    ``index``: the ``extra_args`` entry holding its path; ``path``: as written
+    (relative to the manifest's directory). The server reads a copy in its
+    instance directory (``copy``), whose name carries the content's digest, so
+    an edit is a new launch and an unchanged file is not.
+    """
+
+    index: int
+    path: str
+    sha256: str
+    data: bytes = attrs.field(eq=False, hash=False, repr=False)
+
+    @property
+    def copy(self) -> str:
+        """Where the server reads it, relative to its instance directory."""
+        base = self.path.rstrip("/").rsplit("/", 1)[-1]
+        return f"files/{self.sha256[:16]}-{base}"
+
+
+@frozen
 class ServeSpec:
     host: str = "127.0.0.1"
     port: int = 0
     ctx: int | None = None
-    kv_quant: str | None = None
+    kv_quant: str | None = None  # both caches; cache_type_k / _v override one each
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
     draft_model: str | None = None
+    mmproj: str | None = None  # a Model name (llama.cpp --mmproj)
+    loras: tuple[LoraRef, ...] = ()  # llama.cpp --lora-scaled
+    adapter: str | None = None  # a Model name (mlx-lm --adapter-path)
+    api_key_file: str | None = None  # absolute, on the node; the key is read by the shell
+    slot_save: bool = False  # llama.cpp --slot-save-path: a directory of the instance's own
     extra_args: tuple[str, ...] = ()
+    files: tuple[RepoFile, ...] = ()  # the repository files extra_args name
+
+    @property
+    def weight_refs(self) -> tuple[str, ...]:
+        """Every Model this role's server loads besides ``spec.model``."""
+        names = [self.draft_model, self.mmproj, self.adapter, *(x.model for x in self.loras)]
+        return tuple(n for n in names if n)
 
     @property
     def address(self) -> str:
@@ -222,6 +266,10 @@ class RoleSpec:
     restarted_at: str | None = None
     #: ``spec.placement.devices``: the devices the footprint goes on (None: host-only).
     devices: DeviceRequest | None = None
+    #: Names clients may send as ``model`` besides the role's (§9): any text.
+    aliases: tuple[str, ...] = ()
+    #: The server's own environment variables (names from its runtime's allowlist).
+    env: tuple[tuple[str, str], ...] = ()
     ref: SourceRef | None = attrs.field(default=None, eq=False)
 
     @property
@@ -383,6 +431,10 @@ class Launch:
     cwd: str
     run_as: RunAs | None
     digest: str
+    #: ``(path relative to cwd, content)``: repository files copied in at start.
+    files: tuple[tuple[str, bytes], ...] = attrs.field(default=(), eq=False, repr=False)
+    #: Directories relative to cwd the server writes into, made (owned by run_as) at start.
+    dirs: tuple[str, ...] = ()
 
 
 def sorted_by_name(items: Iterable) -> tuple:

@@ -69,7 +69,7 @@ class _PassHooks:
         from reconciler.models import modelstore
         from reconciler.core.outcomes import Guard, Refusal
 
-        for name in (spec.model, spec.serve.draft_model):
+        for name in (spec.model, *spec.serve.weight_refs):
             model = self.desired.model(name)
             if model is None:
                 continue

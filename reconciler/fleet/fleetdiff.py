@@ -122,6 +122,9 @@ def _spec_changes(a: RoleSpec, b: RoleSpec, *, launched: bool) -> list[str]:
         ("memory", format_size(a.memory.footprint), format_size(b.memory.footprint)),
         ("excludes", ", ".join(sorted(a.excludes)) or "-", ", ".join(sorted(b.excludes)) or "-"),
         ("keep_alive", _seconds(a.keep_alive), _seconds(b.keep_alive)),
+        ("aliases", ", ".join(a.aliases) or "-", ", ".join(b.aliases) or "-"),
+        ("env", " ".join(f"{k}={v}" for k, v in a.env) or "-",
+         " ".join(f"{k}={v}" for k, v in b.env) or "-"),
     ]
     for field in attrs.fields(type(a.restart)):
         fields.append((f"restart.{field.name}", _number(getattr(a.restart, field.name)),

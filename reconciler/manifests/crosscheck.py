@@ -62,10 +62,21 @@ def _references(draft: RoleDraft, models: Mapping[str, ModelSpec],
                 declared: Declared) -> list[Problem]:
     spec, doc = draft.spec, draft.doc
     out: list[Problem] = []
-    checks = [(("spec", "model"), spec.model, False)]
-    if spec.serve.draft_model is not None:
-        checks.append((("spec", "serve", "draft_model"), spec.serve.draft_model, True))
-    for path, name, is_draft in checks:
+    checks = [(("spec", "model"), spec.model, "model")]
+    serve = spec.serve
+    for field in ("draft_model", "mmproj", "adapter"):
+        if getattr(serve, field) is not None:
+            checks.append((("spec", "serve", field), getattr(serve, field), field))
+    for i, lora in enumerate(serve.loras):
+        checks.append((("spec", "serve", "loras", i, "model"), lora.model, "LoRA adapter"))
+    takes = spec_of(spec.runtime).serve_options
+    for field in ("mmproj", "loras", "adapter", "api_key_file", "cache_type_k", "cache_type_v",
+                  "slot_save"):
+        if getattr(serve, field) not in (None, (), False) and field not in takes:
+            takers = " and ".join(str(s) for s in SPECS.values() if field in s.serve_options)
+            out.append(doc.problem(("spec", "serve", field),
+                                   f"only {takers or 'no runtime'} takes {field}"))
+    for path, name, what in checks:
         if name is None:
             continue
         if name not in declared.models:
@@ -78,7 +89,7 @@ def _references(draft: RoleDraft, models: Mapping[str, ModelSpec],
         loadable = spec_of(spec.runtime).formats
         if model.format not in loadable:
             can = " or ".join(sorted(loadable))
-            what = "draft model" if is_draft else "model"
+            what = what.replace("_", " ")
             out.append(doc.problem(path, f"{what} {name!r} is {model.format}; "
                                          f"{spec.runtime} loads only {can}"))
     raw_excludes = _raw_list(doc, "spec", "excludes")

@@ -20,6 +20,7 @@ import attrs
 
 from reconciler.core import labels, units
 from reconciler.manifests import devicedocs
+from reconciler.manifests import roleextras
 from reconciler.runtimes import spec_of
 from reconciler.core.errors import Problem
 from reconciler.manifests.fleet import FleetRole, Placement
@@ -323,10 +324,12 @@ def _host(r: _Reader) -> str:
     return str(address)
 
 
-def role_draft(doc: Document) -> tuple[RoleDraft | None, list[Problem]]:
+def role_draft(doc: Document, repo_files: roleextras.RepoFiles | None = None
+               ) -> tuple[RoleDraft | None, list[Problem]]:
     r = _Reader(doc)
     name = r.get("metadata", "name")
     runtime = Runtime(r.get("spec", "runtime"))
+    more_serve, more_role = roleextras.read(r.get, r.add, runtime, doc.file, repo_files)
     port = r.get("spec", "serve", "port")
     if port is None:
         port = spec_of(runtime).default_port
@@ -337,6 +340,7 @@ def role_draft(doc: Document) -> tuple[RoleDraft | None, list[Problem]]:
         kv_quant=r.get("spec", "serve", "kv_quant"),
         draft_model=r.get("spec", "serve", "draft_model"),
         extra_args=tuple(r.get("spec", "serve", "extra_args") or ()),
+        **more_serve,
     )
     excludes = frozenset(e.removeprefix("role:") for e in r.get("spec", "excludes") or ())
     state = WantedState(r.get("spec", "state") or WantedState.RUNNING)
@@ -363,6 +367,7 @@ def role_draft(doc: Document) -> tuple[RoleDraft | None, list[Problem]]:
         restarted_at=r.get("spec", "restarted_at"),
         devices=devicedocs.role_devices(r, runtime, mode),
         ref=r.ref,
+        **more_role,
     )
     draft = RoleDraft(
         spec=spec,

@@ -1,47 +1,47 @@
-"""The ``extra_args`` checker: one allowlist per runtime, with arity (PURE; BEHAVIOUR §1.4).
+"""The ``extra_args`` checker: every entry against its runtime's flag table (PURE; BEHAVIOUR §1.4).
 
-Host, port, model, draft, ctx and kv flags belong to the reconciler and are on
-no list: a denylist loses to prefix abbreviations (``--hos``), aliases
-(``-md``) and ``--flag=value`` forms. So a flag entry must *equal* an allowed
-spelling; a flag of arity N takes the next N entries as its values; a value is
-1–256 characters of ASCII letters, digits and ``. _ : + - /`` and may start
-with ``-`` only when it is a number.
-
-Each runtime declares its table (``RuntimeSpec.flags``, in its module under
-``runtimes/``); the checker here is the same for all. A runtime the reconciler
-never launches takes none. llama-server's flags move between releases: its
-table is checked against the real llama-server the tests run (``llama-server
---help``) in ``tests/manifests/test_extra_args.py``; check it again when the
-server the tests run changes.
+Each launched runtime declares a table of *every* flag of its real server
+(``runtimes/flags.py``, ``llamacpp_flags.py``, ``mlx_lm_flags.py``), each in
+one class. Here a role's list is read as the server would read it: an entry
+must be a spelling of a flag in the table (any spelling; ``--flag=value`` is
+split; prefixes are not flags); a flag that takes a value takes the next
+entry; the value is type-checked (one argv element, never a shell word: any
+character but NUL and line breaks, at most 4 KiB). Flags of the classes the
+reconciler owns, writes as Model references, refuses for reaching the network
+or for changing what it expects of the server, are refused with what to write
+instead. A ``FILE`` flag's value is a path relative to the manifest's own
+directory that stays inside the manifests repository; the loader reads it.
+So no flag the table does not classify ever reaches a server's argv.
 """
 
 from __future__ import annotations
 
-import re
+import posixpath
 from typing import Sequence
 
 from reconciler.core.desired import Runtime
 from reconciler.runtimes import spec_of
-from reconciler.runtimes.spec import Flag
+from reconciler.runtimes.flags import (
+    MAX_ENTRIES,
+    MAX_VALUE_CHARS,
+    Flag,
+    FlagClass,
+    FlagTable,
+    split,
+    value_problem,
+)
 
-MAX_ENTRIES = 32
-MAX_VALUE_CHARS = 256
-
-#: Flags the reconciler sets itself, for a better message than "not allowed".
-OWNED: dict[str, str] = {
-    "--host": "spec.serve.host", "--port": "spec.serve.port",
-    "--model": "spec.model", "-m": "spec.model",
-    "--model-draft": "spec.serve.draft_model", "-md": "spec.serve.draft_model",
-    "--ctx-size": "spec.serve.ctx", "-c": "spec.serve.ctx",
-    "--cache-type-k": "spec.serve.kv_quant", "-ctk": "spec.serve.kv_quant",
-    "--cache-type-v": "spec.serve.kv_quant", "-ctv": "spec.serve.kv_quant",
-    "--alias": "the Model name", "-a": "the Model name",
-}
-
-_VALUE = re.compile(r"[A-Za-z0-9._:+/-]+")
-_NUMBER = re.compile(r"-?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?")
+__all__ = ["MAX_ENTRIES", "MAX_VALUE_CHARS", "check", "file_values"]
 
 Finding = tuple[int | None, str]  # (index into extra_args or None for the list, message)
+
+_WHY = {
+    FlagClass.OWNED: "belongs to the reconciler: set {instead}",
+    FlagClass.WEIGHTS: "names weights, which come from verified Model documents: "
+                       "write {instead}",
+    FlagClass.NETWORK: "reaches the network, which a managed server never does: {instead}",
+    FlagClass.EXPECTS: "would change what the reconciler expects of the server: {instead}",
+}
 
 
 def check(runtime: Runtime, args: Sequence[object], on_devices: bool = False) -> list[Finding]:
@@ -57,68 +57,91 @@ def check(runtime: Runtime, args: Sequence[object], on_devices: bool = False) ->
     findings: list[Finding] = []
     if len(args) > MAX_ENTRIES:
         findings.append((None, f"must have at most {MAX_ENTRIES} entries"))
-    table = rt.flags
-    i = 0
-    while i < len(args):
-        entry = args[i]
-        flag = table.get(entry) if isinstance(entry, str) else None
-        owned = rt.devices.owned_flags if on_devices and rt.devices is not None else ()
-        if entry in owned:
-            findings.append((i, f"{entry} is set by the planner from spec.placement.devices; "
+    owned = rt.devices.owned_flags if on_devices and rt.devices is not None else frozenset()
+    for i, spelling, found, values in _walk(rt.flags, runtime, args, findings):
+        if owned & set(found.spellings):
+            findings.append((i, f"{spelling} is set by the planner from spec.placement.devices; "
                                 "remove it (or remove placement.devices to place the server "
                                 "by hand)"))
-            follows = i + 1 < len(args) and isinstance(args[i + 1], str)
-            i += 2 if follows and not str(args[i + 1]).startswith("--") else 1
             continue
-        if flag is None:
-            findings.append((i, _not_allowed(runtime, entry)))
-            i += 1
+        if found.cls in _WHY:
+            findings.append((i, f"{spelling} " + _WHY[found.cls].format(instead=found.instead)))
             continue
-        for k in range(1, flag.arity + 1):
-            if i + k >= len(args):
-                findings.append((i, f"{entry} takes {flag.arity} value"
-                                    f"{'' if flag.arity == 1 else 's'}, but the list ends"))
-                break
-            problem = _value_problem(str(entry), flag, args[i + k])
+        for k, value in values:
+            problem = value_problem(found, spelling, value)
+            if problem is None and found.cls is FlagClass.FILE:
+                problem = path_problem(spelling, str(value))
             if problem:
-                findings.append((i + k, problem))
-        i += 1 + flag.arity
+                findings.append((k, problem))
     return findings
 
 
-def _not_allowed(runtime: Runtime, entry: object) -> str:
-    if not isinstance(entry, str):
-        return "must be a string (quote numbers: \"4\")"
-    allowed = spec_of(runtime).flags
-    head = entry.split("=", 1)[0]
-    base = f"{entry!r} is not an allowed {runtime} flag"
-    if head in OWNED:
-        return f"{base}: {head} belongs to the reconciler (set {OWNED[head]})"
-    if "=" in entry and head in allowed:
-        return f"{base}: write {head!r} and its value as two entries, without '='"
-    if not _VALUE.fullmatch(entry):
-        return f"{base}: entries may hold only letters, digits and . _ : + - / " \
-               "(no spaces, tabs, newlines, '=', quotes or shell syntax)"
-    if entry.startswith("-") and not _NUMBER.fullmatch(entry):
-        if entry.startswith("--") and any(s.startswith(entry) for s in (*allowed, *OWNED)):
-            return f"{base}: abbreviations are not accepted, spell the flag out"
-        return f"{base} (allowed: {', '.join(sorted(allowed)) or 'none'})"
-    return f"{base}: a value must follow the flag it belongs to"
+def file_values(runtime: Runtime, args: Sequence[str]) -> list[tuple[int, str, str]]:
+    """``(index of the entry holding the value, spelling, path)`` of every FILE flag."""
+    out: list[tuple[int, str, str]] = []
+    for _, spelling, found, values in _walk(spec_of(runtime).flags, runtime, args, []):
+        if found.cls is FlagClass.FILE:
+            out += [(k, spelling, str(v)) for k, v in values]
+    return out
 
 
-def _value_problem(flag_name: str, flag: Flag, value: object) -> str | None:
-    if not isinstance(value, str):
-        return f"the value of {flag_name} must be a string (quote numbers: \"4\")"
-    if not value:
-        return f"the value of {flag_name} must not be empty"
-    if len(value) > MAX_VALUE_CHARS:
-        return f"the value of {flag_name} must be at most {MAX_VALUE_CHARS} characters"
-    if not _VALUE.fullmatch(value):
-        return f"the value {value!r} of {flag_name} may hold only letters, digits and " \
-               ". _ : + - / (no spaces, tabs, newlines, '=', quotes or shell syntax)"
-    if value.startswith("-") and not _NUMBER.fullmatch(value):
-        return f"the value {value!r} of {flag_name} may start with '-' only if it is a number"
-    if flag.choices and value not in flag.choices:
-        return f"the value of {flag_name} must be one of {', '.join(flag.choices)}, " \
-               f"not {value!r}"
+def path_problem(spelling: str, path: str) -> str | None:
+    """A repository file's path: relative, plain, and never a directory."""
+    if path.startswith("/") or path.startswith("~"):
+        return (f"the value of {spelling} is a path relative to this manifest's directory "
+                f"inside the manifests repository, not {path!r}")
+    if path.endswith("/") or posixpath.normpath(path) in (".", ".."):
+        return f"the value of {spelling} must name a file, not {path!r}"
     return None
+
+
+def _walk(table: FlagTable, runtime: Runtime, args: Sequence[object],
+          findings: list[Finding]) -> list[tuple[int, str, Flag, list[tuple[int, object]]]]:
+    """Each flag entry: (index, spelling, flag, [(index, value)]); problems of shape go
+    to ``findings``."""
+    out = []
+    i = 0
+    while i < len(args):
+        entry = args[i]
+        if not isinstance(entry, str):
+            findings.append((i, "must be a string (quote numbers: \"4\")"))
+            i += 1
+            continue
+        spelling, inline = split(runtime, entry)
+        found = table.find(spelling)
+        if found is None:
+            findings.append((i, _unknown(runtime, table, entry)))
+            i += 1
+            continue
+        if inline is not None:
+            if found.arity != 1:
+                findings.append((i, f"write {spelling} and its {found.arity} values as "
+                                    "separate entries"))
+            out.append((i, spelling, found, [(i, inline)]))
+            i += 1
+            continue
+        values: list[tuple[int, object]] = []
+        for k in range(i + 1, i + 1 + found.arity):
+            if k >= len(args):
+                findings.append((i, f"{spelling} takes {found.arity} value"
+                                    f"{'' if found.arity == 1 else 's'}, but the list ends"))
+                break
+            values.append((k, args[k]))
+        out.append((i, spelling, found, values))
+        i += 1 + found.arity
+    return out
+
+
+def _unknown(runtime: Runtime, table: FlagTable, entry: str) -> str:
+    base = f"{entry[:80]!r} is not a {runtime} flag"
+    head = entry.partition("=")[0]
+    hint = table.hints.get(head.replace("_", "-") if table.underscores else head)
+    if hint:
+        return f"{base}: {hint}"
+    if "=" in entry and table.find(head) is not None:
+        return f"{base}: {head} takes no value"
+    if entry.startswith("--") and any(s.startswith(entry) for s in table):
+        return f"{base}: abbreviations are not accepted, spell the flag out"
+    if not entry.startswith("-"):
+        return f"{base}: a value must follow the flag it belongs to"
+    return f"{base} (its --help lists every flag the reconciler knows)"

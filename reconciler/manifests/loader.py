@@ -30,6 +30,7 @@ from reconciler.manifests import documents, extra_args, fleet as fleets, yamlsaf
 from reconciler.runtimes import spec_of
 from reconciler.manifests.crosscheck import Declared, assemble
 from reconciler.manifests.documents import RoleDraft
+from reconciler.manifests.roleextras import RepoFiles
 from reconciler.core.errors import Problem, sorted_problems
 from reconciler.core.desired import Desired, ModelSpec, NodeConfig, Runtime
 from reconciler.manifests.fleet import Fleet, NodeChoice
@@ -61,11 +62,14 @@ class LoadResult:
 
 
 def load(files: Sequence[tuple[str, bytes]], *, schema_checked: bool = False,
-         node: NodeChoice | None = None) -> LoadResult:
+         node: NodeChoice | None = None, repo_files: RepoFiles | None = None) -> LoadResult:
     """Parse and validate a whole manifest set. Never raises on bad input.
 
     ``node``: which node this is (§10); ``desired`` is then its share, or
     None when no NodeConfig is this node's (``member`` says which).
+
+    ``repo_files``: the repository files roles' ``extra_args`` name, read by the
+    shell (``roleextras.RepoFiles``); None: such a flag is a problem.
 
     ``schema_checked``: these exact bytes already passed the schemas (the
     shell remembers digests of sets that loaded cleanly), so the JSON Schema
@@ -105,7 +109,7 @@ def load(files: Sequence[tuple[str, bytes]], *, schema_checked: bool = False,
     problems += found
     implicit = node.name if node is not None else ""
     whole, found, warnings = _build([(k, d) for k, d in valid if id(d) not in dropped], named,
-                                    implicit)
+                                    implicit, repo_files)
     problems += found
     if problems:
         return LoadResult(desired=None, problems=sorted_problems(problems), counts=dict(counts))
@@ -120,7 +124,7 @@ def load(files: Sequence[tuple[str, bytes]], *, schema_checked: bool = False,
 
 
 #: Paths a schema also describes but code checks with better messages.
-_CODE_CHECKED = {"InferenceSpec": (("spec", "serve", "extra_args"),)}
+_CODE_CHECKED = {"InferenceSpec": (("spec", "serve", "extra_args"), ("spec", "env"))}
 
 
 def _get(value: Any, *path: str) -> Any:
@@ -182,7 +186,8 @@ def _duplicates(named: Sequence[tuple[str, str, Document]]) -> tuple[set[int], l
 
 
 def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str, Document]],
-           implicit: str) -> tuple[Fleet, list[Problem], list[Problem]]:
+           implicit: str, repo_files: RepoFiles | None
+           ) -> tuple[Fleet, list[Problem], list[Problem]]:
     problems: list[Problem] = []
     models: dict[str, ModelSpec] = {}
     drafts: list[RoleDraft] = []
@@ -193,7 +198,7 @@ def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str
             if model is not None:
                 models[model.name] = model
         elif kind == "InferenceSpec":
-            draft, found = documents.role_draft(doc)
+            draft, found = documents.role_draft(doc, repo_files)
             if draft is not None:
                 drafts.append(draft)
         else:

@@ -47,6 +47,7 @@ def check(drafts: Sequence[RoleDraft], nodes: Sequence[Node],
     collisions: dict[tuple[int, int], list[str]] = defaultdict(list)  # (draft, first) → nodes
     programs: dict[tuple[int, str], list[str]] = defaultdict(list)  # (draft, runtime) → nodes
     by_id = {id(d): d for d in drafts}
+    claims: dict[tuple[int, int], str] = {}  # (draft, alias index) → message
     for config, doc in nodes:
         share = shares[config.name]
         for draft in share:
@@ -58,6 +59,8 @@ def check(drafts: Sequence[RoleDraft], nodes: Sequence[Node],
                 programs[(id(draft), str(spec.runtime))].append(config.name)
         for later, first in _collisions(share):
             collisions[(id(later), id(first))].append(config.name)
+        for key, message in _name_claims(share):
+            claims.setdefault(key, message)
         warnings += _node_warnings(config, doc, share, models, drafts)
         placed_devices = devicecheck.check(config, doc, share,
                                            lambda d: _footprint(d, models), many)
@@ -67,6 +70,8 @@ def check(drafts: Sequence[RoleDraft], nodes: Sequence[Node],
         problems += routed[0]
         warnings += routed[1]
     where = {n.name: d for n, d in nodes}
+    for (key, index), message in claims.items():
+        problems.append(by_id[key].doc.problem(("spec", "aliases", index), message))
     for (key, allowed), on in ports.items():
         draft = by_id[key]
         doc = where[on[0]]
@@ -188,6 +193,24 @@ def _host(draft: RoleDraft, models: Mapping[str, ModelSpec]) -> int:
     if draft.spec.devices is not None and spec_of(draft.spec.runtime).devices is not None:
         return draft.spec.memory.host
     return _footprint(draft, models)
+
+
+def _name_claims(share: Sequence[RoleDraft]) -> list[tuple[tuple[int, int], str]]:
+    """§9: an alias names one role of a node: no other role's alias, role or Model name."""
+    owner: dict[str, RoleDraft] = {}
+    for draft in share:
+        for name in (draft.spec.name, draft.spec.model):
+            if name:
+                owner.setdefault(name, draft)
+    out = []
+    for draft in sorted(share, key=lambda d: d.spec.name):
+        for i, alias in enumerate(draft.spec.aliases):
+            first = owner.setdefault(alias, draft)
+            if first is not draft:
+                out.append(((id(draft), i), f"{alias!r} is also a name of role "
+                            f"{first.spec.name!r} ({first.doc.file}:{first.doc.line}) on this "
+                            "node: a name a client sends must mean one role"))
+    return out
 
 
 def _footprint(draft: RoleDraft, models: Mapping[str, ModelSpec]) -> int:

@@ -25,7 +25,7 @@ def check(desired: Desired, sticky: Mapping[str, str]) -> tuple[ModelCheck, ...]
     names = set()
     for role in desired.roles:
         if role.managed:
-            names.update(n for n in (role.model, role.serve.draft_model) if n)
+            names.update(n for n in (role.model, *role.serve.weight_refs) if n)
     checks = []
     for name in sorted(names):
         spec = desired.model(name)

@@ -75,7 +75,7 @@ def launch(
     """The canonical launch of a managed role, or None (a runtime it never launches)."""
     launcher = Launcher(node, environ, data_root)
     argv = launcher.argv(role, models)
-    return launcher.launch(argv, instance_id(role)) if argv is not None else None
+    return launcher.launch(argv, instance_id(role), role=role) if argv is not None else None
 
 
 class Launcher:
@@ -129,16 +129,19 @@ class Launcher:
         model = models.get(role.model or "")
         draft = models.get(role.serve.draft_model or "")
         if assignment and rt.devices is not None:
-            return (program, *launch_argv(role, model, draft), *rt.devices.argv(assignment))
-        return (program, *launch_argv(role, model, draft))
+            return (program, *launch_argv(role, model, draft, models),
+                    *rt.devices.argv(assignment))
+        return (program, *launch_argv(role, model, draft, models))
 
     def digest(self, argv: tuple[str, ...], instance: str,
-               extra_env: tuple[tuple[str, str], ...] = ()) -> str:
+               extra_env: tuple[tuple[str, str], ...] = (), role: RoleSpec | None = None) -> str:
         """sha256 of ``canonical(argv, digest env, cwd, run_as)``, from the parts worked out once.
 
         ``extra_env``: the device visibility variables of an assignment (they win
-        over NodeConfig ``env`` and passthrough, as the marker does).
+        over NodeConfig ``env`` and passthrough, as the marker does). ``role``: its own
+        ``spec.env`` joins before them (BEHAVIOUR §1.2).
         """
+        extra_env = _with_role_env(role, extra_env)
         instance_text = _json_string(instance)
         if extra_env:
             # The base pairs' text is worked out once; the assignment's pairs replace or join them.
@@ -160,11 +163,20 @@ class Launcher:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def launch(self, argv: tuple[str, ...], instance: str, digest: str | None = None,
-               extra_env: tuple[tuple[str, str], ...] = ()) -> Launch:
-        """The whole launch (``digest``: this argv's and instance's, when known already)."""
-        env = self._env(instance, extra_env)
+               extra_env: tuple[tuple[str, str], ...] = (), role: RoleSpec | None = None
+               ) -> Launch:
+        """The whole launch (``digest``: this argv's and instance's, when known already).
+
+        ``role``: its ``spec.env`` joins the environment, its repository files are
+        copied into the instance directory (their names in argv carry their digests),
+        and the directories its server writes into are made.
+        """
+        env = self._env(instance, _with_role_env(role, extra_env))
+        files = tuple((f.copy, f.data) for f in role.serve.files) if role is not None else ()
+        dirs = spec_of(role.runtime).work_dirs(role) if role is not None else ()
         return Launch(argv=argv, env=env, cwd=self._root + instance, run_as=self.run_as,
-                      digest=digest or self.digest(argv, instance, extra_env))
+                      digest=digest or self.digest(argv, instance, extra_env, role),
+                      files=files, dirs=dirs)
 
     def _env(self, instance: str, extra_env: tuple[tuple[str, str], ...]
              ) -> tuple[tuple[str, str], ...]:
@@ -175,6 +187,14 @@ class Launcher:
         merged.update(extra_env)
         merged[MARKER_ENV] = instance
         return tuple(sorted(merged.items()))
+
+
+def _with_role_env(role: RoleSpec | None, extra_env: tuple[tuple[str, str], ...]
+                   ) -> tuple[tuple[str, str], ...]:
+    """A role's ``spec.env`` (never the marker), then the assignment's variables, which win."""
+    if role is None or not role.env:
+        return extra_env
+    return (*((k, v) for k, v in role.env if k != MARKER_ENV), *extra_env)
 
 
 def _pair(key: str, value: str) -> str:
@@ -232,5 +252,7 @@ _FLAG_LABELS = {
     "--cache-type-k": "kv_quant",
     "--cache-type-v": "kv_quant",
     "--model-draft": "draft_model",
+    "--mmproj": "mmproj",
+    "--lora-scaled": "loras",
     "--alias": "alias",
 }

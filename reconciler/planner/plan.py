@@ -175,7 +175,7 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
     assignment = (placement.preferred(spec, record, launcher.devices)
                   if spec is not None and spec.devices else None)
     argv = launcher.argv(spec, models, assignment) if spec is not None else None
-    digest = (launcher.digest(argv, instance, device_env(spec.runtime, assignment))
+    digest = (launcher.digest(argv, instance, device_env(spec.runtime, assignment), spec)
               if argv is not None else None)
     generation = generations.current(spec, digest,
                                      loadrungs.tag_of(spec, models) if spec else None)

@@ -75,7 +75,7 @@ class Role:
         """The whole launch, built only for the decisions that carry it (start/restart)."""
         assert self.argv is not None
         return self.launcher.launch(self.argv, self.instance_id, self.digest,
-                                    device_env(self.runtime, self.assignment))
+                                    device_env(self.runtime, self.assignment), self.spec)
 
     @property
     def resident_hold(self) -> int | None:
@@ -199,7 +199,7 @@ def model_refusal(r: Role, checks, *, release: int, kept: int | None) -> Draft |
     """§1.1 only verified weights are served (unverified: the executor verifies first)."""
     spec = r.spec
     assert spec is not None
-    for name in (spec.model, spec.serve.draft_model):
+    for name in (spec.model, *spec.serve.weight_refs):
         check = checks.get(name) if name else None
         if check is None or check.state not in _BAD_MODEL:
             continue
@@ -230,6 +230,7 @@ def placed_launch(r: Role, d: Decision, models) -> Decision:
                             split=r.spec.devices.split if r.spec.devices else ())
     argv = r.launcher.argv(r.spec, models, assignment)
     assert argv is not None
-    launch = r.launcher.launch(argv, r.instance_id, None, device_env(r.runtime, assignment))
+    launch = r.launcher.launch(argv, r.instance_id, None, device_env(r.runtime, assignment),
+                               r.spec)
     generation = generations.current(r.spec, launch.digest, None)
     return attrs.evolve(d, launch=launch, generation=generation)

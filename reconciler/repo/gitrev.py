@@ -16,7 +16,7 @@ import io
 import os
 import posixpath
 import tarfile
-from typing import Sequence
+from typing import Iterator, Mapping, Sequence
 
 from reconciler.system import programs
 from reconciler.core.errors import Problem, RevisionError
@@ -27,18 +27,60 @@ from reconciler.manifests.yamlsafe import MAX_FILE_BYTES
 GIT_TIMEOUT = 30.0
 
 
-def manifests_at(rev: str, paths: Sequence[str]) -> tuple[list[tuple[str, bytes]], list[Problem]]:
+def manifests_at(rev: str, paths: Sequence[str], where: dict[str, tuple[str, str]] | None = None
+                 ) -> tuple[list[tuple[str, bytes]], list[Problem]]:
     """``(name, bytes)`` of every manifest file under ``paths`` at ``rev``, and every refusal.
 
-    Names read ``REV:PATH/FILE``, so a problem says which side it is on.
+    Names read ``REV:PATH/FILE``, so a problem says which side it is on. ``where``,
+    when given, is filled with each name's (checkout top, path in the repository).
     """
     files: list[tuple[str, bytes]] = []
     problems: list[Problem] = []
     for path in paths:
-        found, refused = _one(rev, path)
+        found, refused = _one(rev, path, where if where is not None else {})
         files += found
         problems += refused
     return files, problems
+
+
+class RepoFilesAt(Mapping[tuple[str, str], "bytes | str"]):
+    """The repository files roles' file flags name, as ``rev`` had them (BEHAVIOUR §1.4):
+    the same rules as ``repofiles.read`` (inside the repository, no symlink, ≤ 1 MiB)."""
+
+    def __init__(self, rev: str, where: Mapping[str, tuple[str, str]]) -> None:
+        self._rev, self._where = rev, where
+        self._seen: dict[tuple[str, str], bytes | str] = {}
+
+    def __getitem__(self, key: tuple[str, str]) -> bytes | str:
+        if key not in self._seen:
+            self._seen[key] = self._read(*key)
+        return self._seen[key]
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return iter(self._seen)
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def _read(self, manifest: str, path: str) -> bytes | str:
+        if manifest not in self._where:
+            return "unknown manifest"
+        top, name = self._where[manifest]
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(name), path))
+        if target == ".." or target.startswith("../") or posixpath.isabs(target):
+            return f"leads out of the manifests repository at {self._rev}; refused"
+        listed = _git(top, "ls-tree", "-l", self._rev, "--", target, check=False)
+        fields = listed.stdout.decode("utf-8", "replace").split(None, 4)
+        if not listed.ok or len(fields) < 5 or fields[4].strip() != target:
+            return f"no such file at {self._rev}"
+        mode, kind, _, size = fields[:4]
+        if mode == "120000":
+            return f"a symlink at {self._rev}; refused"
+        if kind != "blob":
+            return "not a regular file"
+        if int(size) > MAX_FILE_BYTES:
+            return f"larger than 1 MiB ({size} bytes)"
+        return _git(top, "cat-file", "blob", f"{self._rev}:{target}").stdout
 
 
 def _git(folder: str, *args: str, check: bool = True) -> programs.Ran:
@@ -50,7 +92,8 @@ def _git(folder: str, *args: str, check: bool = True) -> programs.Ran:
     return ran
 
 
-def _one(rev: str, path: str) -> tuple[list[tuple[str, bytes]], list[Problem]]:
+def _one(rev: str, path: str, located: dict[str, tuple[str, str]]
+         ) -> tuple[list[tuple[str, bytes]], list[Problem]]:
     is_dir = os.path.isdir(path)
     folder = path if is_dir else (os.path.dirname(path) or ".")
     if not os.path.isdir(folder):
@@ -82,6 +125,7 @@ def _one(rev: str, path: str) -> tuple[list[tuple[str, bytes]], list[Problem]]:
             problems.append(problem)
         elif data is not None:
             files.append((shown, data))
+            located[shown] = (top, name)
     return files, problems
 
 

@@ -26,6 +26,7 @@ from reconciler.manifests import loader
 from reconciler.core.errors import Problem, sorted_problems
 from reconciler.manifests.fleet import Fleet, NodeChoice, names
 from reconciler.manifests.loader import LoadResult
+from reconciler.repo.repofiles import RepoFiles
 from reconciler.manifests.yamlsafe import MAX_FILE_BYTES
 
 SUFFIXES = (".yaml", ".yml")
@@ -69,7 +70,7 @@ def load_desired(paths: Sequence[str], *, cache_dir: str | None = None,
     files, problems = read_manifests(paths)
     digest = _set_digest(files) if cache_dir and not problems else None
     known = digest is not None and _remembered(cache_dir, digest)
-    result = loader.load(files, schema_checked=known, node=node)
+    result = loader.load(files, schema_checked=known, node=node, repo_files=RepoFiles())
     if digest is not None and not known and result.ok:
         _remember(cache_dir, digest)
     if node is not None and result.ok and result.desired is None and result.fleet is not None:

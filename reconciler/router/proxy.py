@@ -41,6 +41,7 @@ from aiohttp import web
 
 from reconciler.core.desired import RouterConfig
 from reconciler.router import rules
+from reconciler.world import probe
 from reconciler.router.queues import Book, Refusal
 from reconciler.router.rules import Api, Route, RouteState, Table
 
@@ -202,6 +203,9 @@ class Proxy:
         role = route.role
         url = f"http://{route.authority}{request.path}"
         headers = rules.request_headers(request.headers.items())
+        key = probe.api_key(route.key_file)  # the role's own key; the client's is never passed
+        if key:
+            headers.append(("Authorization", f"Bearer {key}"))
         if streams:
             # llama-server closes its end right after an SSE answer; said up front, the
             # connection is not pooled, so no later request races that close.

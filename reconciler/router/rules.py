@@ -5,7 +5,7 @@ without a socket:
 
 * ``routes(plan, desired)``: after each pass, every role of this node as a
   ``Route``: the names a request may use for it (its role name, its Model
-  name, the name its server knows the model by), the one upstream address
+  name, the name its server knows the model by, its ``aliases``), the one upstream address
   it may be forwarded to (its own loopback host and port, inside
   ``allowed_ports``; never an address a request names), and whether a
   request is forwarded now (``READY``), waits (``WAIT``: starting, loading,
@@ -55,6 +55,8 @@ PATHS: Mapping[str, Api] = {
     "/v1/chat/completions": Api.OPENAI,
     "/v1/completions": Api.OPENAI,
     "/v1/embeddings": Api.OPENAI,
+    "/v1/rerank": Api.OPENAI,
+    "/rerank": Api.OPENAI,
     "/api/chat": Api.OLLAMA,
     "/api/generate": Api.OLLAMA,
 }
@@ -84,6 +86,8 @@ class Route:
     ollama: bool = False  # speaks Ollama's own API (/api/chat, /api/generate) too
     upstream_model: str | None = None  # the name the server serves; None: drop `model`
     keep_alive: float | None = None  # Ollama: re-set on every native request
+    #: The role's ``api_key_file``: the proxy sends its key upstream (never the client's).
+    key_file: str | None = None
 
     @property
     def authority(self) -> str:
@@ -117,7 +121,8 @@ def routes(plan: Plan, desired: Desired) -> Table:
         decision = plan.decision(spec.name)
         runtime = spec_of(spec.runtime)
         served = runtime.wanted(spec, models.get(spec.model or ""))
-        names = tuple(dict.fromkeys(n for n in (spec.name, spec.model, served) if n))
+        names = tuple(dict.fromkeys(n for n in (spec.name, spec.model, served, *spec.aliases)
+                                    if n))
         state, message = _state(decision, spec)
         if state is not RouteState.REFUSED and not _forwardable(spec, desired):
             state, message = RouteState.REFUSED, (
@@ -128,7 +133,8 @@ def routes(plan: Plan, desired: Desired) -> Table:
             state=state, message=message,
             status=str(decision.status) if decision is not None else "unknown",
             on_demand=spec.on_demand, ollama=runtime.loads_models, upstream_model=served,
-            keep_alive=spec.keep_alive if runtime.loads_models else None))
+            keep_alive=spec.keep_alive if runtime.loads_models else None,
+            key_file=spec.serve.api_key_file))
     return Table(routes=tuple(out))
 
 

@@ -36,9 +36,13 @@ def launched() -> tuple[RuntimeSpec, ...]:
     return tuple(spec for spec in SPECS.values() if spec.launched)
 
 
-def launch_argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None) -> tuple[str, ...]:
-    """The server's arguments (without the program) for a managed role."""
+def launch_argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None,
+                weights: Mapping[str, ModelSpec] | None = None) -> tuple[str, ...]:
+    """The server's arguments (without the program) for a managed role.
+
+    ``weights``: the Models by name, for the role's other weight files (mmproj, LoRAs).
+    """
     build = spec_of(role.runtime).argv
     if build is None:
         raise ValueError(f"runtime {role.runtime} is never launched")
-    return build(role, model, draft)
+    return build(role, model, draft, weights or {})

@@ -21,7 +21,9 @@ from reconciler.runtimes.common import (
     argv_value,
 )
 from reconciler.core.devices import DeviceKind
-from reconciler.runtimes.spec import DeviceLaunch, Flag, ProgressProbe, RuntimeSpec, flag_table
+from reconciler.runtimes.flags import render
+from reconciler.runtimes.llamacpp_flags import TABLE
+from reconciler.runtimes.spec import DeviceLaunch, ProgressProbe, RuntimeSpec
 
 
 def model_path(model: ModelSpec | None) -> str:
@@ -31,31 +33,43 @@ def model_path(model: ModelSpec | None) -> str:
     return f"{model.root.rstrip('/')}/{model.shards[0].path}"
 
 
-def argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None) -> tuple[str, ...]:
-    """BEHAVIOUR §2: the reconciler owns host, port, model, draft, ctx and kv flags."""
+#: ``spec.serve.slot_save``: where the server saves slots, inside its instance directory.
+SLOT_DIR = "slots"
+
+
+def work_dirs(role: RoleSpec) -> tuple[str, ...]:
+    return (SLOT_DIR,) if role.serve.slot_save else ()
+
+
+def argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None,
+         weights: Mapping[str, ModelSpec] | None = None) -> tuple[str, ...]:
+    """BEHAVIOUR §2: the reconciler owns host, port, model, draft, ctx, cache types,
+    the weight files (``weights``: the role's other Models by name) and the API key."""
     serve = role.serve
+    weights = weights or {}
     args = ["--model", model_path(model), "--host", serve.host, "--port", str(serve.port)]
     if serve.ctx is not None:
         args += ["--ctx-size", str(serve.ctx)]
-    if serve.kv_quant is not None:
-        args += ["--cache-type-k", serve.kv_quant, "--cache-type-v", serve.kv_quant]
+    cache_k = serve.cache_type_k or serve.kv_quant
+    cache_v = serve.cache_type_v or serve.kv_quant
+    if cache_k is not None:
+        args += ["--cache-type-k", cache_k]
+    if cache_v is not None:
+        args += ["--cache-type-v", cache_v]
     if serve.draft_model is not None:
         args += ["--model-draft", model_path(draft)]
+    if serve.mmproj is not None:
+        args += ["--mmproj", model_path(weights.get(serve.mmproj))]
+    if serve.loras:
+        args += ["--lora-scaled", ",".join(f"{model_path(weights.get(x.model))}:{x.scale:g}"
+                                           for x in serve.loras)]
+    if serve.api_key_file is not None:
+        args += ["--api-key-file", serve.api_key_file]
+    if serve.slot_save:
+        args += ["--slot-save-path", SLOT_DIR]
     args += ["--alias", role.model or role.name]
-    args += list(serve.extra_args)
+    args += list(render(role))
     return tuple(args)
-
-
-#: BEHAVIOUR §1.4. llama-server's flags move between releases: this table is
-#: checked against the server the tests run (tests/manifests/test_extra_args.py).
-FLAGS = flag_table(
-    (Flag(1), ("--threads", "-t", "--threads-batch", "-tb", "--batch-size", "-b",
-               "--ubatch-size", "-ub", "--parallel", "-np", "--n-gpu-layers", "-ngl",
-               "--temp", "--top-p", "--top-k", "--repeat-penalty", "--seed")),
-    (Flag(1, ("on", "off", "auto")), ("--flash-attn", "-fa")),
-    (Flag(0), ("--cont-batching", "--no-cont-batching", "--jinja", "--metrics", "--no-webui",
-               "--context-shift", "--no-context-shift")),
-)
 
 
 #: The launch follows the planner's assignment: the server sees only its devices
@@ -181,8 +195,12 @@ SPEC = RuntimeSpec(
     loads_models=False,
     default_port=None,
     formats=frozenset({ModelFormat.GGUF}),
-    serve_options=frozenset({"ctx", "kv_quant", "draft_model"}),
-    flags=FLAGS,
+    serve_options=frozenset({"ctx", "kv_quant", "cache_type_k", "cache_type_v", "draft_model",
+                             "mmproj", "loras", "api_key_file", "slot_save"}),
+    flags=TABLE,
+    work_dirs=work_dirs,
+    env_names=("GGML_*", "HIP_*", "HSA_*", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES",
+               "CUDA_DEVICE_ORDER", "OMP_*", "MTMD_BACKEND_DEVICE"),
     argv=argv,
     exchange=exchange,
     read=read,

@@ -26,19 +26,26 @@ from reconciler.runtimes.common import (
     unreachable,
 )
 from reconciler.core.devices import DeviceKind
-from reconciler.runtimes.spec import DeviceLaunch, Flag, RuntimeSpec, flag_table
+from reconciler.runtimes.flags import render
+from reconciler.runtimes.mlx_lm_flags import TABLE
+from reconciler.runtimes.spec import DeviceLaunch, RuntimeSpec
 
 
-def argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None = None) -> tuple[str, ...]:
-    """``--model <abs root>``; identity is read back from exactly this argv (no draft)."""
-    root = model.root if model is not None and model.root else "<model not declared>"
+def _root(model: ModelSpec | None) -> str:
+    return model.root if model is not None and model.root else "<model not declared>"
+
+
+def argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None = None,
+         weights: Mapping[str, ModelSpec] | None = None) -> tuple[str, ...]:
+    """``--model <abs root>``; identity is read back from exactly this argv. A draft
+    model and an adapter are Models too (their roots)."""
     serve = role.serve
-    return ("--model", root, "--host", serve.host, "--port", str(serve.port), *serve.extra_args)
-
-
-FLAGS = flag_table(
-    (Flag(1), ("--max-tokens", "--temp", "--top-p", "--top-k", "--log-level")),
-)
+    args = ["--model", _root(model), "--host", serve.host, "--port", str(serve.port)]
+    if serve.draft_model is not None:
+        args += ["--draft-model", _root(draft)]
+    if serve.adapter is not None:
+        args += ["--adapter-path", _root((weights or {}).get(serve.adapter))]
+    return (*args, *render(role))
 
 
 # ---------------------------------------------------------------- probes
@@ -129,7 +136,9 @@ SPEC = RuntimeSpec(
     loads_models=False,
     default_port=None,
     formats=frozenset({ModelFormat.MLX, ModelFormat.SAFETENSORS}),
-    flags=FLAGS,
+    serve_options=frozenset({"draft_model", "adapter"}),
+    flags=TABLE,
+    env_names=("MLX_*", "OMP_*"),
     argv=argv,
     exchange=exchange,
     read=read,

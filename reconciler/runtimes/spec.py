@@ -28,19 +28,7 @@ from reconciler.runtimes.common import (
     ProbeRequest,
     names_match,
 )
-
-
-@attrs.frozen
-class Flag:
-    """One allowed ``extra_args`` flag: how many values follow it, and their choices."""
-
-    arity: int
-    choices: tuple[str, ...] = ()  # empty: any well-formed value
-
-
-def flag_table(*groups: tuple[Flag, Iterable[str]]) -> Mapping[str, Flag]:
-    """``spelling → Flag`` from ``(Flag, spellings)`` groups."""
-    return {spelling: flag for flag, spellings in groups for spelling in spellings}
+from reconciler.runtimes.flags import EMPTY, FlagTable
 
 
 @attrs.frozen(kw_only=True)
@@ -93,8 +81,10 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-#: (role, its model, its draft model) → the server's arguments, without the program.
-ArgvBuilder = Callable[[RoleSpec, ModelSpec | None, ModelSpec | None], tuple[str, ...]]
+#: (role, its model, its draft model, every Model by name) → the server's arguments,
+#: without the program.
+ArgvBuilder = Callable[[RoleSpec, ModelSpec | None, ModelSpec | None, Mapping[str, ModelSpec]],
+                       tuple[str, ...]]
 #: (role, its model, the node, the names the server listed) → the one-token request, or why none.
 DeepBuilder = Callable[[RoleSpec, ModelSpec | None, NodeConfig, tuple[str, ...]],
                        ProbeRequest | str]
@@ -132,7 +122,12 @@ class RuntimeSpec:
     default_port: int | None  # None: spec.serve.port is required
     formats: frozenset[ModelFormat]  # the Model formats a role of it may name
     serve_options: frozenset[str] = frozenset()  # optional spec.serve fields it takes
-    flags: Mapping[str, Flag] = attrs.field(factory=dict)  # the extra_args allowlist
+    #: Every flag of the real server, classified (``flags.py``); empty when never launched.
+    flags: FlagTable = EMPTY
+    #: Environment variables a role may set in ``spec.env`` (``X_*``: a prefix).
+    env_names: tuple[str, ...] = ()
+    #: Directories of the instance directory a role's server writes into (made at start).
+    work_dirs: Callable[[RoleSpec], tuple[str, ...]] = lambda role: ()
     argv: ArgvBuilder | None = None  # launched runtimes only
     #: What to ask (a pure generator, see ``common.py``) and how to read the answers.
     exchange: Callable[[ProbeContext], Exchange]

@@ -162,9 +162,10 @@ def _jobs(allowed: list[Target]) -> dict[object, Target]:
 
 def _sender(t: Target, timeout: float) -> probe.Sender:
     timeout = _timeout(t, timeout)
+    key = probe.api_key(t.spec.serve.api_key_file) if t.spec is not None else None
 
     async def send(request: ProbeRequest) -> ProbeAnswer:
-        return await probe.send(t.host, t.port, request, timeout=timeout)
+        return await probe.send(t.host, t.port, request, timeout=timeout, key=key)
 
     return send
 

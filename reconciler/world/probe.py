@@ -64,10 +64,14 @@ def _authority(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _encode(host: str, port: int, request: ProbeRequest) -> tuple[http11.Conversation, bytes]:
-    """A fresh conversation and the request's bytes (Host, our headers, JSON body)."""
+def _encode(host: str, port: int, request: ProbeRequest,
+            key: str | None = None) -> tuple[http11.Conversation, bytes]:
+    """A fresh conversation and the request's bytes (Host, our headers, the role's API key
+    when its server wants one, JSON body)."""
     body = b""
     headers = [(b"Host", _authority(host, port).encode("ascii")), *_HEADERS]
+    if key:
+        headers.append((b"Authorization", b"Bearer " + key.encode("utf-8")))
     if request.body is not None:
         body = json.dumps(request.body, separators=(",", ":")).encode()
         headers.append(_JSON)
@@ -187,9 +191,12 @@ class _Wire:
 
 
 async def send(
-    host: str, port: int, request: ProbeRequest, *, timeout: float
+    host: str, port: int, request: ProbeRequest, *, timeout: float, key: str | None = None
 ) -> ProbeAnswer:
-    """Send one request on a new connection; never raises for the server's sake."""
+    """Send one request on a new connection; never raises for the server's sake.
+
+    ``key``: the role's API key (``api_key``), sent as ``Authorization: Bearer``.
+    """
     if request.max_timeout is not None:
         timeout = min(timeout, request.max_timeout)
     started = time.perf_counter()
@@ -202,7 +209,7 @@ async def send(
     wire = None
     try:
         ipaddress.ip_address(host)  # a probe goes to an address, never through DNS
-        wire = _Wire(host, port, *_encode(host, port, request))
+        wire = _Wire(host, port, *_encode(host, port, request, key))
         async with asyncio.timeout(timeout):  # connect + total time, not per read
             reply = await wire.start()
         return _answer(reply.status, reply.body, time.perf_counter() - started,
@@ -262,6 +269,23 @@ def post_json(host: str, port: int, path: str, body: Any, *, timeout: float) -> 
     return asyncio.run(post_json_async(host, port, path, body, timeout=timeout))
 
 
-def send_sync(host: str, port: int, request: ProbeRequest, *, timeout: float) -> ProbeAnswer:
+def send_sync(host: str, port: int, request: ProbeRequest, *, timeout: float,
+              key: str | None = None) -> ProbeAnswer:
     """Blocking ``send`` for callers without an event loop."""
-    return asyncio.run(send(host, port, request, timeout=timeout))
+    return asyncio.run(send(host, port, request, timeout=timeout, key=key))
+
+
+def api_key(path: str | None) -> str | None:
+    """The key a role's server wants (``spec.serve.api_key_file``): the file's first line that
+    is neither empty nor a ``#`` comment, as llama-server reads it; None when unreadable.
+    It is sent, never logged, recorded or shown."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f.read(65536).splitlines():
+                if line.strip() and not line.lstrip().startswith("#"):
+                    return line.strip()
+    except (OSError, ValueError):
+        return None
+    return None

@@ -61,8 +61,16 @@ def spawn(
         log_fd = serverlog.open_for_server(dir_fd, launch.run_as)
         serverlog.mark_run(log_fd, launch.argv[0])
     except (OSError, serverlog.Unsafe) as exc:
+        os.close(dir_fd)
         return SpawnResult(ok=False, error=(
             f"cannot open {launch.cwd}/{serverlog.LOG_NAME}: {serverlog.message(exc)}"))
+    try:
+        _copy_files(dir_fd, launch)
+        _make_dirs(dir_fd, launch)
+    except OSError as exc:
+        os.close(log_fd)
+        return SpawnResult(ok=False, error=(
+            f"cannot copy repository files into {launch.cwd}: {serverlog.message(exc)}"))
     finally:
         os.close(dir_fd)
     try:
@@ -122,6 +130,54 @@ _NO_CORE = functools.partial(resource.setrlimit, resource.RLIMIT_CORE, (0, 0))
 
 
 # ---------------------------------------------------------------- the directory
+
+
+def _make_dirs(dir_fd: int, launch: Launch) -> None:
+    """The directories the server writes into (``Launch.dirs``), owned by its uid, 0750."""
+    for name in launch.dirs:
+        if "/" in name or name in ("", ".", "..", "files"):
+            raise OSError(f"not a directory name: {name!r}")
+        try:
+            os.mkdir(name, _DIR_MODE, dir_fd=dir_fd)
+        except FileExistsError:
+            pass
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+        try:
+            os.chmod(fd, _DIR_MODE)
+            if launch.run_as is not None:
+                os.chown(fd, launch.run_as.uid, launch.run_as.gid)
+        finally:
+            os.close(fd)
+
+
+def _copy_files(dir_fd: int, launch: Launch) -> None:
+    """BEHAVIOUR §1.4: the repository files a launch reads, copied into ``files/`` of its
+    instance directory (root-owned, readable), so the server never reads the repository.
+    Never through a symlink: the server's uid owns the instance directory."""
+    if not launch.files:
+        return
+    try:
+        os.mkdir("files", 0o755, dir_fd=dir_fd)
+    except FileExistsError:
+        pass
+    files_fd = os.open("files", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       dir_fd=dir_fd)
+    try:
+        os.chmod(files_fd, 0o755)
+        for relative, data in launch.files:
+            name = relative.removeprefix("files/")
+            if "/" in name or name in ("", ".", ".."):
+                raise OSError(f"not a file name: {relative!r}")
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o644, dir_fd=files_fd)
+            try:
+                os.fchmod(fd, 0o644)
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(files_fd)
 
 
 def _prepare_dir(launch: Launch) -> int:

@@ -127,3 +127,27 @@ def test_start_names_where_a_role_placed_elsewhere_runs(tmp_path, capsys) -> Non
     assert code == 1
     assert "no role 'coder' in the manifests for node 'gpu-1': it is placed on gpu-2" in err
     assert not (tmp_path / "s").exists()  # refused before any state was touched
+
+
+def test_fleet_diff_reads_repository_files_at_the_revision(repo, capsys) -> None:
+    """A role's chat-template file (BEHAVIOUR §1.4) is read at REV too: an edited template is
+    a changed launch, an unchanged one is not; a symlink at REV is refused."""
+    templated = role("chat", 8002)
+    templated["spec"]["serve"]["extra_args"] = ["--chat-template-file", "t/chat.jinja"]
+    (repo / "manifests").mkdir()
+    (repo / "manifests" / "t").mkdir()
+    (repo / "manifests" / "t" / "chat.jinja").write_text("one")
+    commit(repo, *NODES, templated)
+    code, out, _ = run(capsys, "-f", str(repo / "manifests"), "fleet", "--diff", "HEAD")
+    assert (code, out) == (0, "No changes on any node.\n")
+    (repo / "manifests" / "t" / "chat.jinja").write_text("two")
+    code, out, _ = run(capsys, "-f", str(repo / "manifests"), "fleet", "--diff", "HEAD")
+    assert code == 2 and "chat" in out, out
+    (repo / "manifests" / "t" / "chat.jinja").unlink()
+    (repo / "manifests" / "t" / "chat.jinja").symlink_to("/etc/hostname")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "link")
+    (repo / "manifests" / "t" / "chat.jinja").unlink()
+    (repo / "manifests" / "t" / "chat.jinja").write_text("two")
+    code, _, err = run(capsys, "-f", str(repo / "manifests"), "fleet", "--diff", "HEAD")
+    assert code == 1 and "a symlink at HEAD" in err, err

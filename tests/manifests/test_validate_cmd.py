@@ -39,9 +39,9 @@ def test_problems_are_sorted_lines(tmp_path: Path, capsys: pytest.CaptureFixture
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
     assert lines == sorted(lines, key=lambda s: (s.split(":")[0], int(s.split(":")[1])))
-    assert len(lines) == 16
+    assert len(lines) == 14
     assert all(line.startswith(str(tmp_path)) and ": $" in line for line in lines)
-    assert captured.err.strip() == "16 problems"
+    assert captured.err.strip() == "14 problems"
 
 
 def test_json_output(capsys: pytest.CaptureFixture[str]) -> None:

@@ -30,6 +30,7 @@ from reconciler.core.desired import (
 from reconciler.core.observed import Health, Observed, ProbeFacts, Remembered, RoleObservation
 from reconciler.planner.plan import plan
 from reconciler.runtimes.common import ProbeAnswer, ProbeContext, ProbeRequest
+from reconciler.runtimes.flags import REFUSED as REFUSED_CLASSES, Flag, ValueType
 from reconciler.runtimes.spec import RuntimeSpec
 from tests.observe.scripted import REFUSED, drive
 
@@ -38,7 +39,8 @@ ids = [str(s.runtime) for s in SPECS]
 every = pytest.mark.parametrize("rt", SPECS, ids=ids)
 launched = pytest.mark.parametrize("rt", [s for s in SPECS if s.launched],
                                    ids=[str(s.runtime) for s in SPECS if s.launched])
-SERVE_OPTIONS = {"ctx", "kv_quant", "draft_model"}
+SERVE_OPTIONS = {"ctx", "kv_quant", "cache_type_k", "cache_type_v", "draft_model", "mmproj",
+                 "loras", "adapter", "api_key_file", "slot_save"}
 HOST, PORT = "127.0.0.1", 8123
 NODE = NodeConfig(serve_programs=tuple((s.runtime, f"/opt/{s.runtime}") for s in SPECS
                                        if s.launched))
@@ -59,10 +61,21 @@ def role_for(rt: RuntimeSpec, **serve: object) -> RoleSpec:
                     keep_alive=60.0 if rt.loads_models else None)
 
 
+def example(flag: Flag) -> str:
+    """A well-formed value of ``flag``."""
+    if flag.choices:
+        return flag.choices[0]
+    return {ValueType.JSON: "{}", ValueType.FILE: "f.txt"}.get(flag.value, "1")
+
+
 def flag_uses(rt: RuntimeSpec) -> list[list[str]]:
-    """Each allowed flag with well-formed values."""
-    return [[spelling] + [flag.choices[0] if flag.choices else "1"] * flag.arity
-            for spelling, flag in rt.flags.items()]
+    """Each allowed flag (every spelling) with well-formed values."""
+    return [[spelling] + [example(flag)] * flag.arity
+            for spelling, flag in rt.flags.items() if flag.cls not in REFUSED_CLASSES]
+
+
+def owned(rt: RuntimeSpec) -> set[str]:
+    return {s for s, f in rt.flags.items() if f.cls in REFUSED_CLASSES}
 
 
 def every_allowed_flag(rt: RuntimeSpec) -> list[str]:
@@ -93,7 +106,6 @@ def test_declaration_is_coherent(rt: RuntimeSpec) -> None:
 @every
 def test_extra_args_table_never_holds_an_owned_flag(rt: RuntimeSpec) -> None:
     """No runtime allows a flag the reconciler sets itself; one never launched allows none."""
-    assert not set(rt.flags) & set(extra_args.OWNED)
     if not rt.launched:
         assert rt.flags == {} and rt.argv is None
         assert extra_args.check(rt.runtime, ["--x"])  # any entry is a problem
@@ -110,7 +122,7 @@ def test_argv_carries_host_port_model_once(rt: RuntimeSpec) -> None:
     assert argv[argv.index("--host") + 1] == HOST
     assert argv[argv.index("--port") + 1] == str(PORT)
     assert any(a.startswith(str(model.root)) for a in argv)
-    for flag in extra_args.OWNED:
+    for flag in owned(rt):
         assert argv.count(flag) <= 1, flag
 
 

@@ -287,3 +287,22 @@ def test_models_lists_roles() -> None:
             listed = await r.json()
         assert [(m["id"], m["status"]) for m in listed["data"]] == [("chat", "running")]
     run(test)
+
+
+def test_the_roles_own_key_goes_upstream_never_the_clients(tmp_path) -> None:
+    """A role with api_key_file: the server gets `Bearer <its key>`; the router's client key
+    is never passed on; a role without one gets no Authorization at all."""
+    key_file = tmp_path / "key"
+    key_file.write_text("# llama-server reads the first key line\nrole-secret\n")
+
+    async def test(rig, s):
+        rig.publish(_route(RouteState.READY, rig.upstream.port, key_file=str(key_file)))
+        status, _, _ = await rig.post(s, {"model": "qwen"},
+                                      headers={"Authorization": "Bearer client-key"})
+        assert status == 200
+        assert rig.upstream.seen[-1][1]["Authorization"] == "Bearer role-secret"
+        rig.publish(_route(RouteState.READY, rig.upstream.port))
+        status, _, _ = await rig.post(s, {"model": "qwen"},
+                                      headers={"Authorization": "Bearer client-key"})
+        assert status == 200 and "Authorization" not in rig.upstream.seen[-1][1]
+    run(test, key="client-key")

@@ -155,3 +155,19 @@ def test_streams_follows_each_apis_default() -> None:
     assert rules.streams({"stream": True}, Api.OPENAI)
     assert not rules.streams({}, Api.OPENAI) and not rules.streams({"stream": 1}, Api.OPENAI)
     assert rules.streams({}, Api.OLLAMA) and not rules.streams({"stream": False}, Api.OLLAMA)
+
+
+def test_aliases_route_and_embedding_and_rerank_paths_are_forwarded() -> None:
+    """An alias (any text, `/` included) finds its role; /v1/models lists it; the embedding
+    and rerank endpoints are forwarded like chat."""
+    spec = RoleSpec(name="emb", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="qwen",
+                    serve=ServeSpec(port=8080), aliases=("Qwen/Qwen3-Embedding", "e 1"))
+    table = _table((spec, Decision(role="emb", verb=Verb.KEEP, reason=Reason.IN_SYNC,
+                                   status=Status.RUNNING)))
+    route = table.find("Qwen/Qwen3-Embedding")
+    assert route is not None and route.role == "emb" and table.find("e 1") == route
+    assert route.upstream_model == "qwen"  # the server gets the name it serves
+    listed = json.loads(rules.models_list(table))["data"][0]["aliases"]
+    assert "Qwen/Qwen3-Embedding" in listed and "e 1" in listed
+    for path in ("/v1/embeddings", "/v1/rerank", "/rerank"):
+        assert rules.PATHS[path] is Api.OPENAI
