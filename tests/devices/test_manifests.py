@@ -117,3 +117,20 @@ def test_always_on_roles_that_fit_their_devices_warn_nothing_about_devices() -> 
                    _role("b", 8091, ", memory: {weights: 20GB}, placement: {devices: {count: 1}}"))
     assert result.ok
     assert not [w for w in result.warnings if "devices" in str(w)]
+
+
+def test_every_spelling_and_the_visibility_env_are_the_planners_with_placement_devices() -> None:
+    """`-ts 1,1`, `--split-mode=row` and a role's CUDA_VISIBLE_DEVICES are refused on a role
+    with placement.devices; without it they are ordinary typed values (BEHAVIOUR §1.4)."""
+    args = ", extra_args: ['-ts', '1,1', '--split-mode=row']"
+    on = _load(", devices: [{id: 'cuda:0', memory: 24GB}]",
+               _role("a", 8090, ", placement: {devices: {count: 1}}, env: {CUDA_VISIBLE_DEVICES: '1'}",
+                     args=args))
+    text = "\n".join(str(p) for p in on.problems)
+    assert "-ts is set by the planner" in text and "--split-mode is set by the planner" in text
+    env = _load(", devices: [{id: 'cuda:0', memory: 24GB}]",
+                _role("a", 8090, ", placement: {devices: {count: 1}}, env: {CUDA_VISIBLE_DEVICES: '1'}"))
+    assert "CUDA_VISIBLE_DEVICES is set by the planner" in "\n".join(str(p) for p in env.problems)
+    off = _load(", devices: [{id: 'cuda:0', memory: 24GB}]",
+                _role("a", 8090, ", env: {CUDA_VISIBLE_DEVICES: '1'}", args=args))
+    assert off.ok, off.problems

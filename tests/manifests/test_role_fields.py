@@ -138,7 +138,7 @@ def test_env_joins_the_launch_and_its_digest() -> None:
     spec = next(r for r in one.desired.roles if r.name == "r")
     models = {m.name: m for m in one.desired.models}
     argv = launcher.argv(spec, models)
-    assert launcher.digest(argv, "x", spec) == launcher.launch(argv, "x", role=spec).digest
+    assert launcher.digest(argv, "x", role=spec) == launcher.launch(argv, "x", role=spec).digest
 
 
 def test_aliases_are_any_text_and_collisions_are_refused() -> None:
