@@ -29,6 +29,8 @@ DOWNLOAD = ("downloads weights: declare a Model with a `source` (hf_repo, hf_fil
 ROUTER = ("llama-server's router mode serves several models from one process: "
           "declare one InferenceSpec per model (the reconciler's router routes between them)")
 REMOVED = "removed from this llama-server (it exits with an error): use"
+CONTROL_VECTORS = ("nothing yet: control vectors are weight files, which would come from "
+                   "Model references, and no field takes them so far")
 LOG = "the reconciler keeps the server's output itself (`reconcile logs ROLE`)"
 
 #: Spellings this llama-server no longer (or never) knows that real command lines
@@ -120,9 +122,8 @@ TABLE = FlagTable((
     flag("--op-offload --no-op-offload"),
     flag("--lora", P, WEIGHTS, "spec.serve.loras: [{model: MODEL}]"),
     flag("--lora-scaled", P, WEIGHTS, "spec.serve.loras: [{model: MODEL, scale: 0.5}]"),
-    flag("--control-vector", P, WEIGHTS, "spec.serve.control_vectors: [{model: MODEL}]"),
-    flag("--control-vector-scaled", P, WEIGHTS,
-         "spec.serve.control_vectors: [{model: MODEL, scale: 0.5}]"),
+    flag("--control-vector", P, WEIGHTS, CONTROL_VECTORS),
+    flag("--control-vector-scaled", P, WEIGHTS, CONTROL_VECTORS),
     flag("--control-vector-layer-range", I, count=2),
     flag("-m --model", P, OWNED, "spec.model: MODEL"),
     flag("-mu --model-url", T, NETWORK, f"{DOWNLOAD} spec.model"),
