@@ -24,8 +24,8 @@ BIT = ("0", "1")
 LAYERS = ("auto", "all")
 
 EXITS = "prints something and exits: a role's server must keep serving"
-DOWNLOAD = ("downloads weights: declare a Model with a `source` (hf_repo, hf_file), "
-            "fetch it with `reconcile models pull`, and name it in")
+DOWNLOAD = ("downloads weights: write a Model with a pinned `source` (`reconcile models add "
+            "hf://ORG/REPO/FILE@COMMIT`; a node with `fetch` fetches and verifies it) and name it in")
 ROUTER = ("llama-server's router mode serves several models from one process: "
           "declare one InferenceSpec per model (the reconciler's router routes between them)")
 REMOVED = "removed from this llama-server (it exits with an error): use"
@@ -130,8 +130,8 @@ TABLE = FlagTable((
     flag("-dr --docker-repo", T, NETWORK, f"{DOWNLOAD} spec.model"),
     flag("-hf -hfr --hf-repo", T, NETWORK, f"{DOWNLOAD} spec.model"),
     flag("-hff --hf-file", T, NETWORK, f"{DOWNLOAD} spec.model"),
-    flag("-hft --hf-token", T, NETWORK, "the server never downloads: `reconcile models pull` "
-         "reads HF_TOKEN from its own environment"),
+    flag("-hft --hf-token", T, NETWORK, "the server never downloads: the node fetches Models "
+         "and reads the Hub token from NodeConfig fetch.hf_token_file"),
     flag("--log-disable"),
     flag("--log-file", P, OWNED, LOG),
     flag("--log-jsonl --no-log-jsonl"),
