@@ -139,7 +139,7 @@ def test_refusals_say_what_to_write_instead() -> None:
     assert check(LLAMA, ["-ctk", "q8_0"]) == [
         (0, "-ctk belongs to the reconciler: set spec.serve.cache_type_k (or kv_quant for both)")]
     assert "spec.serve.mmproj: MODEL" in check(LLAMA, ["--mmproj", "x.gguf"])[0][1]
-    assert "a Model with a `source`" in check(LLAMA, ["-hf", "a/b"])[0][1]
+    assert "a Model with a pinned `source` (`reconcile models add hf://" in check(LLAMA, ["-hf", "a/b"])[0][1]
     assert "reaches the network" in check(LLAMA, ["-hf", "a/b"])[0][1]
     assert "spec.serve.adapter: MODEL" in check(MLX, ["--adapter-path", "x"])[0][1]
     assert "verifies" in check(MLX, ["--trust-remote-code"])[0][1]
