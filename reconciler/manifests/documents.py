@@ -13,12 +13,11 @@ the operators of a placement's selector are checked here (``labels.py``).
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Any, Callable
 
 import attrs
 
-from reconciler.core import labels, units
+from reconciler.core import labels, loopback, units
 from reconciler.manifests import devicedocs
 from reconciler.manifests import roleextras
 from reconciler.runtimes import spec_of
@@ -247,13 +246,9 @@ def node_config(doc: Document) -> tuple[NodeConfig | None, list[Problem]]:
 def _loopback(r: _Reader, key: str, listen) -> tuple[str, int]:
     """``spec.<key>.listen`` as (host, port); a host beyond loopback is a problem."""
     host, _, port_text = str(listen).rpartition(":")
-    host = "127.0.0.1" if host == "localhost" else host.strip("[]")
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
+    host = loopback.LOCALHOST_ADDRESS if host == loopback.LOCALHOST else host.strip("[]")
     what = "the router" if key == "router" else "the status page"
-    if not loopback:
+    if not loopback.is_loopback_host(host):
         r.add(("spec", key, "listen"),
               f"{host!r} is not a loopback address; {what} never listens beyond loopback")
     port = int(port_text)
@@ -311,17 +306,13 @@ def _router(r: _Reader) -> RouterConfig | None:
 
 def _host(r: _Reader) -> str:
     raw = r.get("spec", "serve", "host")
-    if raw is None or raw == "localhost":
-        return "127.0.0.1"
-    try:
-        address = ipaddress.ip_address(raw)
-    except ValueError:
-        address = None
-    if address is None or not address.is_loopback:
+    if raw is None:
+        return loopback.LOCALHOST_ADDRESS
+    if not isinstance(raw, str) or not loopback.is_loopback_host(raw):
         r.add(("spec", "serve", "host"),
               f"{raw!r} is not a loopback address (use 127.0.0.1, ::1 or localhost)")
-        return "127.0.0.1"
-    return str(address)
+        return loopback.LOCALHOST_ADDRESS
+    return loopback.normal_host(raw)
 
 
 def role_draft(doc: Document, repo_files: roleextras.RepoFiles | None = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 from typing import Iterable
 
+from reconciler.core import loopback
 from reconciler.core.decisions import Decision, Reason, Status, Verb
 from reconciler.planner.ledger import Draft
 from reconciler.core.observed import Orphan
@@ -28,7 +29,7 @@ def drafts(orphans: Iterable[Orphan], names: set[str], guard: bool) -> list[Draf
 
 
 def _draft(o: Orphan, guard: bool, twice: set[str]) -> Draft:
-    exposed = [a for a in o.listen if not _loopback(a)]
+    exposed = [a for a in o.listen if not loopback.is_loopback(a)]
     ports = sorted({int(a.rsplit(":", 1)[1]) for a in o.listen if a.rsplit(":", 1)[1].isdigit()})
     decision = functools.partial(
         Decision, role=f"{o.instance_id}@{o.pid}" if o.instance_id in twice else o.instance_id,
@@ -42,8 +43,3 @@ def _draft(o: Orphan, guard: bool, twice: set[str]) -> Draft:
     return Draft(decision=decision(
         verb=Verb.STOP, reason=Reason.ORPHAN, status=Status.RUNNING, why=what,
         detail=f"an orphan: {what}"))
-
-
-def _loopback(address: str) -> bool:
-    host = address.rsplit(":", 1)[0].strip("[]")
-    return host.startswith("127.") or host == "::1"

@@ -55,7 +55,6 @@ daemon thread, collected at scrape time; it binds loopback addresses only.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
 import socketserver
@@ -69,6 +68,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from reconciler.core import loopback
 from reconciler.core.decisions import Status
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -259,20 +259,18 @@ def parse_addr(addr: str) -> tuple[str, int]:
         raise ValueError(f"--metrics-addr {addr!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if host == "localhost":
-        host = "127.0.0.1"
+    if host == loopback.LOCALHOST:
+        host = loopback.LOCALHOST_ADDRESS
     try:
         port = int(port_text)
     except ValueError:
         raise ValueError(f"--metrics-addr {addr!r}: port {port_text!r} is not a number") from None
     if not 0 <= port <= 65535:
         raise ValueError(f"--metrics-addr {addr!r}: port {port} is out of range")
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
+    if loopback.ip_of(host) is None:
         raise ValueError(f"--metrics-addr {addr!r}: {host!r} is not an IP address "
-                         "(use 127.0.0.1 or [::1])") from None
-    if not ip.is_loopback:
+                         "(use 127.0.0.1 or [::1])")
+    if not loopback.is_loopback_host(host):
         raise ValueError(f"--metrics-addr {addr!r}: refusing a non-loopback address; "
                          "metrics are served on loopback only")
     return host, port

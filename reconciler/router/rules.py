@@ -29,12 +29,12 @@ without a socket:
 from __future__ import annotations
 
 import enum
-import ipaddress
 import json
 from typing import Iterable, Mapping
 
 import attrs
 
+from reconciler.core import loopback
 from reconciler.core.decisions import Decision, Plan, Reason, Status, Verb
 from reconciler.core.desired import Desired, RoleSpec
 from reconciler.runtimes import spec_of
@@ -140,11 +140,8 @@ def routes(plan: Plan, desired: Desired) -> Table:
 
 def _forwardable(spec: RoleSpec, desired: Desired) -> bool:
     """Only a loopback host, only a port inside allowed_ports (§2, §5)."""
-    try:
-        loopback = ipaddress.ip_address(spec.serve.host).is_loopback
-    except ValueError:
-        loopback = False
-    return loopback and desired.node.port_allowed(spec.serve.port)
+    return (loopback.is_loopback_host(spec.serve.host)
+            and desired.node.port_allowed(spec.serve.port))
 
 
 _READY_KEEPS = (Reason.IN_SYNC, Reason.UNHEALTHY, Reason.UNKNOWN)

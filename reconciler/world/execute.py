@@ -25,7 +25,6 @@ prompt and the wanted ``keep_alive``, an unload the same with
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import time
 from typing import Callable, Protocol
@@ -35,6 +34,7 @@ import attrs
 from reconciler.system import failpoints, programs, signals
 from reconciler.world import probe, procs, spawn
 from reconciler.planner.identity import MARKER_ENV
+from reconciler.core import loopback
 from reconciler.core.decisions import Decision, Plan, Reason, Verb
 from reconciler.core.desired import Launch, NodeConfig
 from reconciler.core.outcomes import Guard, Outcome, Refusal
@@ -209,7 +209,7 @@ def ollama_unload(host: str, port: int, tag: str, *, timeout: float) -> ActionRe
 
 
 def _ollama_generate(host: str, port: int, request, timeout: float) -> ActionResult:
-    if not _loopback(host):
+    if not loopback.is_loopback_host(host):
         return ActionResult(ok=False, refusal=_not_loopback(host))
     assert request.path == "/api/generate"  # the only Ollama path we ever call
     answer = probe.send_sync(host, port, request, timeout=timeout)
@@ -230,15 +230,6 @@ def _keep_alive_seconds(keep_alive: float) -> tuple[int, str | Refusal]:
     if math.isinf(keep_alive):
         return -1, ""
     return math.ceil(keep_alive), ""
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 # ---------------------------------------------------------------- apply
@@ -313,7 +304,7 @@ def _apply_one(d: Decision, node: NodeConfig, allowed: Callable[[int], bool], ho
     if d.verb in _NEEDS_PORT and (d.port is None or not allowed(d.port)):
         return _refused(d, Guard.PORT_NOT_ALLOWED, f"port {d.port} is outside the allowed ports")
     host = _host(d)
-    if d.verb in _NEEDS_PORT and not _loopback(host):
+    if d.verb in _NEEDS_PORT and not loopback.is_loopback_host(host):
         return _outcome(d, ok=False, refusal=_not_loopback(host))
     if d.verb is Verb.STOP:
         if d.reason is Reason.ORPHAN:

@@ -20,6 +20,7 @@ import time
 import attrs
 
 from reconciler.world import execute, procs
+from reconciler.core import loopback
 from reconciler.core.decisions import Plan, Verb
 from reconciler.core.desired import NodeConfig
 from reconciler.core.outcomes import Outcome
@@ -40,7 +41,7 @@ def check_new(plan: Plan, outcomes: tuple[Outcome, ...], node: NodeConfig,
     heard = _listeners(new, decisions, wait)
     changed = {}
     for role, addresses in heard.items():
-        exposed = tuple(a for a in addresses if not _loopback(a))
+        exposed = tuple(a for a in addresses if not loopback.is_loopback(a))
         if not exposed:
             continue
         o, d = new[role], decisions[role]
@@ -87,8 +88,3 @@ def _by_connecting(d) -> tuple[str, ...]:
                     for ip in procs.interface_addresses()
                     if procs.accepts_connections(ip, port, timeout=0.3))
     return (f"{host}:{port}", *outside)
-
-
-def _loopback(address: str) -> bool:
-    host = address.rsplit(":", 1)[0].strip("[]")
-    return host.startswith("127.") or host == "::1"

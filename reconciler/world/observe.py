@@ -31,6 +31,7 @@ import attrs
 
 from reconciler.world import devices, instances, postmortem, probe, procs
 from reconciler.models import modelchecks
+from reconciler.core import loopback
 from reconciler.core.desired import Desired, Mode, RoleSpec, Runtime
 from reconciler.core.observed import (
     ExitInfo,
@@ -235,11 +236,6 @@ async def probe_all(allowed: list[Target], timeout: float,
 # ---------------------------------------------------------------- process side
 
 
-def _is_loopback(address: str) -> bool:
-    host = address.rsplit(":", 1)[0].strip("[]")
-    return host.startswith("127.") or host == "::1"
-
-
 def _listen_port(address: str) -> int | None:
     port = address.rsplit(":", 1)[-1]
     return int(port) if port.isdigit() else None
@@ -251,7 +247,7 @@ def _exposed(t: Target, facts: ProcessFacts | None, allowed: bool,
         return ()
     if facts.listen or listeners_readable:
         # A readable table with no listener is a server not listening yet.
-        return tuple(a for a in facts.listen if not _is_loopback(a))
+        return tuple(a for a in facts.listen if not loopback.is_loopback(a))
     if not allowed:
         return ()
     # The listeners could not be read: connect to each interface address (§5).

@@ -15,6 +15,7 @@ from typing import Iterable, Mapping
 
 import psutil
 
+from reconciler.core import loopback
 from reconciler.planner.identity import MARKER_ENV
 from reconciler.core.observed import ProcessFacts
 
@@ -312,7 +313,7 @@ def interface_addresses() -> tuple[str, ...]:
         for addr in addrs:
             if addr.family in (socket.AF_INET, socket.AF_INET6):
                 ip = addr.address.split("%")[0]
-                if not (ip.startswith("127.") or ip == "::1"):
+                if not loopback.is_loopback_host(ip):
                     out.append(ip)
     return tuple(sorted(set(out)))
 

@@ -62,6 +62,7 @@ _TESTS = {
     "fetchrungs": ("tests/plan",),
     "fetchpolicy": ("tests/models",),  # what a download may do (§1.6; pure, in a shell layer)
     "fetch": ("tests/models",),  # the downloader's bounds (shell, but safety rules)
+    "loopback": ("tests/safety", "tests/observe", "tests/manifests", "tests/execute"),
 }
 
 
@@ -70,7 +71,8 @@ _PACKAGE_OF = {
     **dict.fromkeys(("plan", "rungs", "loadrungs", "demandrungs", "livenessrungs", "ledger", "policy",
                      "records", "render", "identity", "eviction", "liveness", "generations", "orphans",
                      "exitreasons", "memoryview", "placement"), "planner/"),
-    **dict.fromkeys(("decisions", "labels", "demand", "events", "desired", "observed"), "core/"),
+    **dict.fromkeys(("decisions", "labels", "demand", "events", "desired", "observed", "loopback"),
+                    "core/"),
     **dict.fromkeys(("extra_args", "crosscheck", "nodecheck", "fleet", "documents", "roleextras"),
                     "manifests/"),
     **dict.fromkeys(("fleetdiff", "fleetview", "offline"), "fleet/"),
@@ -97,6 +99,14 @@ PR, G, O = "procs", "generations", "orphans"
 DS, PL = "desired", "placement"
 
 MUTANTS: tuple[Mutant, ...] = (
+    # ------------------------------------------------------------ the safety rules' owners
+    _m("loopback", "wildcard", "    return ip.is_loopback\n", "    return ip.is_loopback or ip.is_unspecified\n",
+       "§5: a server listening on :: or 0.0.0.0 (every interface) counts as loopback"),
+    _m("loopback", "prefix", "    if host == LOCALHOST:\n        return True",
+       '    if host == LOCALHOST or host.startswith("127."):\n        return True',
+       "§5: a host name that starts with 127. counts as loopback"),
+    _m("loopback", "mapped", "        ip = ip.ipv4_mapped", "        pass",
+       "§5: ::ffff:127.0.0.1 (loopback only) counts as exposed"),
     # ------------------------------------------------------------ plan: safety
     _m(P, "exposed-adopted", "if r.running and r.obs.exposed and managed:",
        "if r.running and r.obs.exposed and not managed:",
@@ -569,7 +579,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "§9: the most recently used idle role is evicted first"),
     _m(EV, "too-many", "            if not _refused_by_ledger(current[claim.role]):\n                break",
        "            if False:\n                break", "§9: every idle role is evicted for one claim"),
-    _m(RR, "forward-anywhere", "    return loopback and desired.node.port_allowed(spec.serve.port)",
+    _m(RR, "forward-anywhere", "    return (loopback.is_loopback_host(spec.serve.host)\n            and desired.node.port_allowed(spec.serve.port))",
        "    return True", "§5: the router forwards to a port outside allowed_ports or off loopback"),
     _m(RR, "hop-by-hop", "if k.lower() not in _NEVER_FORWARDED and k.lower() not in named]",
        "if k.lower() not in named]", "§9: hop-by-hop headers and the router's key are passed on"),
