@@ -33,30 +33,25 @@ if TYPE_CHECKING:  # only a pass that acts makes outcomes
 MANIFESTS = "manifests"
 
 
-class EventKind(enum.StrEnum):
-    """What an event records (the ``verb`` column of the log; the words stay as shown)."""
-
-    # one per plan verb (``of(verb)``)
-    START = "start"
-    STOP = "stop"
-    RESTART = "restart"
-    LOAD = "load"
-    UNLOAD = "unload"
-    KEEP = "keep"
-    WAIT = "wait"
-    GIVE_UP = "give-up"
-    REFUSE = "refuse"
-    FORGET = "forget"
-    FETCH = "fetch"  # §1.6 a Model's fetch started (``role`` holds the Model's name)
-    # the others
-    READOPTED = "adopt"  # our own server found unrecorded, and recorded
-    OPERATOR_START = "operator-start"  # `reconcile start NAME`
-    MANIFESTS_INVALID = "invalid"  # the manifest set became invalid (watch keeps the last good)
-    MANIFESTS_VALID = "valid"  # … and valid again
+class _Kind(enum.StrEnum):
+    """What ``EventKind`` can do; its members are made below, from ``Verb`` and the others."""
 
     @classmethod
     def of(cls, verb: Verb) -> "EventKind":
         return cls(verb.value)
+
+
+#: What an event records (the ``verb`` column of the log; the words stay as shown):
+#: every plan ``Verb`` under its own name and word (derived, so a new verb is a new
+#: kind, never a second list to keep in step; ``FETCH`` is logged under the Model's
+#: name: ``fetch_started``), then the kinds that are no decision.
+EventKind = _Kind("EventKind", [
+    *((verb.name, verb.value) for verb in Verb),
+    ("READOPTED", "adopt"),  # our own server found unrecorded, and recorded
+    ("OPERATOR_START", "operator-start"),  # `reconcile start NAME`
+    ("MANIFESTS_INVALID", "invalid"),  # the manifest set became invalid (watch keeps the last good)
+    ("MANIFESTS_VALID", "valid"),  # … and valid again
+], module=__name__, qualname="EventKind")
 
 
 #: Kinds that leave a role waiting for an operator (gave up again, refused).

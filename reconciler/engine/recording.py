@@ -12,7 +12,7 @@ through ``act.py``'s hooks, each one statement (so one transaction):
 * ``intend``, right before an action's first signal or spawn: the record
   gets the action's ``Intent`` (what will be stopped, what will run). A
   reconciler killed after it leaves a record that says its server's exit
-  was its own doing (``records.finish_interrupted``), not a crash;
+  was its own doing (``intents.finish_interrupted``), not a crash;
 * ``spawned``, right after a spawn: the new server's whole record, exactly
   as the end of the pass would write it for a successful start. Its pid,
   create time, instance id, launch digest and generation change together or
@@ -39,7 +39,7 @@ import attrs
 from reconciler.core import events
 from reconciler.system import failpoints, programs
 from reconciler.world import instances, postmortem
-from reconciler.planner import records
+from reconciler.planner import intents, records
 from reconciler.core.decisions import Decision, Plan, Reason
 from reconciler.core.desired import Desired
 from reconciler.core.observed import Observed, RoleObservation, RoleRecord
@@ -101,7 +101,7 @@ def intend(store, desired: Desired, decision: Decision, now: float) -> None:
         if spec is None:
             return
         record = records.new_record(spec, decision)
-    store.put_role(records.with_intent(record, decision, now, desired.node.stop_grace))
+    store.put_role(intents.with_intent(record, decision, now, desired.node.stop_grace))
 
 
 def stopped(store, desired: Desired, decision: Decision, now: float) -> None:

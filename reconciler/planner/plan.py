@@ -51,7 +51,7 @@ Choices where the contract is silent:
   apply to a new one, which is started (or restarted, or loaded) at once.
   A record from before generations stands for its launch digest.
 * A record a killed pass left mid-work (an ``Intent``) is read as that work
-  finished (``records.finish_interrupted``): our own stop is not a crash.
+  finished (``intents.finish_interrupted``): our own stop is not a crash.
 * A server that stays ``starting`` past ``startup_grace`` is stopped as a
   failed start (``startup_timeout``): counted and backed off like a crash.
 * A known bad model outranks backoff: a crashed role whose model is known
@@ -67,7 +67,7 @@ from typing import Mapping
 import attrs
 
 from reconciler.core import demand as demands
-from reconciler.planner import demandrungs, eviction, exitreasons, fetchrungs, generations, identity, ledger, livenessrungs, loadrungs, orphans, placement, policy, records
+from reconciler.planner import demandrungs, eviction, exitreasons, fetchrungs, generations, identity, intents, ledger, livenessrungs, loadrungs, orphans, placement, policy
 from reconciler.core.decisions import Plan, PlanContext, Reason, Status, Verb
 from reconciler.core.demand import Demand
 from reconciler.core.desired import Desired, Mode, NodeConfig, WantedState
@@ -164,7 +164,7 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
     running = proc is not None and proc.owned and proc.alive
     interrupted = None
     if record is not None and record.intent is not None:
-        finished = records.finish_interrupted(record, obs, now)
+        finished = intents.finish_interrupted(record, obs, now)
         if finished.pid is None and record.pid is not None:
             interrupted = record.intent
         record = finished

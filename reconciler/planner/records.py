@@ -12,24 +12,26 @@ states, reservations in the ledger and Ollama ``we_loaded``.
 Every start, restart and load records the generation it ran (§4), whether
 it worked or not: a new generation is a fresh start, and a failed attempt of
 it must not look new again on the next pass. A record that still holds an
-``Intent`` was left by a killed pass (``finish_interrupted``).
+``Intent`` was left by a killed pass (``intents.finish_interrupted``).
+
+``after_decision`` does what every verb shares (a skipped action, an intent
+to finish, a role's first record) and hands the rest to the verb's own small
+function in ``AFTER``: a new verb is one new function and one line there.
 """
 
 from __future__ import annotations
 
+from typing import Callable, Mapping
+
 import attrs
 
 from reconciler.planner import liveness
+# The intent rules are re-exported: what the store remembers, from one import.
+from reconciler.planner.intents import (  # noqa: F401
+    EXIT_MARGIN, finish_interrupted, intent_of, with_intent)
 from reconciler.core.decisions import Decision, Reason, Status, Verb
 from reconciler.core.desired import Mode, RoleSpec
-from reconciler.core.observed import (
-    Health,
-    Intent,
-    Liveness,
-    RoleObservation,
-    RoleRecord,
-    Terminal,
-)
+from reconciler.core.observed import Health, Liveness, RoleObservation, RoleRecord, Terminal
 from reconciler.runtimes import spec_of
 
 
@@ -45,73 +47,6 @@ class ActionFacts:
     #: §5 after start: the new server listened beyond loopback on these
     #: addresses, and was stopped within the same pass (it is gone).
     exposed: tuple[str, ...] = ()
-
-
-#: How long past its stop_grace a server signalled by a killed pass may take to
-#: exit and still have its exit counted as ours (the SIGKILL never came).
-EXIT_MARGIN = 10.0
-
-
-def intent_of(decision: Decision, now: float, stop_grace: float = 0.0) -> Intent:
-    """What the executor is about to do for ``decision`` (written before it does it)."""
-    launch = decision.launch
-    return Intent(verb=str(decision.verb), reason=str(decision.reason),
-                  instance_id=decision.instance_id or decision.role,
-                  launch_digest=launch.digest if launch is not None else None,
-                  port=decision.port or 0, at=now, stops=decision.pid,
-                  until=now + stop_grace + EXIT_MARGIN if decision.pid is not None else now)
-
-
-def with_intent(record: RoleRecord, decision: Decision, now: float,
-                stop_grace: float) -> RoleRecord:
-    """``record`` as written right before acting on ``decision``: with its intent.
-
-    A start is planned only for a role that runs nothing, so a pid its record
-    still names is a dead server the plan has already accounted for (a killed
-    run's own stop, finished by ``finish_interrupted`` in the plan's view only).
-    It is dropped in the same write: otherwise a run killed before the spawn
-    would leave that dead pid without the intent that explained it, and the
-    next pass would count it as a crash.
-    """
-    intent = intent_of(decision, now, stop_grace)
-    if decision.verb is Verb.START:
-        return attrs.evolve(record, pid=None, create_time=None, intent=intent)
-    return attrs.evolve(record, intent=intent)
-
-
-def finish_interrupted(record: RoleRecord, observation: RoleObservation,
-                       now: float) -> RoleRecord:
-    """A record a killed pass left mid-work, as if that work had finished (§4).
-
-    When the intent stopped our live server (a stop, or a restart's stop) and
-    that server is gone now, its exit was our own doing, not a crash: nothing
-    is counted and no backoff starts; the role is simply not running (the next
-    decision starts it as missing). An exposed server's stop holds the role
-    ``stopped-exposed``, as the finished stop would have. A server the intent
-    signalled that is still alive may still be exiting from that SIGTERM (the
-    killed pass never sent the SIGKILL): the intent is kept until
-    ``intent.until`` (stop_grace and a margin after it was written), so that
-    exit is not taken for a crash either. Any other intent (a spawn the pass
-    never recorded: re-adoption or the orphan sweep finds its process; a stop
-    never sent, its server alive past ``until``) is dropped.
-    """
-    intent = record.intent
-    if intent is None:
-        return record
-    process = observation.process
-    alive = process is not None and process.owned and process.alive
-    ours = intent.stops is not None and intent.stops == record.pid
-    if alive and ours and now < intent.until:
-        return record  # maybe still exiting from our SIGTERM: decided on a later pass
-    record = attrs.evolve(record, intent=None)
-    if alive or not ours:
-        return record
-    done = attrs.evolve(record, pid=None, create_time=None, exited_at=None,
-                        healthy_since=None, reserved=0)
-    if intent.verb == Verb.STOP and intent.reason == Reason.EXPOSED:
-        return attrs.evolve(done, terminal=Terminal.STOPPED_EXPOSED,
-                            terminal_detail="reachable beyond loopback; stopped")
-    return done
 
 
 def new_record(spec: RoleSpec, decision: Decision) -> RoleRecord:
@@ -135,7 +70,12 @@ def after_decision(
     facts: ActionFacts | None,
     now: float,
 ) -> RoleRecord | None:
-    """The record to store after ``decision`` (and, when it acted, ``facts``)."""
+    """The record to store after ``decision`` (and, when it acted, ``facts``).
+
+    What every verb shares is here (a skipped action, an intent to finish, a
+    first record, the current address); what each verb changes is one function
+    of ``AFTER``, the verb's own.
+    """
     if facts is not None and facts.skipped:
         return record  # never attempted: no crash, no count, nothing changed
     if record is not None:
@@ -155,99 +95,156 @@ def after_decision(
     elif spec is not None:
         # Keep the address current: a stop after an edit must find the server.
         record = attrs.evolve(record, host=spec.serve.host, port=spec.serve.port)
+    return AFTER[decision.verb](_After(record=record, spec=spec, decision=decision,
+                                      observation=observation, facts=facts, now=now))
 
-    verb, reason = decision.verb, decision.reason
-    if verb in (Verb.START, Verb.RESTART):
-        assert facts is not None
-        launch = decision.launch
-        if verb is Verb.RESTART and not facts.exited and decision.pid is not None:
-            # The old server could not be stopped (or the restart was refused
-            # before stopping it): it still runs, as recorded. Keep it all.
-            return record
-        # (A crashed server's restart that was refused before spawning falls
-        # through as a failed spawn: counted, with backoff, towards gave-up.)
-        record = _attempted(record, decision)
-        if not facts.ok:
-            # A failed spawn is a crash at once: the backoff clock starts now,
-            # so a broken launcher is retried with delays, not in a hot loop.
-            return attrs.evolve(
-                record, pid=None, create_time=None, exited_at=now, healthy_since=None,
-                restarts=decision.restarts, reserved=decision.reserve, devices=decision.devices,
-                exit=None,  # nothing ran: the outcome says why (the old exit is stale now)
-            )
-        if facts.exposed:
-            # §5 after start: it listened beyond loopback and was stopped at once.
-            return attrs.evolve(
-                record, mode=Mode.MANAGED, pid=None, create_time=None, exited_at=None,
-                healthy_since=None, launch_digest=launch.digest if launch else None,
-                launch_argv=launch.argv if launch else (),
-                instance_id=decision.instance_id or record.instance_id,
-                terminal=Terminal.STOPPED_EXPOSED,
-                terminal_detail=f"listening on {', '.join(facts.exposed)}",
-                restarts=decision.restarts, reserved=0,
-            )
+
+@attrs.frozen(kw_only=True)
+class _After:
+    """One verb's inputs: the record so far, the decision, what acting on it did, the look."""
+
+    record: RoleRecord
+    spec: RoleSpec | None
+    decision: Decision
+    observation: RoleObservation
+    facts: ActionFacts | None
+    now: float
+
+    @property
+    def acted(self) -> ActionFacts:
+        """What the executor reported (an acting verb always has it)."""
+        assert self.facts is not None
+        return self.facts
+
+
+def _started(a: _After) -> RoleRecord | None:
+    """START, RESTART: the new server's pid and launch, or a failed spawn counted as a crash."""
+    record, decision, facts, now = a.record, a.decision, a.acted, a.now
+    launch = decision.launch
+    if decision.verb is Verb.RESTART and not facts.exited and decision.pid is not None:
+        # The old server could not be stopped (or the restart was refused
+        # before stopping it): it still runs, as recorded. Keep it all.
+        return record
+    # (A crashed server's restart that was refused before spawning falls
+    # through as a failed spawn: counted, with backoff, towards gave-up.)
+    record = _attempted(record, decision)
+    if not facts.ok:
+        # A failed spawn is a crash at once: the backoff clock starts now,
+        # so a broken launcher is retried with delays, not in a hot loop.
         return attrs.evolve(
-            record,
-            # Ours now, whatever the role was when first remembered (adopted, say):
-            # a later removal must stop it, not forget it.
-            mode=Mode.MANAGED, runtime=decision.runtime or record.runtime,
-            pid=facts.pid, create_time=facts.create_time,
-            launch_digest=launch.digest if launch else record.launch_digest,
-            launch_argv=launch.argv if launch else record.launch_argv,
-            instance_id=decision.instance_id or record.instance_id,
-            started_at=now, exited_at=None, healthy_since=None,  # (no hold: _attempted)
+            record, pid=None, create_time=None, exited_at=now, healthy_since=None,
             restarts=decision.restarts, reserved=decision.reserve, devices=decision.devices,
-            exit=None, liveness=Liveness(),  # a new server: nothing ended, nothing failed yet
+            exit=None,  # nothing ran: the outcome says why (the old exit is stale now)
         )
-    if verb is Verb.STOP:
-        assert facts is not None
-        if not (facts.ok and facts.exited):
-            return record  # still there: keep everything, memory included
-        if reason is Reason.REMOVED:
-            return None
-        if reason is Reason.STARTUP_TIMEOUT:
-            # A failed start, like a crash: the backoff clock starts now and
-            # the reservation is kept across the backoff (§7).
-            return attrs.evolve(record, pid=None, create_time=None, exited_at=now,
-                                healthy_since=None)
-        stopped = attrs.evolve(
-            record, pid=None, create_time=None, exited_at=None, healthy_since=None, reserved=0,
-            exit=None, liveness=Liveness(),
-        )
-        if reason is Reason.EXPOSED:
-            return attrs.evolve(
-                stopped, terminal=Terminal.STOPPED_EXPOSED,
-                terminal_detail=decision.why or decision.detail,
-            )
-        return stopped
-    if verb is Verb.LOAD:
-        assert facts is not None
-        record = _attempted(record, decision)
-        if not facts.ok:
-            # A failed Ollama load releases its reservation (BEHAVIOUR §7).
-            return attrs.evolve(record, exited_at=now, reserved=0, restarts=decision.restarts)
+    if facts.exposed:
+        # §5 after start: it listened beyond loopback and was stopped at once.
         return attrs.evolve(
-            record, mode=Mode.MANAGED, runtime=decision.runtime or record.runtime,
-            we_loaded=True, model_tag=decision.model_tag, started_at=now,
-            exited_at=None, healthy_since=None, terminal=None, terminal_detail="",
-            restarts=decision.restarts, reserved=decision.reserve,
+            record, mode=Mode.MANAGED, pid=None, create_time=None, exited_at=None,
+            healthy_since=None, launch_digest=launch.digest if launch else None,
+            launch_argv=launch.argv if launch else (),
+            instance_id=decision.instance_id or record.instance_id,
+            terminal=Terminal.STOPPED_EXPOSED,
+            terminal_detail=f"listening on {', '.join(facts.exposed)}",
+            restarts=decision.restarts, reserved=0,
         )
-    if verb is Verb.UNLOAD:
-        assert facts is not None
-        if not facts.ok:
-            return record
-        if reason is Reason.REMOVED:
-            return None
-        return attrs.evolve(record, we_loaded=False, reserved=0, exited_at=None)
-    if verb is Verb.FORGET:
+    return attrs.evolve(
+        record,
+        # Ours now, whatever the role was when first remembered (adopted, say):
+        # a later removal must stop it, not forget it.
+        mode=Mode.MANAGED, runtime=decision.runtime or record.runtime,
+        pid=facts.pid, create_time=facts.create_time,
+        launch_digest=launch.digest if launch else record.launch_digest,
+        launch_argv=launch.argv if launch else record.launch_argv,
+        instance_id=decision.instance_id or record.instance_id,
+        started_at=now, exited_at=None, healthy_since=None,  # (no hold: _attempted)
+        restarts=decision.restarts, reserved=decision.reserve, devices=decision.devices,
+        exit=None, liveness=Liveness(),  # a new server: nothing ended, nothing failed yet
+    )
+
+
+def _stopped(a: _After) -> RoleRecord | None:
+    """STOP: gone is forgotten (removed), a failed start (startup timeout), terminal or stopped."""
+    record, decision, facts, now, reason = a.record, a.decision, a.acted, a.now, a.decision.reason
+    if not (facts.ok and facts.exited):
+        return record  # still there: keep everything, memory included
+    if reason is Reason.REMOVED:
         return None
-    if verb is Verb.GIVE_UP:
+    if reason is Reason.STARTUP_TIMEOUT:
+        # A failed start, like a crash: the backoff clock starts now and
+        # the reservation is kept across the backoff (§7).
+        return attrs.evolve(record, pid=None, create_time=None, exited_at=now,
+                            healthy_since=None)
+    stopped = attrs.evolve(
+        record, pid=None, create_time=None, exited_at=None, healthy_since=None, reserved=0,
+        exit=None, liveness=Liveness(),
+    )
+    if reason is Reason.EXPOSED:
         return attrs.evolve(
-            record, pid=None, create_time=None, reserved=0,
-            exited_at=record.exited_at or now, exit=record.exit or observation.exit,
-            terminal=Terminal.GAVE_UP, terminal_detail=decision.detail or decision.why,
+            stopped, terminal=Terminal.STOPPED_EXPOSED,
+            terminal_detail=decision.why or decision.detail,
         )
-    return _checked(_observed(record, decision, observation, now), spec, observation, now)
+    return stopped
+
+
+def _loaded(a: _After) -> RoleRecord | None:
+    """LOAD: the load is ours now (``we_loaded``), or a failed load releases its memory."""
+    record, decision, facts, now = a.record, a.decision, a.acted, a.now
+    record = _attempted(record, decision)
+    if not facts.ok:
+        # A failed Ollama load releases its reservation (BEHAVIOUR §7).
+        return attrs.evolve(record, exited_at=now, reserved=0, restarts=decision.restarts)
+    return attrs.evolve(
+        record, mode=Mode.MANAGED, runtime=decision.runtime or record.runtime,
+        we_loaded=True, model_tag=decision.model_tag, started_at=now,
+        exited_at=None, healthy_since=None, terminal=None, terminal_detail="",
+        restarts=decision.restarts, reserved=decision.reserve,
+    )
+
+
+def _unloaded(a: _After) -> RoleRecord | None:
+    """UNLOAD: nothing of ours is resident any more (forgotten when the role was removed)."""
+    record, facts, reason = a.record, a.acted, a.decision.reason
+    if not facts.ok:
+        return record
+    if reason is Reason.REMOVED:
+        return None
+    return attrs.evolve(record, we_loaded=False, reserved=0, exited_at=None)
+
+
+def _forgotten(a: _After) -> RoleRecord | None:
+    """FORGET: nothing is left to remember."""
+    return None
+
+
+def _gave_up(a: _After) -> RoleRecord | None:
+    """GIVE_UP: terminal ``gave-up``, how the server ended kept, its memory released."""
+    record, decision, observation, now = a.record, a.decision, a.observation, a.now
+    return attrs.evolve(
+        record, pid=None, create_time=None, reserved=0,
+        exited_at=record.exited_at or now, exit=record.exit or observation.exit,
+        terminal=Terminal.GAVE_UP, terminal_detail=decision.detail or decision.why,
+    )
+
+
+def _looked(a: _After) -> RoleRecord | None:
+    """KEEP, WAIT, REFUSE: nothing acted; the clocks and the liveness counters may move."""
+    return _checked(_observed(a.record, a.decision, a.observation, a.now), a.spec,
+                    a.observation, a.now)
+
+
+#: What the store remembers after each verb: one small function per verb.
+AFTER: Mapping[Verb, Callable[[_After], RoleRecord | None]] = {
+    Verb.START: _started,
+    Verb.RESTART: _started,
+    Verb.STOP: _stopped,
+    Verb.LOAD: _loaded,
+    Verb.UNLOAD: _unloaded,
+    Verb.FORGET: _forgotten,
+    Verb.GIVE_UP: _gave_up,
+    Verb.KEEP: _looked,
+    Verb.WAIT: _looked,
+    Verb.REFUSE: _looked,
+}
 
 
 def _checked(record: RoleRecord, spec: RoleSpec | None, observation: RoleObservation,
