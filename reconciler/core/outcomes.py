@@ -26,6 +26,7 @@ class Guard(enum.StrEnum):
     NO_MARKER = "no_marker"  # a launch without this instance's RECONCILER_INSTANCE
     NO_CREATE_TIME = "no_create_time"  # a pid to signal without its recorded create time
     NO_MODEL_TAG = "no_model_tag"  # an Ollama load/unload without a tag
+    NO_LOADER = "no_loader"  # a load/unload for no runtime, or one that loads no models
     KEEP_ALIVE_ZERO = "keep_alive_zero"  # a load that would unload what it loads
     MODEL_UNVERIFIED = "model_unverified"  # a model that failed verification before a spawn
     MODEL_PATH = "model_path"  # a model path that leaves its root, checked right before a spawn

@@ -86,14 +86,8 @@ from reconciler.planner.rungs import (
     terminal,
 )
 from reconciler.runtimes import spec_of
+from reconciler.runtimes.common import ANSWERING_STATUS
 from reconciler.core.units import format_duration
-
-_HEALTH_STATUS = {
-    Health.UP: Status.RUNNING,
-    Health.LOADING: Status.LOADING,
-    Health.UNHEALTHY: Status.DEGRADED,
-}
-
 
 def plan(
     desired: Desired, observed: Observed, remembered: Remembered, ctx: PlanContext, now: float
@@ -368,8 +362,8 @@ def _adopted(r: Role, models, now: float) -> Draft:
         return draft(r, Verb.FORGET, Reason.STATE_STOPPED, Status.STOPPED,
                      "state: stopped; adopted roles are only forgotten")
     probe, health = r.obs.probe, r.health
-    if health in _HEALTH_STATUS:
-        status = _HEALTH_STATUS[health]
+    if health in ANSWERING_STATUS:
+        status = ANSWERING_STATUS[health]
     elif health is Health.UNREACHABLE and not r.obs.port_taken:
         status = Status.EXITED  # nothing accepts connections on its port
     else:

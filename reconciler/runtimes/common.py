@@ -208,6 +208,17 @@ def unreachable(
     )
 
 
+#: §4 the status of a server that answers, by its probe's health: the one mapping
+#: from a probe result to a status (the planner's adopted rung and ``health`` use it).
+ANSWERING_STATUS: Mapping[Health, Status] = {
+    Health.UP: Status.RUNNING,
+    Health.LOADING: Status.LOADING,
+    Health.UNHEALTHY: Status.DEGRADED,
+}
+_ANSWERING_DETAIL = {Health.UP: "answering", Health.LOADING: "loading model",
+                     Health.UNHEALTHY: "answering but unhealthy"}
+
+
 def probe_status(facts: ProbeFacts | None) -> tuple[Status, str]:
     """The §4 status a probe alone implies, with its one-line detail.
 
@@ -217,12 +228,8 @@ def probe_status(facts: ProbeFacts | None) -> tuple[Status, str]:
     if facts is None:
         return Status.UNKNOWN, "not probed"
     health = facts.health
-    if health is Health.UP:
-        return Status.RUNNING, facts.detail or "answering"
-    if health is Health.LOADING:
-        return Status.LOADING, facts.detail or "loading model"
-    if health is Health.UNHEALTHY:
-        return Status.DEGRADED, facts.detail or "answering but unhealthy"
+    if health in ANSWERING_STATUS:
+        return ANSWERING_STATUS[health], facts.detail or _ANSWERING_DETAIL[health]
     if health is Health.NOT_PROBED:
         return Status.REFUSED, facts.detail or "port outside allowed_ports: not probed"
     if facts.starting:

@@ -211,4 +211,5 @@ SPEC = RuntimeSpec(
     deep_request=_deep,
     load_request=load_request,
     unload_request=unload_request,
+    read_load=read_load,
 )

@@ -144,6 +144,8 @@ class RuntimeSpec:
     #: Loading and unloading a model (``loads_models`` runtimes): tag, keep-alive seconds.
     load_request: Callable[[str, float | None], ProbeRequest] | None = None
     unload_request: Callable[[str], ProbeRequest] | None = None
+    #: A load's or unload's answer: ``(ok, one line)`` (the executor sends nothing else).
+    read_load: Callable[[ProbeRequest, ProbeAnswer], tuple[bool, str]] | None = None
     #: Work counters for the liveness check's *no progress* detector (§4.1), if any.
     progress: ProgressProbe | None = None
     #: How a launch follows a device assignment (None: the runtime takes no

@@ -12,15 +12,12 @@ safety rules itself, so a buggy plan cannot make it
 * start over a port something else accepts connections on, or
 * start something whose memory was counted as freed by a stop that failed.
 
-``stop()`` is SIGTERM to the process group, up to ``grace`` for the leader
-to exit, SIGKILL to the group, and once the leader is gone a SIGKILL to the
-group again for grandchildren that carry our marker. A grandchild that left
-the group with ``setsid`` is out of reach of the group signals; it still
-carries the marker, so ``procs.find_marked`` will report it.
-
-Ollama is never launched: a load is ``POST /api/generate`` with an empty
-prompt and the wanted ``keep_alive``, an unload the same with
-``keep_alive: 0``. No other Ollama path is ever called.
+A stop is ``stop.stop`` (SIGTERM → grace → SIGKILL on the process group,
+ownership asked before every signal). A runtime that loads models on a
+server it does not launch (Ollama) is sent exactly the requests its
+``RuntimeSpec`` describes (``load_request``/``unload_request``, read back by
+``read_load``), like the deep-health request: nothing here knows a path or
+a body, and nothing else is ever sent.
 """
 
 from __future__ import annotations
@@ -31,28 +28,17 @@ from typing import Callable, Protocol
 
 import attrs
 
-from reconciler.system import failpoints, programs, signals
+from reconciler.system import failpoints
 from reconciler.world import probe, procs, spawn
+# The stop algorithm, and what it returns, for the executor's callers too.
+from reconciler.world.stop import EXPOSED_GRACE, StopResult, stop  # noqa: F401
 from reconciler.planner.identity import MARKER_ENV
 from reconciler.core import loopback
 from reconciler.core.decisions import Decision, Plan, Reason, Verb
 from reconciler.core.desired import Launch, NodeConfig
 from reconciler.core.outcomes import Guard, Outcome, Refusal
-from reconciler.runtimes import ollama as ollama_rt
-
-_POLL = 0.02  # seconds between "is it gone yet?" looks
-_KILL_WAIT = 5.0  # how long a SIGKILLed leader may take to disappear
-_SWEEP_WAIT = 1.0  # how long grandchildren may take after the group SIGKILL
-EXPOSED_GRACE = 3.0  # BEHAVIOUR §5: an exposed server is stopped with a 3 s grace
-
-
-@attrs.frozen(kw_only=True)
-class StopResult:
-    ok: bool
-    gone: bool  # the recorded process is really gone: its memory may be released
-    killed: bool = False  # SIGTERM was not enough
-    error: str = ""
-    detail: str = ""
+from reconciler.runtimes import spec_of
+from reconciler.runtimes.spec import RuntimeSpec
 
 
 @attrs.frozen(kw_only=True)
@@ -100,120 +86,37 @@ class NoHooks:
         pass
 
 
-# ---------------------------------------------------------------- stop
+# ---------------------------------------------------------------- model loads
 
 
-def stop(pid: int, create_time: float, instance_id: str, *, grace: float) -> StopResult:
-    """Stop an owned server and its process group; never signals anything else."""
-    programs.reap()
-    if not procs.is_running(pid, create_time):
-        now = procs.create_time(pid)
-        if now is not None and procs.is_running(pid, now):
-            return StopResult(ok=False, gone=True, error=(
-                f"not owned: pid {pid} is another process now (created {now:.2f}, "
-                f"recorded {create_time:.2f}); the recorded one is gone"))
-        return StopResult(ok=True, gone=True, detail="already gone")
-    if not procs.is_owned(pid, create_time, instance_id):
-        return StopResult(ok=False, gone=False, error=(
-            f"not owned: pid {pid} does not carry {MARKER_ENV}={instance_id}"))
-
-    error = _signal_owned(pid, create_time, instance_id, signals.SIGTERM)
-    if error:
-        return StopResult(ok=False, gone=not procs.is_running(pid, create_time), error=error)
-    killed = False
-    if not _wait_gone(pid, create_time, grace):
-        error = _signal_owned(pid, create_time, instance_id, signals.SIGKILL)
-        killed = not error
-        if error or not _wait_gone(pid, create_time, _KILL_WAIT):
-            return StopResult(ok=False, gone=False, killed=killed,
-                              error=error or f"pid {pid} still alive after SIGKILL")
-    return StopResult(ok=True, gone=True, killed=killed,
-                      detail=_sweep_group(pid, instance_id))
-
-
-def _signal_owned(pid: int, create_time: float, instance_id: str, sig: int) -> str:
-    """Signal the group an owned leader leads; "" when sent (or it just died)."""
-    if not procs.is_owned(pid, create_time, instance_id):
-        if not procs.is_running(pid, create_time):
-            return ""  # it exited between the looks: nothing to signal
-        return f"not owned: pid {pid} lost {MARKER_ENV}={instance_id}; no signal sent"
-    return signals.to_group(pid, sig)
-
-
-def _wait_gone(pid: int, create_time: float, timeout: float) -> bool:
-    deadline = time.monotonic() + max(timeout, 0.0)
-    while True:
-        programs.reap()
-        # A zombie leader is not gone while its other threads still exit: they
-        # hold its memory and its listening socket (a restart would find its
-        # own port taken).
-        if not procs.is_running(pid, create_time) and not procs.exiting(pid, create_time):
-            return True
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        time.sleep(min(_POLL, remaining))
-
-
-def _sweep_group(pgid: int, instance_id: str) -> str:
-    """SIGKILL what is left of the dead leader's group, if all of it is ours."""
-    marked, foreign = _group_members(pgid, instance_id)
-    if not marked and not foreign:
-        return ""
-    if not foreign:
-        signals.kill_group(pgid)
-    else:
-        for member in marked:
-            signals.kill(member)
-    deadline = time.monotonic() + _SWEEP_WAIT
-    while marked and time.monotonic() < deadline:
-        time.sleep(_POLL)
-        marked, _ = _group_members(pgid, instance_id)
-    parts = []
-    if marked:
-        parts.append(f"group members still alive: {', '.join(map(str, marked))}")
-    if foreign:
-        parts.append(f"left alone (no marker): {', '.join(map(str, foreign))}")
-    return "; ".join(parts)
-
-
-def _group_members(pgid: int, instance_id: str) -> tuple[list[int], list[int]]:
-    """Live members of a group: (carrying our marker, not carrying it)."""
-    marked, foreign = [], []
-    for member in procs.group_pids(pgid):
-        if procs.marker_of(member) == instance_id:
-            marked.append(member)
-        else:
-            created = procs.create_time(member)
-            if created is not None and procs.is_running(member, created):
-                foreign.append(member)
-    return marked, foreign
-
-
-# ---------------------------------------------------------------- Ollama
-
-
-def ollama_load(host: str, port: int, tag: str, keep_alive: float, *, timeout: float) -> ActionResult:
-    """Load ``tag`` into a running Ollama and set its keep-alive (negative = forever)."""
+def load_model(runtime: RuntimeSpec, host: str, port: int, tag: str, keep_alive: float, *,
+               timeout: float) -> ActionResult:
+    """Load ``tag`` into a running server of ``runtime`` and set its keep-alive (negative = forever)."""
     seconds, problem = _keep_alive_seconds(keep_alive)
     if isinstance(problem, Refusal):
         return ActionResult(ok=False, refusal=problem)
     if problem:
         return ActionResult(ok=False, error=problem)
-    return _ollama_generate(host, port, ollama_rt.load_request(tag, seconds), timeout)
+    if runtime.load_request is None:
+        return ActionResult(ok=False, error=f"{runtime} loads no models")
+    return _send(runtime, host, port, runtime.load_request(tag, seconds), timeout)
 
 
-def ollama_unload(host: str, port: int, tag: str, *, timeout: float) -> ActionResult:
-    """Unload ``tag`` (``keep_alive: 0``). The planner only asks for models we loaded."""
-    return _ollama_generate(host, port, ollama_rt.unload_request(tag), timeout)
+def unload_model(runtime: RuntimeSpec, host: str, port: int, tag: str, *,
+                 timeout: float) -> ActionResult:
+    """Unload ``tag``. The planner only asks for models we loaded (``ownership.our_load``)."""
+    if runtime.unload_request is None:
+        return ActionResult(ok=False, error=f"{runtime} unloads no models")
+    return _send(runtime, host, port, runtime.unload_request(tag), timeout)
 
 
-def _ollama_generate(host: str, port: int, request, timeout: float) -> ActionResult:
+def _send(runtime: RuntimeSpec, host: str, port: int, request, timeout: float) -> ActionResult:
+    """One request the runtime's spec built, to a loopback host only; its answer read by the spec."""
     if not loopback.is_loopback_host(host):
         return ActionResult(ok=False, refusal=_not_loopback(host))
-    assert request.path == "/api/generate"  # the only Ollama path we ever call
+    assert runtime.read_load is not None
     answer = probe.send_sync(host, port, request, timeout=timeout)
-    ok, line = ollama_rt.read_load(request, answer)
+    ok, line = runtime.read_load(request, answer)
     return ActionResult(ok=ok, status=answer.status, error="" if ok else line,
                         detail=line if ok else "")
 
@@ -344,15 +247,17 @@ def _apply_one(d: Decision, node: NodeConfig, allowed: Callable[[int], bool], ho
         return _start(d, host, hooks)
     if not d.model_tag:
         return _refused(d, Guard.NO_MODEL_TAG, f"{d.verb} without a model tag")
-    timeout = node.deep_timeout
+    if d.runtime is None or not spec_of(d.runtime).loads_models:
+        return _refused(d, Guard.NO_LOADER, f"{d.verb} for a runtime that loads no models")
+    runtime, timeout = spec_of(d.runtime), node.deep_timeout
     if d.verb is Verb.LOAD:
         refusal = hooks.before_start(d)
         if refusal is not None:
             return _outcome(d, ok=False, refusal=refusal)
         keep = d.keep_alive if d.keep_alive is not None else node.keep_alive
-        result = ollama_load(host, d.port, d.model_tag, keep, timeout=timeout)
+        result = load_model(runtime, host, d.port, d.model_tag, keep, timeout=timeout)
     else:
-        result = ollama_unload(host, d.port, d.model_tag, timeout=timeout)
+        result = unload_model(runtime, host, d.port, d.model_tag, timeout=timeout)
     return _outcome(d, ok=result.ok, refusal=result.refusal,
                     detail=result.detail if result.ok else result.error)
 

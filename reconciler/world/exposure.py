@@ -19,7 +19,7 @@ import time
 
 import attrs
 
-from reconciler.world import execute, procs
+from reconciler.world import procs, stop
 from reconciler.core import loopback
 from reconciler.core.decisions import Plan, Verb
 from reconciler.core.desired import NodeConfig
@@ -45,8 +45,8 @@ def check_new(plan: Plan, outcomes: tuple[Outcome, ...], node: NodeConfig,
         if not exposed:
             continue
         o, d = new[role], decisions[role]
-        grace = min(node.stop_grace, execute.EXPOSED_GRACE)
-        stopped = execute.stop(o.pid, o.create_time, d.instance_id or "", grace=grace)
+        grace = min(node.stop_grace, stop.EXPOSED_GRACE)
+        stopped = stop.stop(o.pid, o.create_time, d.instance_id or "", grace=grace)
         where = ", ".join(exposed)
         if stopped.gone and stopped.ok:
             changed[role] = attrs.evolve(o, exposed=exposed, detail="; ".join(

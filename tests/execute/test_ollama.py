@@ -7,9 +7,10 @@ import math
 import pytest
 
 from reconciler.world import execute
+from reconciler.runtimes import ollama as ollama_rt
 from reconciler.core.decisions import Decision, Plan, Reason, Verb
 from reconciler.core.outcomes import Guard, Refusal
-from reconciler.core.desired import NodeConfig
+from reconciler.core.desired import NodeConfig, Runtime
 from tests.doubles.ollama import OllamaDouble
 
 TAG = "llama3.2:latest"
@@ -32,7 +33,7 @@ def _generate(tag: str, keep_alive) -> tuple[str, str, dict]:
 def test_load_posts_generate_with_keep_alive_in_whole_seconds(seconds, sent, remaining):
     """A load is one POST /api/generate with an empty prompt and keep_alive in whole seconds."""
     with OllamaDouble(pulled=[TAG]) as ollama:
-        result = execute.ollama_load("127.0.0.1", ollama.port, TAG, seconds, timeout=5.0)
+        result = execute.load_model(ollama_rt.SPEC, "127.0.0.1", ollama.port, TAG, seconds, timeout=5.0)
         assert result.ok and result.status == 200, result
         assert ollama.requests == [_generate(TAG, sent)]
         assert ollama.resident() == [TAG]
@@ -43,8 +44,8 @@ def test_load_posts_generate_with_keep_alive_in_whole_seconds(seconds, sent, rem
 def test_unload_posts_generate_with_keep_alive_zero():
     """An unload is the same request with keep_alive 0, and the model leaves memory."""
     with OllamaDouble(pulled=[TAG]) as ollama:
-        assert execute.ollama_load("127.0.0.1", ollama.port, TAG, 60.0, timeout=5.0).ok
-        result = execute.ollama_unload("127.0.0.1", ollama.port, TAG, timeout=5.0)
+        assert execute.load_model(ollama_rt.SPEC, "127.0.0.1", ollama.port, TAG, 60.0, timeout=5.0).ok
+        result = execute.unload_model(ollama_rt.SPEC, "127.0.0.1", ollama.port, TAG, timeout=5.0)
         assert result.ok, result
         assert ollama.requests == [_generate(TAG, 60), _generate(TAG, 0)]
         assert ollama.resident() == []
@@ -53,7 +54,7 @@ def test_unload_posts_generate_with_keep_alive_zero():
 def test_load_of_an_unpulled_model_fails_and_never_pulls():
     """A 404 is a failed load naming the tag; nothing but /api/generate is called (no pull)."""
     with OllamaDouble(pulled=[]) as ollama:
-        result = execute.ollama_load("127.0.0.1", ollama.port, TAG, 60.0, timeout=5.0)
+        result = execute.load_model(ollama_rt.SPEC, "127.0.0.1", ollama.port, TAG, 60.0, timeout=5.0)
         assert not result.ok and result.status == 404
         assert "not pulled" in result.error
         assert [path for _, path, _ in ollama.requests] == ["/api/generate"]
@@ -62,7 +63,7 @@ def test_load_of_an_unpulled_model_fails_and_never_pulls():
 def test_keep_alive_zero_load_is_refused_without_a_request():
     """A load asking for keep_alive 0 would unload what it loads: refused, no packet."""
     with OllamaDouble(pulled=[TAG]) as ollama:
-        result = execute.ollama_load("127.0.0.1", ollama.port, TAG, 0.0, timeout=5.0)
+        result = execute.load_model(ollama_rt.SPEC, "127.0.0.1", ollama.port, TAG, 0.0, timeout=5.0)
         assert not result.ok and result.refusal.guard is Guard.KEEP_ALIVE_ZERO
         assert str(result.refusal) == "refused: keep_alive 0 would unload the model it loads"
         assert ollama.requests == []
@@ -70,14 +71,14 @@ def test_keep_alive_zero_load_is_refused_without_a_request():
 
 def test_non_loopback_host_is_refused():
     """Ollama calls only ever go to loopback."""
-    result = execute.ollama_load("192.0.2.1", 11434, TAG, 60.0, timeout=5.0)
+    result = execute.load_model(ollama_rt.SPEC, "192.0.2.1", 11434, TAG, 60.0, timeout=5.0)
     assert not result.ok and result.refusal == Refusal(
         guard=Guard.NOT_LOOPBACK, detail="192.0.2.1 is not a loopback address")
 
 
 def _decision(verb: Verb, port: int, **kw) -> Decision:
     return Decision(role=ROLE, verb=verb, reason=Reason.MISSING, host="127.0.0.1", port=port,
-                    instance_id=INSTANCE, model_tag=TAG, **kw)
+                    instance_id=INSTANCE, model_tag=TAG, runtime=Runtime.OLLAMA, **kw)
 
 
 def test_apply_loads_with_the_decided_keep_alive_and_unloads():
@@ -111,7 +112,8 @@ def test_failed_unload_skips_a_load_that_counted_on_its_memory():
     plan = Plan(decisions=(
         _decision(Verb.UNLOAD, port),
         Decision(role="big", verb=Verb.LOAD, reason=Reason.MISSING, host="127.0.0.1", port=port,
-                 instance_id="big-00000000", model_tag="big:latest", reserve=10),
+                 instance_id="big-00000000", model_tag="big:latest", reserve=10,
+                 runtime=Runtime.OLLAMA),
     ))
     unload, load = execute.apply(plan, node=NodeConfig(deep_timeout=2.0), allowed=lambda p: True)
     assert not unload.ok and not unload.skipped

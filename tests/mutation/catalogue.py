@@ -106,6 +106,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("loopback", "prefix", "    if host == LOCALHOST:\n        return True",
        '    if host == LOCALHOST or host.startswith("127."):\n        return True',
        "§5: a host name that starts with 127. counts as loopback"),
+    _m(RU, "common.unhealthy-running", "    Health.UNHEALTHY: Status.DEGRADED,\n}", "    Health.UNHEALTHY: Status.RUNNING,\n}",
+       "§4: an adopted server that answers unhealthy is reported running"),
     _m("loopback", "mapped", "        ip = ip.ipv4_mapped", "        pass",
        "§5: ::ffff:127.0.0.1 (loopback only) counts as exposed"),
     # ------------------------------------------------------------ plan: safety

@@ -99,6 +99,11 @@ def test_declaration_is_coherent(rt: RuntimeSpec) -> None:
     # a process we launch serves one role; only a server we do not launch is shared
     assert not (rt.launched and (rt.shared_endpoint or rt.loads_models))
     assert (rt.load_request is not None) == rt.loads_models == (rt.unload_request is not None)
+    assert (rt.read_load is not None) == rt.loads_models
+    if rt.loads_models:  # §2 a load or an unload is a POST, never a pull, a delete or a push
+        for request in (rt.load_request("m", 60.0), rt.unload_request("m")):
+            assert request.method == "POST" and not any(
+                word in request.path for word in ("pull", "delete", "push", "copy", "create"))
     assert rt.default_port is None or 1 <= rt.default_port <= 65535
     assert "draft_model" not in rt.serve_options or rt.launched
 
