@@ -27,7 +27,7 @@ import os
 
 import attrs
 
-from reconciler.core import events
+from reconciler.core import events, ownership
 from reconciler.planner import identity, records
 from reconciler.world import procs
 from reconciler.core.decisions import Decision, Reason, Verb
@@ -83,8 +83,7 @@ def survey(remembered: Remembered, desired: Desired, root: str) -> Survey:
 def _recorded(hit, remembered: Remembered) -> bool:
     """Does a record name this process (its pid and create time)?"""
     pid, ctime = hit[0], hit[1]
-    return any(r.pid == pid and r.create_time is not None
-               and abs(r.create_time - ctime) <= procs.CREATE_TIME_SLACK
+    return any(r.pid == pid and ownership.same_start(r.create_time, ctime)
                for r in remembered.roles)
 
 

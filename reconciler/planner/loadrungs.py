@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from reconciler.core import ownership
 from reconciler.planner import generations, policy
 from reconciler.core.decisions import Reason, Status, Verb
 from reconciler.core.desired import ModelSpec, RoleSpec, WantedState
 from reconciler.planner.ledger import Draft
-from reconciler.core.observed import Health, RoleRecord
+from reconciler.core.observed import Health
 from reconciler.planner.rungs import Role, backoff, draft, terminal
 from reconciler.runtimes import spec_of
 
@@ -57,7 +58,7 @@ def serving(by_server, host: str, port: int, name: str, runtime) -> frozenset[st
 def ollama_release(r: Role, reason: Reason) -> Draft:
     """§2 unload only what we loaded, and never blind; otherwise nothing to undo."""
     rec, probe = r.record, r.obs.probe
-    if _our_load_live(rec):
+    if ownership.our_load(rec):
         assert rec is not None
         if probe is None or probe.health not in (Health.UP, Health.UNHEALTHY):
             return draft(r, Verb.KEEP, Reason.UNKNOWN, Status.UNKNOWN,
@@ -79,11 +80,6 @@ def ollama_release(r: Role, reason: Reason) -> Draft:
                      release=r.reserved)
     return draft(r, Verb.KEEP, Reason.ABSENT, Status.STOPPED,
                  "state: stopped; nothing of ours is resident", release=r.reserved)
-
-
-def _our_load_live(rec: RoleRecord | None) -> bool:
-    """We loaded ``rec.model_tag`` and no pass has seen that load leave /api/ps since."""
-    return rec is not None and rec.we_loaded and bool(rec.model_tag) and rec.exited_at is None
 
 
 def ollama(r: Role, models, now: float) -> Draft:
@@ -110,9 +106,9 @@ def ollama(r: Role, models, now: float) -> Draft:
         return draft(r, Verb.KEEP, Reason.UNKNOWN, Status.DEGRADED,
                      r.probe_detail("Ollama answers badly") + "; nothing is done on it",
                      holds=r.reserved or None)
-    ours = rec is not None and rec.we_loaded and rec.model_tag is not None
+    ours = ownership.loaded_by_us(rec)
     # A changed tag: unload the old tag we loaded first; the new one loads next pass.
-    if (_our_load_live(rec) and not spec_of(spec.runtime).same(rec.model_tag, tag)
+    if (ownership.our_load(rec) and not spec_of(spec.runtime).same(rec.model_tag, tag)
             and not r.sharing and spec_of(spec.runtime).lists(probe.resident_models, rec.model_tag)):
         return draft(r, Verb.UNLOAD, Reason.SPEC_CHANGED, Status.RUNNING, f"tag changed to {tag}",
                      why=f"tag {rec.model_tag} → {tag}", model_tag=rec.model_tag,
@@ -126,7 +122,7 @@ def ollama(r: Role, models, now: float) -> Draft:
                 release=r.reserved, retry_in=policy.POLL, generation=r.generation,
                 restarted_at=spec.restarted_at)
     if spec_of(spec.runtime).lists(probe.resident_models, tag):
-        if r.fresh and _our_load_live(rec) and spec_of(spec.runtime).same(rec.model_tag, tag):
+        if r.fresh and ownership.our_load(rec) and spec_of(spec.runtime).same(rec.model_tag, tag):
             # §4 a new generation of our resident model (keep_alive, restarted_at):
             # the load is sent again, which sets the new keep_alive.
             return draft(r, Verb.LOAD, Reason.SPEC_CHANGED, Status.RUNNING,

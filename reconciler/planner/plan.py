@@ -67,6 +67,7 @@ from typing import Mapping
 import attrs
 
 from reconciler.core import demand as demands
+from reconciler.core import ownership
 from reconciler.planner import demandrungs, eviction, exitreasons, fetchrungs, generations, identity, intents, ledger, livenessrungs, loadrungs, orphans, placement, policy
 from reconciler.core.decisions import Plan, PlanContext, Reason, Status, Verb
 from reconciler.core.demand import Demand
@@ -292,7 +293,7 @@ def _removed(r: Role, guard: bool, placed: tuple[str, ...] | None) -> Draft:
         r = attrs.evolve(r, why=where)
     # §4 an empty manifest set stops nothing (and forgets nothing) unless --allow-empty.
     if guard:
-        resident = r.running or (spec_of(rec.runtime).loads_models and rec.we_loaded)
+        resident = r.running or (spec_of(rec.runtime).loads_models and ownership.loaded_by_us(rec))
         return draft(r, Verb.KEEP, Reason.EMPTY_MANIFESTS,
                      Status.RUNNING if r.running else Status.UNKNOWN,
                      "the manifest set is empty; nothing is stopped without --allow-empty",

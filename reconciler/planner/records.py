@@ -25,6 +25,7 @@ from typing import Callable, Mapping
 
 import attrs
 
+from reconciler.core import ownership
 from reconciler.planner import liveness
 # The intent rules are re-exported: what the store remembers, from one import.
 from reconciler.planner.intents import (  # noqa: F401
@@ -281,7 +282,7 @@ def _observed(
     process = observation.process
     dead = record.pid is not None and (process is None or not (process.owned and process.alive))
     ollama_gone = (
-        spec_of(record.runtime).loads_models and record.we_loaded
+        spec_of(record.runtime).loads_models and ownership.loaded_by_us(record)
         and decision.reason in (Reason.EVICTED, Reason.BACKOFF)
     )
     if decision.release:

@@ -4,24 +4,22 @@ Ownership is the safety rule everything else leans on (BEHAVIOUR §3): a
 process is ours only when the pid the store recorded is alive, its create
 time matches the recorded one, and its environment carries our
 ``RECONCILER_INSTANCE`` marker. A recycled pid fails the create time; a
-foreign server on our port fails all three.
+foreign server on our port fails all three. This module reads the facts
+(``ownership.Seen``); the rules themselves are ``core/ownership.py``'s
+(``owned``, and ``proven`` for a process no record names).
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from typing import Iterable, Mapping
+from typing import Iterable
 
 import psutil
 
-from reconciler.core import loopback
+from reconciler.core import loopback, ownership
 from reconciler.planner.identity import MARKER_ENV
 from reconciler.core.observed import ProcessFacts
-
-# psutil derives create_time from /proc ticks (10 ms); a stored float compared
-# with a fresh reading can differ in the last digits.
-CREATE_TIME_SLACK = 0.05
 
 
 def create_time(pid: int) -> float | None:
@@ -54,7 +52,7 @@ def _recorded(pid: int | None, recorded_create_time: float | None):
         return None
     try:
         proc = psutil.Process(pid)
-        if abs(proc.create_time() - recorded_create_time) > CREATE_TIME_SLACK:
+        if not ownership.same_start(recorded_create_time, proc.create_time()):
             return None  # a recycled pid
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return None
@@ -63,10 +61,22 @@ def _recorded(pid: int | None, recorded_create_time: float | None):
     return proc if _alive(proc) else None
 
 
+def _seen(proc: psutil.Process, *, proof: bool = False) -> ownership.Seen | None:
+    """What the table says of a live process: its marker (and, for ``proof``, group, uid, cwd)."""
+    try:
+        more = dict(pgid=os.getpgid(proc.pid), uid=proc.uids().real, cwd=proc.cwd()) if proof else {}
+        return ownership.Seen(pid=proc.pid, create_time=proc.create_time(),
+                              marker=_marker(proc), **more)
+    except (psutil.Error, OSError):
+        return None
+
+
 def is_owned(pid: int | None, recorded_create_time: float | None, instance_id: str) -> bool:
-    """pid + create time + marker: the check made before every signal."""
+    """pid + create time + marker (``ownership.owned``): the check made before every signal."""
     proc = _recorded(pid, recorded_create_time)
-    return proc is not None and proc is not _DENIED and _marker(proc) == instance_id
+    if proc is None or proc is _DENIED:
+        return False
+    return ownership.owned(_seen(proc), pid, recorded_create_time, instance_id)
 
 
 def process_facts(
@@ -193,39 +203,6 @@ def listening_addresses(pgid: int) -> tuple[str, ...]:
     return () if not found else found.get(pgid, ())
 
 
-def find_marked(
-    instance_ids: Iterable[str], *, cwds: Mapping[str, str], uid: int
-) -> dict[str, list[tuple[int, float, tuple[str, ...], dict[str, str]]]]:
-    """Live group leaders carrying one of our markers, as we would have spawned them.
-
-    Used to re-adopt a server whose spawn the store did not get to record
-    (the reconciler was killed between spawn and record), so a rerun does
-    not start a second one. The marker alone is a predictable value anyone
-    could set, so the process must also run as ``uid`` in the instance's own
-    working directory ``cwds[marker]``. Each hit: pid, create time, cmdline,
-    environment (the caller compares them with the launch).
-    """
-    wanted = set(instance_ids)
-    out: dict[str, list[tuple[int, float, tuple[str, ...], dict[str, str]]]] = {}
-    if not wanted:
-        return out
-    for proc in psutil.process_iter():
-        marker = _marker(proc)
-        if marker not in wanted or not _alive(proc):
-            continue
-        try:
-            # Only the group leader (the process we spawned) counts.
-            if os.getpgid(proc.pid) != proc.pid:
-                continue
-            if proc.uids().real != uid or proc.cwd() != cwds.get(marker):
-                continue
-            out.setdefault(marker, []).append(
-                (proc.pid, proc.create_time(), tuple(proc.cmdline()), proc.environ()))
-        except (psutil.Error, ProcessLookupError, PermissionError):
-            continue
-    return out
-
-
 def find_ours(root: str, uid: int) -> list[tuple[int, float, str, tuple[str, ...], dict[str, str]]]:
     """Every live process that proves itself ours on this node: leader, uid, cwd, marker.
 
@@ -238,25 +215,23 @@ def find_ours(root: str, uid: int) -> list[tuple[int, float, str, tuple[str, ...
     the directory), so a pass reads the environment of almost no process.
     Each hit: pid, create time, instance id, cmdline, environment.
     """
-    prefix = root.rstrip("/") + "/"
     out = []
     for pid in _all_pids():
         try:
-            if os.getpgid(pid) != pid:
+            if not ownership.leads_group(pid, os.getpgid(pid)):
                 continue
             cwd = os.readlink(f"/proc/{pid}/cwd")
         except OSError:
             continue  # gone, or not ours to look at
-        instance = cwd[len(prefix):] if cwd.startswith(prefix) else ""
-        if not instance or "/" in instance:
+        if ownership.instance_in(root, cwd) is None:
             continue
         try:
             proc = psutil.Process(pid)
-            if not _alive(proc) or proc.uids().real != uid:
+            seen = _seen(proc, proof=True) if _alive(proc) else None
+            instance = ownership.proven(seen, root, uid) if seen is not None else None
+            if instance is None or seen.cwd != cwd:
                 continue
-            if _marker(proc) != instance or proc.cwd() != cwd:
-                continue
-            out.append((pid, proc.create_time(), instance, tuple(proc.cmdline()),
+            out.append((pid, seen.create_time, instance, tuple(proc.cmdline()),
                         proc.environ()))
         except (psutil.Error, OSError):
             continue
@@ -265,14 +240,12 @@ def find_ours(root: str, uid: int) -> list[tuple[int, float, str, tuple[str, ...
 
 def proves_ours(pid: int, create_time: float, instance_id: str, root: str, uid: int) -> bool:
     """The proof ``find_ours`` asks, for one recorded pid (checked again before an orphan's stop)."""
-    if not is_owned(pid, create_time, instance_id):
+    proc = _recorded(pid, create_time)
+    if proc is None or proc is _DENIED:
         return False
-    try:
-        proc = psutil.Process(pid)
-        return (os.getpgid(pid) == pid and proc.uids().real == uid
-                and proc.cwd() == os.path.join(root, instance_id))
-    except (psutil.Error, OSError):
-        return False
+    seen = _seen(proc, proof=True)
+    return (ownership.owned(seen, pid, create_time, instance_id) and seen is not None
+            and ownership.proven(seen, root, uid) == instance_id)
 
 
 def directories_in_use(root: str) -> set[str]:
@@ -348,7 +321,7 @@ def exiting(pid: int | None, recorded_create_time: float | None) -> bool:
         return False
     try:
         proc = psutil.Process(pid)
-        if abs(proc.create_time() - recorded_create_time) > CREATE_TIME_SLACK:
+        if not ownership.same_start(recorded_create_time, proc.create_time()):
             return False
         return proc.status() == psutil.STATUS_ZOMBIE and proc.num_threads() > 1
     except psutil.Error:

@@ -52,7 +52,7 @@ _TESTS = {
     "eviction": ("tests/plan",),
     "router/rules": ("tests/router",),
     "liveness": ("tests/liveness", "tests/plan", "tests/records"),
-    "procs": ("tests/loop",),
+    "procs": ("tests/loop", "tests/safety"),
     "generations": ("tests/plan", "tests/records"),
     "desired": ("tests/plan",),
     "placement": ("tests/devices", "tests/plan"),
@@ -64,6 +64,7 @@ _TESTS = {
     "fetchpolicy": ("tests/models",),  # what a download may do (§1.6; pure, in a shell layer)
     "fetch": ("tests/models",),  # the downloader's bounds (shell, but safety rules)
     "loopback": ("tests/safety", "tests/observe", "tests/manifests", "tests/execute"),
+    "ownership": ("tests/safety", "tests/plan", "tests/loop", "tests/execute"),
 }
 
 
@@ -72,7 +73,8 @@ _PACKAGE_OF = {
     **dict.fromkeys(("plan", "rungs", "loadrungs", "demandrungs", "livenessrungs", "ledger", "policy",
                      "records", "intents", "render", "identity", "eviction", "liveness", "generations",
                      "orphans", "exitreasons", "memoryview", "placement"), "planner/"),
-    **dict.fromkeys(("decisions", "labels", "demand", "events", "desired", "observed", "loopback"),
+    **dict.fromkeys(("decisions", "labels", "demand", "events", "desired", "observed", "loopback",
+                     "ownership"),
                     "core/"),
     **dict.fromkeys(("extra_args", "crosscheck", "nodecheck", "fleet", "documents", "roleextras"),
                     "manifests/"),
@@ -96,7 +98,7 @@ RG, LR, DR, LVR = "rungs", "loadrungs", "demandrungs", "livenessrungs"
 EV, RR = "eviction", "router/rules"
 D, RE, I, E, C, RU = "decisions", "render", "identity", "extra_args", "crosscheck", "runtimes"
 LV = "liveness"
-PR, G, O = "procs", "generations", "orphans"
+PR, G, O, OW = "procs", "generations", "orphans", "ownership"
 DS, PL = "desired", "placement"
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -134,11 +136,11 @@ MUTANTS: tuple[Mutant, ...] = (
        "§4: an operator start starts over a foreign listener"),
     _m(P, "guard-off", "guard = not specs and not elsewhere and not ctx.allow_empty", "guard = False",
        "§4: an empty manifest set stops every server"),
-    _m(LR, "our-load-not-ours", "return rec is not None and rec.we_loaded and bool(rec.model_tag) and rec.exited_at is None",
-       "return rec is not None and bool(rec.model_tag) and rec.exited_at is None",
+    _m(OW, "our-load-not-ours", "return record is not None and record.we_loaded and bool(record.model_tag)",
+       "return record is not None and bool(record.model_tag)",
        "§2: an Ollama tag we did not load is unloaded"),
-    _m(LR, "our-load-after-eviction", "return rec is not None and rec.we_loaded and bool(rec.model_tag) and rec.exited_at is None",
-       "return rec is not None and rec.we_loaded and bool(rec.model_tag)",
+    _m(OW, "our-load-after-eviction", "return loaded_by_us(record) and record is not None and record.exited_at is None",
+       "return loaded_by_us(record) and record is not None",
        "§2: a copy someone else loaded after ours left is unloaded"),
     _m(LR, "unload-blind", "if probe is None or probe.health not in (Health.UP, Health.UNHEALTHY):",
        "if probe is None:",
@@ -158,8 +160,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(LR, "never-pull", "# §2 never pull: a tag that is not pulled is refused.\n    if not spec_of(spec.runtime).lists(probe.listed_models, tag):",
        "# §2 never pull: a tag that is not pulled is refused.\n    if not spec_of(spec.runtime).lists(probe.listed_models, tag) and not r.operator:",
        "§2: an operator start loads (pulls) a tag that is not pulled"),
-    _m(LR, "tag-change", "if (_our_load_live(rec) and not spec_of(spec.runtime).same(rec.model_tag, tag)",
-       "if (_our_load_live(rec) and spec_of(spec.runtime).same(rec.model_tag, tag)",
+    _m(LR, "tag-change", "if (ownership.our_load(rec) and not spec_of(spec.runtime).same(rec.model_tag, tag)",
+       "if (ownership.our_load(rec) and spec_of(spec.runtime).same(rec.model_tag, tag)",
        "§2: a changed tag does not unload the old one (and the current one is unloaded)"),
     # ------------------------------------------------------------ plan: lifecycle
     _m(P, "state-stopped-keeps-memory", 'return draft(r, Verb.STOP, Reason.STATE_STOPPED, Status.RUNNING, "state: stopped",\n                         release=r.reserved)',
@@ -644,17 +646,24 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("intents", "start-intent-keeps-dead-pid", "        return attrs.evolve(record, pid=None, create_time=None, intent=intent)",
        "        return attrs.evolve(record, intent=intent)",
        "§4: a run killed before a start's spawn leaves a dead pid that counts as a crash"),
-    _m(PR, "orphan-any-uid", "if not _alive(proc) or proc.uids().real != uid:\n                continue\n            if _marker",
-       "if not _alive(proc):\n                continue\n            if _marker",
+    _m(OW, "orphan-any-uid", "if instance is None or seen.uid != uid:", "if instance is None:",
        "§4: a process of another uid with our marker is stopped as an orphan"),
-    _m(PR, "orphan-any-group", "            if os.getpgid(pid) != pid:\n                continue\n            cwd = os.readlink",
-       "            if False:\n                continue\n            cwd = os.readlink",
+    _m(OW, "orphan-any-group", "    return pgid == pid", "    return True",
        "§4: a process that does not lead its own group is stopped as an orphan"),
-    _m(PR, "orphan-any-root", 'instance = cwd[len(prefix):] if cwd.startswith(prefix) else ""',
-       "instance = os.path.basename(cwd)",
+    _m(OW, "orphan-any-root", 'instance = cwd[len(prefix):] if cwd.startswith(prefix) else ""',
+       'instance = cwd.rsplit("/", 1)[-1]',
        "§4: another node's (another data_root's) server is stopped as an orphan"),
-    _m(PR, "orphan-recheck-skipped", "        return (os.getpgid(pid) == pid and proc.uids().real == uid\n",
-       "        return (True or proc.uids().real == uid\n",
+    _m(OW, "orphan-forged-marker", "    return instance if seen.marker == instance else None",
+       "    return instance",
+       "§4: a process in our directory without our marker is stopped as an orphan"),
+    _m(OW, "marker-ignored", "and bool(instance_id) and seen.marker == instance_id)",
+       "and bool(instance_id))",
+       "§3: a process at our recorded pid without our marker is signalled"),
+    _m(OW, "recycled-pid", "return recorded is not None and abs(seen - recorded) <= CREATE_TIME_SLACK",
+       "return recorded is not None",
+       "§3: a recycled pid (another create time) is signalled"),
+    _m(PR, "orphan-recheck-skipped", "            and ownership.proven(seen, root, uid) == instance_id)",
+       "            and True)",
        "§4: the proof is not asked again right before an orphan's signal"),
     # §7.1 devices: the per-device ledger's rules.
     _m(PL, "ids-ignore-free", "ok = all(self._usable(d, claim) and self.free(d, name) >= n",
