@@ -65,6 +65,7 @@ _TESTS = {
     "fetch": ("tests/models",),  # the downloader's bounds (shell, but safety rules)
     "loopback": ("tests/safety", "tests/observe", "tests/manifests", "tests/execute"),
     "ownership": ("tests/safety", "tests/plan", "tests/loop", "tests/execute"),
+    "desired": ("tests/safety", "tests/plan", "tests/observe", "tests/execute"),
 }
 
 
@@ -108,6 +109,11 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("loopback", "prefix", "    if host == LOCALHOST:\n        return True",
        '    if host == LOCALHOST or host.startswith("127."):\n        return True',
        "§5: a host name that starts with 127. counts as loopback"),
+    _m("desired", "port-allowed-any", "return self.allowed_ports is None or port in self.allowed_ports",
+       "return True", "§2: a port outside allowed_ports is probed, started and forwarded to"),
+    _m("desired", "port-range-open-end", "return isinstance(port, int) and self.start <= port <= self.end",
+       "return isinstance(port, int) and self.start <= port <= self.end + 1",
+       "§1.3: the port just past allowed_ports' end is allowed"),
     _m(RU, "common.unhealthy-running", "    Health.UNHEALTHY: Status.DEGRADED,\n}", "    Health.UNHEALTHY: Status.RUNNING,\n}",
        "§4: an adopted server that answers unhealthy is reported running"),
     _m("loopback", "mapped", "        ip = ip.ipv4_mapped", "        pass",
