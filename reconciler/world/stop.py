@@ -8,7 +8,8 @@ Ownership (``procs.is_owned``: pid + create time + marker) is asked again
 before every single signal, so a recycled pid or a process that lost our
 marker is never signalled. A grandchild that left the group with ``setsid``
 is out of reach of the group signals; it still carries the marker and leads
-its own group, so the orphan survey (``procs.find_ours``) reports it.
+its own group, so the orphan survey (``procs.find_ours``) finds it when it
+proves itself ours (uid, working directory).
 
 Used by the executor (stops and restarts) and by the after-start exposure
 check (§5: an exposed server gets ``EXPOSED_GRACE``, not the usual grace).
