@@ -9,7 +9,8 @@ one function each, asked by every path that signals or unloads:
   the recorded create time (a recycled pid fails) and carries our marker
   ``RECONCILER_INSTANCE=<instance id>``. Asked before every single signal
   (``world/stop.py``, through ``procs.is_owned``), by re-adoption and by
-  ``reconcile start``'s hand-over.
+  ``reconcile start``'s hand-over. ``carries`` (the marker alone) picks the
+  members of a dead leader's group that the stop's sweep may SIGKILL.
 * ``proven``: a process no record names (an orphan, or a spawn a killed pass
   never recorded) is ours only by the whole proof: it leads its own process
   group, runs as the node's uid, works in exactly ``<data root>/<id>`` and
@@ -21,6 +22,11 @@ one function each, asked by every path that signals or unloads:
   ours to unload only when our own load put it there (``we_loaded``) and no
   pass has seen it leave memory since (``exited_at`` unset): a copy resident
   after that was loaded by someone else (§2).
+
+Two signals are outside these rules, by design: ``programs.run`` kills its own
+child's group on a timeout (a git or version probe it just started), and
+``reconcile start`` sends SIGHUP to the lock holder only when
+``procs.looks_like_watch`` says it is a ``reconcile watch``.
 """
 
 from __future__ import annotations
@@ -51,12 +57,17 @@ def same_start(recorded: float | None, seen: float) -> bool:
     return recorded is not None and abs(seen - recorded) <= CREATE_TIME_SLACK
 
 
+def carries(marker: str | None, instance_id: str) -> bool:
+    """Does a process's ``RECONCILER_INSTANCE`` marker name this instance?"""
+    return bool(instance_id) and marker == instance_id
+
+
 def owned(seen: Seen | None, pid: int | None, create_time: float | None,
           instance_id: str) -> bool:
     """§3 pid + create time + marker: may the recorded server be signalled?"""
     return (seen is not None and bool(pid) and seen.pid == pid
             and same_start(create_time, seen.create_time)
-            and bool(instance_id) and seen.marker == instance_id)
+            and carries(seen.marker, instance_id))
 
 
 def instance_dir(root: str, instance_id: str) -> str:
@@ -87,7 +98,7 @@ def proven(seen: Seen, root: str, uid: int) -> str | None:
     instance = instance_in(root, seen.cwd)
     if instance is None or seen.uid != uid:
         return None
-    return instance if seen.marker == instance else None
+    return instance if carries(seen.marker, instance) else None
 
 
 def loaded_by_us(record: RoleRecord | None) -> bool:

@@ -21,6 +21,7 @@ import time
 
 import attrs
 
+from reconciler.core import ownership
 from reconciler.planner.identity import MARKER_ENV
 from reconciler.system import programs, signals
 from reconciler.world import procs
@@ -119,7 +120,7 @@ def _group_members(pgid: int, instance_id: str) -> tuple[list[int], list[int]]:
     """Live members of a group: (carrying our marker, not carrying it)."""
     marked, foreign = [], []
     for member in procs.group_pids(pgid):
-        if procs.marker_of(member) == instance_id:
+        if ownership.carries(procs.marker_of(member), instance_id):
             marked.append(member)
         else:
             created = procs.create_time(member)
