@@ -90,6 +90,7 @@ from reconciler.runtimes import spec_of
 from reconciler.runtimes.common import ANSWERING_STATUS
 from reconciler.core.units import format_duration
 
+
 def plan(
     desired: Desired, observed: Observed, remembered: Remembered, ctx: PlanContext, now: float
 ) -> Plan:
