@@ -3,9 +3,10 @@
 Every place that decides whether a host, an address or a listener is
 reachable only from this machine asks ``is_loopback`` (or, for a bare host,
 ``is_loopback_host``): manifest validation (``serve.host``, the router's
-``listen``), the observer and the after-start check (a listener beyond
-loopback is *exposed*), orphans, the executor (no packet to a host beyond
-loopback), the router (no forward off loopback), ``--metrics-addr`` and the
+``listen``, the status page's ``listen``), the observer and the after-start
+check (a listener beyond loopback is *exposed*), orphans, the executor (no
+packet to a host beyond loopback), the router (no forward off loopback), the
+status page's own server, ``--metrics-addr`` and the
 interface addresses the observer connects to when it cannot read the socket
 table. No other module imports ``ipaddress`` (a test keeps it so).
 

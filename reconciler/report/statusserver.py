@@ -11,9 +11,9 @@ NodeConfig gives (validation refuses any other).
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import threading
 
+from reconciler.core import loopback
 from reconciler.report.statussite import Answer, Site, key_check
 
 _MAX_HEAD = 16384
@@ -35,11 +35,8 @@ class StatusServer:
                                         daemon=True)
 
     def start(self) -> None:
-        try:  # validation refused any other host; this server checks again (§5)
-            loopback = ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            loopback = False
-        if not loopback:
+        # Validation refused any other host; this server checks again (§5).
+        if not loopback.is_loopback_host(self.host):
             raise ValueError(f"{self.host!r} is not a loopback address")
         self._loop = asyncio.new_event_loop()
         self._thread.start()

@@ -597,7 +597,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(RR, "queue-unbounded", "return waiting < max_queue", "return True",
        "§9: the queue has no bound (never 429)"),
     # ------------------------------------------------------------ §11 the status page
-    _m("documents", "listen-anywhere", "    if not loopback:\n        r.add(",
+    _m("documents", "listen-anywhere", "    if not loopback.is_loopback_host(host):\n        r.add(",
        "    if False:\n        r.add(",
        "§5/§11: the router or the status page listens beyond loopback"),
     _m("nodecheck", "status-page-shares-a-port", "            if port == page.port:",
