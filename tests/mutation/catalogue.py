@@ -54,7 +54,7 @@ _TESTS = {
     "liveness": ("tests/liveness", "tests/plan", "tests/records"),
     "procs": ("tests/loop", "tests/safety"),
     "generations": ("tests/plan", "tests/records"),
-    "desired": ("tests/plan",),
+    "desired": ("tests/plan", "tests/safety", "tests/observe", "tests/execute"),
     "placement": ("tests/devices", "tests/plan"),
     "orphans": ("tests/plan",),  # the orphan proof of ownership (shell, but a safety rule)
     "documents": ("tests/manifests",),
@@ -65,7 +65,6 @@ _TESTS = {
     "fetch": ("tests/models",),  # the downloader's bounds (shell, but safety rules)
     "loopback": ("tests/safety", "tests/observe", "tests/manifests", "tests/execute"),
     "ownership": ("tests/safety", "tests/plan", "tests/loop", "tests/execute"),
-    "desired": ("tests/safety", "tests/plan", "tests/observe", "tests/execute"),
 }
 
 
