@@ -6,8 +6,8 @@ reachable only from this machine asks ``is_loopback`` (or, for a bare host,
 ``listen``, the status page's ``listen``), the observer and the after-start
 check (a listener beyond loopback is *exposed*), orphans, the executor (no
 packet to a host beyond loopback), the router (no forward off loopback), the
-status page's own server, ``--metrics-addr`` and the
-interface addresses the observer connects to when it cannot read the socket
+status page's own server, the fetch policy (plain http only to a loopback
+mirror), ``--metrics-addr`` and the interface addresses the observer connects to when it cannot read the socket
 table. No other module imports ``ipaddress`` (a test keeps it so).
 
 Loopback is: IPv4 ``127.0.0.0/8``, IPv6 ``::1``, an IPv4-mapped IPv6

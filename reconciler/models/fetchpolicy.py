@@ -20,8 +20,9 @@ import re
 
 import attrs
 
+from reconciler.core import loopback
+
 _URL = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<auth>[^/?#]*)(?P<rest>.*)$")
-_LOOPBACK = re.compile(r"^(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|localhost|\[::1\])$")
 _RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 _PORTS = {"http": 80, "https": 443}
 
@@ -109,7 +110,7 @@ def url_refusal(url: str) -> str | None:
     scheme, host, _ = where
     if scheme == "https":
         return None
-    if scheme == "http" and _LOOPBACK.match(host):
+    if scheme == "http" and loopback.is_loopback(host):  # the one loopback rule (§5)
         return None
     return f"{scheme}:// to {host} is refused: only https (plain http only to loopback)"
 

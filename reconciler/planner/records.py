@@ -245,6 +245,9 @@ AFTER: Mapping[Verb, Callable[[_After], RoleRecord | None]] = {
     Verb.KEEP: _looked,
     Verb.WAIT: _looked,
     Verb.REFUSE: _looked,
+    # §1.6 a fetch is a Model's (``Plan.fetches``, the store's fetches table), never a
+    # role's decision; a role waiting for one is a WAIT. Kept like a look, as before.
+    Verb.FETCH: _looked,
 }
 
 

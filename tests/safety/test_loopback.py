@@ -111,7 +111,21 @@ def test_no_other_module_decides_loopback() -> None:
         rel = path.relative_to(PACKAGE).as_posix()
         if re.search(r"^\s*(import ipaddress|from ipaddress )", text, re.M):
             importers.add(rel)
-        if re.search(r"""startswith\(["']127\.|== ["']::1["']|(?<!loopback)\.is_loopback\b""", text):
+        if re.search(r"""startswith\(["']127\.|== ["']::1["']|(?<!loopback)\.is_loopback\b|127\\\.\\d""",
+                     text):
             adhoc.add(rel)
     assert importers == {"core/loopback.py", "world/probe.py"}
     assert adhoc <= {"core/loopback.py"}
+
+
+@pytest.mark.parametrize(("url", "allowed"), [
+    ("http://127.0.0.1:8080/m.gguf", True), ("http://localhost/m.gguf", True),
+    ("http://[::1]:8080/m.gguf", True), ("https://example.com/m.gguf", True),
+    ("http://0.0.0.0:8080/m.gguf", False), ("http://[::]:8080/m.gguf", False),
+    ("http://10.0.0.1/m.gguf", False), ("http://127.evil.example/m.gguf", False),
+])
+def test_a_fetch_over_plain_http_goes_to_loopback_only(url: str, allowed: bool) -> None:
+    """§1.6/§5 plain http only to a loopback mirror: the fetch policy asks the same rule."""
+    from reconciler.models import fetchpolicy
+
+    assert (fetchpolicy.url_refusal(url) is None) is allowed
