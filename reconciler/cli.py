@@ -340,6 +340,36 @@ def _models_verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print as JSON")
 
 
+def _import(imp: argparse.ArgumentParser) -> None:
+    isub = imp.add_subparsers(dest="import_kind", metavar="FROM", required=True,
+                              parser_class=_Parser)
+    p = isub.add_parser("cmd", help="a server command line: reconcile import cmd -- llama-server …",
+                        build=_globals_then(_import_cmd))
+    p.set_defaults(target="importer:run_import")
+    p = isub.add_parser("llama-swap", help="a llama-swap config.yaml",
+                        build=_globals_then(_import_swap))
+    p.set_defaults(target="importer:run_import")
+
+
+def _import_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="write the manifests into this directory (default: .); only new files")
+
+
+def _import_cmd(p: argparse.ArgumentParser) -> None:
+    _import_common(p)
+    p.add_argument("--name", help="the role's name (default: from the model file)")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND…",
+                   help="[ENV=VALUE…] llama-server|mlx_lm.server ARGS…, after --")
+
+
+def _import_swap(p: argparse.ArgumentParser) -> None:
+    _import_common(p)
+    p.add_argument("config", metavar="CONFIG.yaml")
+    p.add_argument("--listen", type=int, default=8080, metavar="PORT",
+                   help="llama-swap's --listen port: the router listens there (default 8080)")
+
+
 #: Every command: name, one line of help, ``module:function`` it runs, how its options are made.
 _COMMANDS: tuple[tuple[str, str, str, Callable[[argparse.ArgumentParser], None]], ...] = (
     ("validate", "check manifests and report every problem as FILE:LINE: $.path: message",
@@ -363,6 +393,8 @@ _COMMANDS: tuple[tuple[str, str, str, Callable[[argparse.ArgumentParser], None]]
     ("logs", "a managed server's own log (server.log); --follow like tail -F",
      "serverlogs:run", _globals_then(_logs)),
     ("models", "write and verify Model manifests", "", _globals_then(_models)),
+    ("import", "write manifests from a llama-swap config or a server command line",
+     "", _globals_then(_import)),
 )
 
 

@@ -77,34 +77,39 @@ def _files_document(args) -> dict:
     if args.name is not None and not is_plain_token(args.name):
         raise ValueError(f"--name {args.name!r} is not a plain token "
                          "(1-64 of A-Z a-z 0-9 . _ + : -, starting with a letter or digit)")
-    st = os.stat(args.path)
+    return files_document(args.path, name=args.name, fmt=args.format)
+
+
+def files_document(path: str, *, name: str | None = None, fmt: str | None = None) -> dict:
+    """The Model document of a GGUF file or a model directory, its files hashed in place."""
+    st = os.stat(path)
     if stat.S_ISDIR(st.st_mode):
-        root = os.path.realpath(args.path)
+        root = os.path.realpath(path)
         rels = _scan(root)
         default_name = os.path.basename(root)
     elif stat.S_ISREG(st.st_mode):
-        root = os.path.realpath(os.path.dirname(os.path.abspath(args.path)))
-        base = os.path.basename(args.path)
+        root = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+        base = os.path.basename(path)
         rels = list(modeldoc.split_gguf_parts(base) or (base,))
         default_name = base
     else:
-        raise ValueError(f"{args.path} is neither a regular file nor a directory")
+        raise ValueError(f"{path} is neither a regular file nor a directory")
     hf = modeldoc.hf_cache_source(root)
     if hf is not None and "/" not in hf[0]:
         hf = None
     if hf is not None and stat.S_ISDIR(st.st_mode):
         default_name = hf[0].rsplit("/", 1)[-1]
-    name = args.name or modeldoc.plain_name(default_name)
-    fmt = ModelFormat(args.format) if args.format else modeldoc.detect_format(
+    name = name or modeldoc.plain_name(default_name)
+    fmt = ModelFormat(fmt) if fmt else modeldoc.detect_format(
         rels, mlx_quantized=_mlx_quantized(root))
     if fmt is None:
         kinds = sorted({p.rsplit(".", 1)[-1] for p in rels
                         if modeldoc.file_kind(p) is modeldoc.FileKind.WEIGHT})
-        raise ValueError(f"cannot tell the format of {args.path} from its weights "
+        raise ValueError(f"cannot tell the format of {path} from its weights "
                          f"({', '.join(kinds) or 'none found'}); use --format")
     weights = modeldoc.weights_for(fmt, rels)
     if fmt is ModelFormat.GGUF and stat.S_ISDIR(st.st_mode) and weights:
-        weights = modeldoc.one_gguf_model(weights, where=args.path)
+        weights = modeldoc.one_gguf_model(weights, where=path)
     tokenizer = template = None
     if fmt is not ModelFormat.GGUF:  # a GGUF carries its own tokenizer and template
         tokenizer = modeldoc.first_of(modeldoc.TOKENIZER_NAMES, rels)
@@ -115,7 +120,7 @@ def _files_document(args) -> dict:
         raise ValueError(f"cannot name {bad[0]!r} in a manifest (path components must be "
                          "letters, digits or . _ + : -); rename it")
     if not weights:
-        raise ValueError(f"no {fmt} weight files in {args.path}")
+        raise ValueError(f"no {fmt} weight files in {path}")
     if len(weights) > modeldoc.MAX_SHARDS:
         raise ValueError(f"{len(weights)} weight files; a model has at most {modeldoc.MAX_SHARDS}")
     roots = modelstore.allowed_roots(root)

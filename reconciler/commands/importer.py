@@ -1,0 +1,182 @@
+"""``reconcile import``: manifests from a llama-swap config or a server command line (SHELL).
+
+``reconcile import cmd [-o DIR] -- llama-server -m … --port …`` and
+``reconcile import llama-swap CONFIG.yaml [-o DIR]`` translate (``manifests/translate.py``,
+``manifests/llamaswap.py``, both pure), then do the parts that touch this machine: hash the
+weight files that exist here (as ``reconcile models add`` does), copy the files the server
+reads (chat templates, grammars) next to the manifests, find the server program on PATH,
+write the documents, and validate the result as ``reconcile validate`` would. Every flag that
+could not be carried over is printed with its reason; nothing is started.
+
+Exit codes: 0 written and valid; 1 written but not valid yet (a model is not on this machine,
+a file to copy is missing: the printed steps finish it), or nothing written (bad input, or
+the output directory already holds a file it would write).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import yaml
+
+from reconciler.commands import common, models as model_commands
+from reconciler.core.desired import ModelFormat, Runtime
+from reconciler.core.exitcodes import Exit
+from reconciler.manifests import importdocs, llamaswap, modeldoc, translate
+from reconciler.manifests.importdocs import Located, RoleDraft
+from reconciler.manifests.translate import ModelNeed, Note
+
+MAX_COPIED_FILE = 1 << 20  # what a manifest may carry as a server-read file (§1)
+PROGRAM_NAMES = {Runtime.LLAMACPP: "llama-server", Runtime.MLX_LM: "mlx_lm.server"}
+
+
+def run_import(args) -> int:
+    try:
+        if args.import_kind == "cmd":
+            argv = [a for a in args.command if a != "--"] if args.command else []
+            tr = translate.translate(argv)
+            name = args.name or translate.role_name(importdocs.model_name(tr.models[0])
+                                                    if tr.models else "role")
+            drafts, router, config_notes = [RoleDraft(name=name, translation=tr)], None, ()
+        else:
+            drafts, router, config_notes = _swap_drafts(args.config, args.listen)
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        print(f"reconcile: error: {e}", file=sys.stderr)
+        return Exit.ERROR
+    return _write(drafts, router, config_notes, out=args.output or ".")
+
+
+def _swap_drafts(path: str, listen: int) -> tuple[list[RoleDraft], int, tuple[Note, ...]]:
+    with open(path, "rb") as f:
+        config = yaml.safe_load(f)
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: not a llama-swap config (a YAML mapping)")
+    swap = llamaswap.read(config, listen_port=listen)
+    drafts = []
+    for m in swap.models:
+        try:
+            tr = translate.translate(m.argv, port=m.port)
+        except ValueError as e:
+            print(f"{m.model_id}: not imported: {e}", file=sys.stderr)
+            continue
+        drafts.append(RoleDraft(name=m.role, translation=tr, state="on-demand",
+                                idle_after=m.idle_after, aliases=m.aliases, env=m.env,
+                                excludes=m.excludes, notes=m.notes))
+    return drafts, swap.router_port, swap.notes
+
+
+def _write(drafts: list[RoleDraft], router: int | None, config_notes: tuple[Note, ...], *,
+           out: str) -> int:
+    located, unlocated = _locate([n for d in drafts for n in d.translation.models])
+    programs = {r: _program(r, drafts) for r in {d.translation.runtime for d in drafts}}
+    written = importdocs.documents(drafts, located, programs=programs, router_port=router)
+    files = _file_plan(drafts, out)
+    targets = _targets(written.documents, out)
+    clash = [p for p in [*targets, *(dst for _, dst in files)] if os.path.exists(p)]
+    if clash:
+        print(f"reconcile: error: {clash[0]} exists: import writes only new files "
+              "(choose an empty directory with -o)", file=sys.stderr)
+        return Exit.ERROR
+    os.makedirs(out, exist_ok=True)
+    for path, docs in targets.items():
+        text = "---\n".join(modeldoc.render_document(d, None) for d in docs)
+        with open(path, "x") as f:
+            f.write(text)
+        print(f"wrote {path}", file=sys.stderr)
+    steps = _copy(files)
+    _report(drafts, config_notes, written.missing, unlocated, steps)
+    return _validate(out)
+
+
+def _locate(needs: list[ModelNeed]) -> tuple[dict[ModelNeed, Located], dict[ModelNeed, str]]:
+    """Hash the weight files that are on this machine; say why for the others."""
+    located: dict[ModelNeed, Located] = {}
+    why: dict[ModelNeed, str] = {}
+    for need in needs:
+        if need in located or need in why:
+            continue
+        if need.path is None:
+            repo = need.hf_repo or ""
+            why[need] = (f"downloads from the Hub ({repo}): run `reconcile models add "
+                         f"hf://{repo.split(':')[0]}/FILE@COMMIT` to pin it")
+            continue
+        path = os.path.expanduser(need.path)
+        if not os.path.exists(path):
+            why[need] = f"{need.path} is not on this machine: run `reconcile models add " \
+                        f"{need.path}` where it is"
+            continue
+        try:
+            doc = model_commands.files_document(path, name=importdocs.model_name(need))
+        except (OSError, ValueError) as e:
+            why[need] = f"{need.path}: {e}"
+            continue
+        spec = doc["spec"]
+        located[need] = Located(root=spec["root"], fmt=ModelFormat(spec["format"]), shards=tuple(
+            modeldoc.FileFact(path=s["path"], size=s["size"], sha256=s["sha256"])
+            for s in spec["shards"]))
+    return located, why
+
+
+def _program(runtime: Runtime, drafts: list[RoleDraft]) -> str:
+    given = next((d.translation.program for d in drafts if d.translation.runtime is runtime
+                  and os.path.isabs(d.translation.program)), None)
+    found = given or shutil.which(PROGRAM_NAMES[runtime])
+    return os.path.realpath(found) if found else f"/usr/local/bin/{PROGRAM_NAMES[runtime]}"
+
+
+def _file_plan(drafts: list[RoleDraft], out: str) -> list[tuple[str, str]]:
+    return [(os.path.expanduser(f.path), os.path.join(out, f.name))
+            for d in drafts for f in d.translation.files]
+
+
+def _copy(files: list[tuple[str, str]]) -> list[str]:
+    steps = []
+    for src, dst in files:
+        try:
+            if os.path.getsize(src) > MAX_COPIED_FILE:
+                steps.append(f"{src} is over 1 MiB: a manifest cannot carry it")
+                continue
+            shutil.copyfile(src, dst)
+            print(f"copied {src} → {dst}", file=sys.stderr)
+        except OSError:
+            steps.append(f"copy {src} to {dst} (not on this machine)")
+    return steps
+
+
+def _targets(documents: tuple[dict, ...], out: str) -> dict[str, list[dict]]:
+    targets: dict[str, list[dict]] = {}
+    for doc in documents:
+        kind = doc["kind"]
+        name = {"NodeConfig": "node.yaml", "Model": "models.yaml"}.get(
+            kind, f"{doc['metadata']['name']}.yaml")
+        targets.setdefault(os.path.join(out, name), []).append(doc)
+    return targets
+
+
+def _report(drafts, config_notes, missing, unlocated, steps) -> None:
+    for note in config_notes:
+        print(f"not carried: {note}", file=sys.stderr)
+    for d in drafts:
+        for note in (*d.translation.notes, *d.notes):
+            if not note.kept:
+                print(f"{d.name}: not carried: {note}", file=sys.stderr)
+    for name, need in missing:
+        print(f"to finish: Model {name}: {unlocated.get(need, 'not found')}", file=sys.stderr)
+    for step in steps:
+        print(f"to finish: {step}", file=sys.stderr)
+    kept = sum(d.translation.expressed and not any(not n.kept for n in d.notes) for d in drafts)
+    print(f"{kept} of {len(drafts)} command lines carried over whole", file=sys.stderr)
+
+
+def _validate(out: str) -> int:
+    from reconciler.repo import sources
+
+    loaded = sources.load_desired([out])
+    if loaded.problems:
+        common.report_problems(loaded.problems)
+        print(f"{out}: written, not valid yet: finish the steps above", file=sys.stderr)
+        return Exit.ERROR
+    print(f"{out}: valid", file=sys.stderr)
+    return Exit.OK

@@ -1,0 +1,238 @@
+"""A llama-swap ``config.yaml`` → one command line and role options per model (PURE).
+
+llama-swap (github.com/mostlygeek/llama-swap) starts one server per model on demand and swaps
+them; its configuration is the commonest way people describe several ``llama-server`` lines
+today. ``reconcile import llama-swap`` reads it as llama-swap would — macros expanded
+(``${name}``, model-level macros first, ``${PORT}`` from ``startPort``, ``${MODEL_ID}``),
+``cmd`` split as a shell would split it, comment lines dropped — and maps what it means onto
+ours:
+
+* ``ttl`` → ``state: on-demand`` + ``idle_after`` (every llama-swap model starts on its
+  first request; ``ttl: 0`` never stops it for idleness: ``idle_after`` is left at a day);
+* ``groups`` → ``excludes`` (``swap: true``: members exclude each other; ``exclusive: true``:
+  members exclude every model outside the group unless that group is ``persistent``); with no
+  groups, llama-swap runs one model at a time, so every model excludes every other;
+* ``aliases`` (strings or ``{id: …}``) → ``spec.aliases``, the model id itself too when it is
+  not a plain role name; ``env`` → ``spec.env``;
+* the rest (``filters``, ``proxy`` to a non-loopback host, ``cmdStop``, ``peers``,
+  ``matrix``, …) is a ``Note`` saying why it is not carried.
+
+Macros that read the environment (``${env.HOME}``) are left as written, with a note: their
+value exists only on the machine llama-swap ran on.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any, Mapping
+
+import attrs
+
+from reconciler.manifests.translate import Note, role_name
+
+frozen = attrs.frozen(kw_only=True)
+
+DEFAULT_START_PORT = 5800  # llama-swap's default startPort
+DEFAULT_LISTEN_PORT = 8080  # llama-swap's default --listen :8080
+NEVER_IDLE = "24h"  # ttl 0: our idle_after has no "never"; a day of no requests
+_MACRO = re.compile(r"\$\{([A-Za-z0-9_.-]+)\}")
+#: Model keys we carry; the others get a note.
+_CARRIED = {"cmd", "ttl", "aliases", "env", "proxy", "name", "description", "unlisted",
+            "macros", "checkEndpoint", "metadata", "concurrencyLimit"}
+_TOP_IGNORED = {"healthCheckTimeout", "logLevel", "logTimeFormat", "logToStdout",
+                "metricsMaxInMemory", "captureBuffer", "sendLoadingState", "includeAliasesInList"}
+
+
+@frozen
+class SwapModel:
+    """One model of the config, as a command line and the options of its role."""
+
+    model_id: str
+    role: str
+    argv: tuple[str, ...]
+    port: int | None
+    idle_after: str
+    aliases: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    excludes: tuple[str, ...]
+    notes: tuple[Note, ...]
+
+
+@frozen
+class SwapConfig:
+    models: tuple[SwapModel, ...]
+    router_port: int
+    notes: tuple[Note, ...]  # about the config as a whole
+
+
+def read(config: Mapping[str, Any], *, listen_port: int = DEFAULT_LISTEN_PORT) -> SwapConfig:
+    """Every model of a parsed llama-swap config; ValueError when it is not one."""
+    models = config.get("models")
+    if not isinstance(models, Mapping) or not models:
+        raise ValueError("not a llama-swap config: no `models` mapping")
+    top_notes = _top_notes(config)
+    start_port = _int(config.get("startPort"), DEFAULT_START_PORT)
+    global_ttl = _int(config.get("globalTTL"), 0)
+    global_macros = _macros(config.get("macros"))
+    roles = _unique_roles(list(models))
+    next_port = start_port
+    drafts = []
+    for model_id, body in models.items():
+        body = body if isinstance(body, Mapping) else {}
+        notes: list[Note] = []
+        macros = {**global_macros, **_macros(body.get("macros")), "MODEL_ID": str(model_id)}
+        cmd_text = str(body.get("cmd") or "")
+        port = None
+        if "${PORT}" in cmd_text or "${PORT}" in str(body.get("proxy") or ""):
+            port, next_port = next_port, next_port + 1
+            macros["PORT"] = str(port)
+        cmd_text = _expand(cmd_text, macros, notes)
+        argv = split_cmd(cmd_text)
+        proxy_port = _proxy_port(_expand(str(body.get("proxy") or ""), macros, notes), notes)
+        port = port if port is not None else proxy_port
+        ttl = _int(body.get("ttl"), global_ttl)
+        aliases = _aliases(body.get("aliases"))
+        if str(model_id) != roles[model_id]:
+            aliases = (str(model_id), *aliases)
+        for key in sorted(set(body) - _CARRIED):
+            notes.append(Note(flag=key, kept=False, what=f"llama-swap's `{key}` has no "
+                              "counterpart here (the router forwards requests unchanged)"))
+        if body.get("concurrencyLimit"):
+            notes.append(Note(flag="concurrencyLimit", kept=False,
+                              what="not carried: set the role's max_concurrency by hand"))
+        drafts.append(dict(model_id=str(model_id), role=roles[model_id], argv=tuple(argv),
+                           port=port, idle_after=f"{ttl}s" if ttl > 0 else NEVER_IDLE,
+                           aliases=aliases, env=_env(body.get("env"), notes), notes=notes))
+    excludes = _excludes(config.get("groups"), [d["model_id"] for d in drafts], roles, top_notes)
+    out = tuple(SwapModel(**{**d, "notes": tuple(d["notes"])}, excludes=excludes[d["model_id"]])
+                for d in drafts)
+    return SwapConfig(models=out, router_port=listen_port, notes=tuple(top_notes))
+
+
+def split_cmd(text: str) -> list[str]:
+    """A ``cmd`` as llama-swap splits it: comment lines dropped, continuations joined, shell words."""
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    joined = " ".join(line.rstrip().removesuffix("\\") for line in lines)
+    return shlex.split(joined, comments=True)
+
+
+def _expand(text: str, macros: Mapping[str, str], notes: list[Note]) -> str:
+    for _ in range(8):  # macros may name macros; llama-swap refuses deeper nesting too
+        changed = _MACRO.sub(lambda m: macros.get(m.group(1), m.group(0)), text)
+        if changed == text:
+            break
+        text = changed
+    for name in sorted(set(_MACRO.findall(text))):
+        what = ("the environment of the machine llama-swap ran on: left as written"
+                if name.startswith("env.") else "no such macro: left as written")
+        notes.append(Note(flag=f"${{{name}}}", kept=False, what=what))
+    return text
+
+
+def _macros(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(k): str(v).strip() for k, v in raw.items()}
+
+
+def _aliases(raw: Any) -> tuple[str, ...]:
+    out = []
+    for item in raw or ():
+        if isinstance(item, Mapping) and item.get("id"):
+            out.append(str(item["id"]))
+        elif isinstance(item, (str, int, float)):
+            out.append(str(item))
+    return tuple(out)
+
+
+def _env(raw: Any, notes: list[Note]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in raw or ():
+        name, eq, value = str(item).partition("=")
+        if eq:
+            out.append((name, value))
+        else:
+            notes.append(Note(flag=str(item), kept=False, what="an env entry without NAME=VALUE"))
+    return tuple(out)
+
+
+def _proxy_port(proxy: str, notes: list[Note]) -> int | None:
+    if not proxy:
+        return None
+    m = re.fullmatch(r"https?://(\[[^\]]+\]|[^/:]+)(?::(\d+))?/?", proxy)
+    if m is None:
+        notes.append(Note(flag="proxy", kept=False, what=f"{proxy!r} is not http://HOST:PORT"))
+        return None
+    host = m.group(1).strip("[]")
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        notes.append(Note(flag="proxy", kept=False, what=f"{host} is not this machine: the "
+                          "reconciler connects to loopback servers only"))
+    return int(m.group(2)) if m.group(2) else None
+
+
+def _excludes(groups: Any, ids: list[str], roles: Mapping[str, str],
+              notes: list[Note]) -> dict[str, tuple[str, ...]]:
+    """Each model's ``excludes`` from llama-swap's groups (or its one-at-a-time default)."""
+    member_of: dict[str, tuple[str, dict]] = {}
+    if isinstance(groups, Mapping):
+        for name, group in groups.items():
+            group = group if isinstance(group, Mapping) else {}
+            for member in group.get("members") or ():
+                if str(member) in roles:
+                    member_of[str(member)] = (str(name), group)
+                else:
+                    notes.append(Note(flag=f"groups.{name}", kept=False,
+                                      what=f"member {member!r} is not a model of the config"))
+    default = {"swap": True, "exclusive": True, "persistent": False}
+    out: dict[str, set[str]] = {i: set() for i in ids}
+    for a in ids:
+        ga, conf_a = member_of.get(a, ("", default))
+        for b in ids:
+            if a == b:
+                continue
+            gb, conf_b = member_of.get(b, ("", default))
+            same = ga == gb
+            if same and conf_a.get("swap", True):
+                out[a].add(b)
+            elif not same and conf_a.get("exclusive", True) and not conf_b.get("persistent", False):
+                out[a].add(b)
+                out[b].add(a)  # excludes are symmetric in effect; write both sides
+    return {i: tuple(sorted(f"role:{roles[x]}" for x in out[i])) for i in ids}
+
+
+def _top_notes(config: Mapping[str, Any]) -> list[Note]:
+    notes = []
+    for key in sorted(config):
+        if key in ("models", "groups", "macros", "startPort", "globalTTL") or key in _TOP_IGNORED:
+            continue
+        what = {"apiKeys": "keys never go in git: put NAME:SHA256 lines in the router's "
+                           "api_keys_file on the node",
+                "hooks": "startup preloads are not carried: a role that must always run is "
+                         "`state: running`",
+                "peers": "remote peers are not carried: the router forwards to this machine only",
+                "matrix": "the matrix's sets are not carried: write `excludes` by hand"}.get(
+            key, f"llama-swap's `{key}` has no counterpart here")
+        notes.append(Note(flag=key, kept=False, what=what))
+    return notes
+
+
+def _unique_roles(ids: list[Any]) -> dict[Any, str]:
+    out: dict[Any, str] = {}
+    taken: set[str] = set()
+    for model_id in ids:
+        name = base = role_name(str(model_id))
+        n = 2
+        while name in taken:
+            name = f"{base[:60]}-{n}"
+            n += 1
+        taken.add(name)
+        out[model_id] = name
+    return out
+
+
+def _int(raw: Any, default: int) -> int:
+    try:
+        return int(raw) if raw is not None else default
+    except (TypeError, ValueError):
+        return default

@@ -1,0 +1,199 @@
+"""`reconcile import`: command lines and llama-swap configs → manifests (§1.6)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reconciler.core.desired import Runtime
+from reconciler.manifests import llamaswap, translate
+from reconciler.manifests.translate import Weight
+
+CORPUS = Path(__file__).parent / "corpus"
+SWAP_CONFIGS = sorted((CORPUS / "llama-swap").glob("*.yaml"))
+TESTBED = Path(os.environ.get("RECONCILER_TESTBED", "/opt/reconciler-testbed"))
+
+
+def _reconcile(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "reconciler", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+# ---------------------------------------------------------------- translate (pure)
+
+
+def test_every_field_flag_lands_in_its_field():
+    """-m, -md, --mmproj, --lora, -c, -ctk/-ctv, --port, --alias go to their fields, not extra_args."""
+    tr = translate.translate([
+        "llama-server", "-m", "/m/a.gguf", "-md", "/m/d.gguf", "--mmproj", "/m/p.gguf",
+        "--lora", "/m/l1.gguf,/m/l2.gguf", "-c", "8192", "-ctk", "q8_0", "-ctv", "q4_0",
+        "--port", "9001", "--alias", "Qwen/Qwen3-8B,qwen", "-ngl", "99"])
+    assert tr.runtime is Runtime.LLAMACPP and tr.expressed, tr.lost
+    assert [m.weight for m in tr.models] == [Weight.MODEL, Weight.DRAFT, Weight.MMPROJ,
+                                             Weight.LORA, Weight.LORA]
+    assert tr.serve == {"ctx": 8192, "cache_type_k": "q8_0", "cache_type_v": "q4_0",
+                        "port": 9001, "extra_args": ["-ngl", "99"]}
+    assert tr.aliases == ("Qwen/Qwen3-8B", "qwen")
+
+
+def test_values_are_single_argv_elements_whatever_they_hold():
+    """A regex, a comma list and JSON pass as one element each, never through a shell."""
+    tr = translate.translate([
+        "llama-server", "-m", "m.gguf", "-ot", r"blk\..*_exps\.=CPU", "-ts", "1,0,0",
+        "--chat-template-kwargs", '{"enable_thinking":false}'])
+    assert tr.expressed, tr.lost
+    assert tr.serve["extra_args"] == ["-ot", r"blk\..*_exps\.=CPU", "-ts", "1,0,0",
+                                      "--chat-template-kwargs", '{"enable_thinking":false}']
+
+
+def test_a_flag_equals_value_is_split_as_the_server_would():
+    """--ctx-size=4096 is -c 4096."""
+    tr = translate.translate(["llama-server", "--model=m.gguf", "--ctx-size=4096"])
+    assert tr.serve["ctx"] == 4096 and tr.models[0].path == "m.gguf"
+
+
+def test_what_cannot_be_carried_is_said_with_a_reason():
+    """--rpc reaches the network, --bogus is no flag, a bare word is no argument: each a note."""
+    tr = translate.translate(["llama-server", "-m", "m.gguf", "--rpc", "10.0.0.2:50052",
+                              "--bogus", "stray"])
+    assert not tr.expressed
+    lost = {n.flag: n.what for n in tr.lost}
+    assert set(lost) == {"--rpc", "--bogus", "stray"}
+    assert "not a flag of llama-server" in lost["--bogus"]
+    assert all(lost.values())
+
+
+def test_host_beyond_loopback_is_dropped_with_its_reason():
+    """--host 0.0.0.0 is not carried (servers bind loopback, §5), and says so; the line still is."""
+    tr = translate.translate(["llama-server", "-m", "m.gguf", "--host", "0.0.0.0"])
+    assert tr.expressed
+    (note,) = [n for n in tr.notes if n.flag == "--host"]
+    assert "loopback" in note.what and "extra_args" not in tr.serve
+
+
+def test_an_api_key_becomes_a_key_file_never_a_value_in_git():
+    """--api-key SECRET: the spec names a key file; the secret is nowhere in the translation."""
+    tr = translate.translate(["llama-server", "-m", "m.gguf", "--api-key", "sk-secret"])
+    assert tr.api_key and tr.expressed
+    assert "sk-secret" not in repr(tr)
+
+
+def test_an_old_valueless_flash_attn_is_refused_with_why():
+    """`-fa` followed by another flag: this llama-server needs on|off|auto; not silently eaten."""
+    tr = translate.translate(["llama-server", "-m", "m.gguf", "-fa", "--temp", "0.6"])
+    (note,) = tr.lost
+    assert note.flag == "-fa" and "on" in note.what
+    assert tr.serve["extra_args"] == ["--temp", "0.6"]
+
+
+def test_env_prefix_wrappers_and_python_m():
+    """ENV=V and numactl before the program; `python -m mlx_lm.server`; a Hub id is a Hub model."""
+    tr = translate.translate(["CUDA_VISIBLE_DEVICES=0,1", "numactl", "--interleave=all",
+                              "/opt/llama-server", "-m", "m.gguf"])
+    assert tr.env == (("CUDA_VISIBLE_DEVICES", "0,1"),) and tr.program == "/opt/llama-server"
+    mlx = translate.translate(["python", "-m", "mlx_lm.server", "--model",
+                               "mlx-community/Qwen3-4B-4bit", "--port", "8081"])
+    assert mlx.runtime is Runtime.MLX_LM and mlx.models[0].hf_repo == "mlx-community/Qwen3-4B-4bit"
+    with pytest.raises(ValueError, match="not a server"):
+        translate.translate(["docker", "run", "x"])
+
+
+# ---------------------------------------------------------------- llama-swap (pure)
+
+
+def test_swap_macros_ports_ttl_and_one_at_a_time():
+    """Macros expand (model level first), ${PORT} counts from startPort, ttl → idle_after,
+    and without groups every model excludes every other (llama-swap runs one at a time)."""
+    config = yaml.safe_load("""
+        startPort: 9100
+        macros: {srv: "llama-server --port ${PORT}", ctx: "4096"}
+        models:
+          "Qwen/Qwen3-8B":
+            macros: {ctx: "8192"}
+            cmd: |
+              ${srv}
+              # a comment line llama-swap drops
+              -m /m/q.gguf -c ${ctx}
+            ttl: 300
+            aliases: [gpt-4o-mini]
+          small:
+            cmd: ${srv} -m /m/s.gguf -c ${ctx}
+    """)
+    swap = llamaswap.read(config)
+    a, b = swap.models
+    assert a.argv == ("llama-server", "--port", "9100", "-m", "/m/q.gguf", "-c", "8192")
+    assert b.argv[2] == "9101" and b.argv[-1] == "4096"
+    assert (a.idle_after, b.idle_after) == ("300s", llamaswap.NEVER_IDLE)
+    assert a.role == "Qwen-Qwen3-8B" and a.aliases == ("Qwen/Qwen3-8B", "gpt-4o-mini")
+    assert a.excludes == ("role:small",) and b.excludes == ("role:Qwen-Qwen3-8B",)
+
+
+def test_swap_groups_become_excludes():
+    """swap: false lets members run together; exclusive: true excludes other groups but
+    never a persistent one."""
+    config = yaml.safe_load("""
+        models: {a: {cmd: llama-server -m a.gguf}, b: {cmd: llama-server -m b.gguf},
+                 c: {cmd: llama-server -m c.gguf}, d: {cmd: llama-server -m d.gguf}}
+        groups:
+          pair: {swap: false, exclusive: true, members: [a, b]}
+          solo: {swap: true, exclusive: false, members: [c]}
+          keep: {persistent: true, exclusive: false, members: [d]}
+    """)
+    ex = {m.model_id: m.excludes for m in llamaswap.read(config).models}
+    assert ex["a"] == ("role:c",) and ex["b"] == ("role:c",)
+    assert ex["c"] == ("role:a", "role:b") and ex["d"] == ()
+
+
+@pytest.mark.parametrize("path", SWAP_CONFIGS, ids=lambda p: p.stem)
+def test_real_swap_configs_read_whole(path):
+    """Each real config (kept with its source) is read: every model, notes with reasons."""
+    assert path.read_text().startswith("# source:")
+    config = yaml.safe_load(path.read_text())
+    if "models" not in config:  # a docker-compose file carrying the config inside it
+        pytest.skip(f"{path.name}: the llama-swap config is embedded in another file")
+    swap = llamaswap.read(config)
+    assert len(swap.models) == len(config["models"])
+    assert all(n.what for m in swap.models for n in m.notes)
+
+
+# ---------------------------------------------------------------- the command (shell)
+
+
+def test_import_cmd_hashes_a_real_model_and_validates(tmp_path):
+    """`reconcile import cmd` on a real GGUF: a Model document with its digest, a role, a node;
+    the result validates (exit 0), and a second import into the same place writes nothing."""
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(1020))
+    template = tmp_path / "chat.jinja"
+    template.write_text("{{ messages }}\n")
+    out = tmp_path / "out"
+    argv = ["import", "cmd", "-o", str(out), "--", "llama-server", "-m", str(gguf),
+            "--port", "8090", "--chat-template-file", str(template), "--host", "0.0.0.0"]
+    done = _reconcile(*argv, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    models = yaml.safe_load((out / "models.yaml").read_text())
+    import hashlib
+    assert models["spec"]["shards"][0]["sha256"] == hashlib.sha256(gguf.read_bytes()).hexdigest()
+    role = yaml.safe_load((out / "tiny.yaml").read_text())
+    assert role["spec"]["serve"]["extra_args"] == ["--chat-template-file", "chat.jinja"]
+    assert (out / "chat.jinja").read_text() == "{{ messages }}\n"
+    assert "binds loopback" in done.stderr or "loopback" in done.stderr
+    again = _reconcile(*argv, cwd=tmp_path)
+    assert again.returncode == 1 and "exists" in again.stderr
+
+
+def test_import_swap_example_config_writes_and_says_what_is_left(tmp_path):
+    """llama-swap's own example config: written; models not on this machine are `to finish:`
+    steps, llama-swap-only keys are `not carried:` lines; exit 1 until the models exist."""
+    src = CORPUS / "llama-swap" / "mostlygeek-config.example.yaml"
+    done = _reconcile("import", "llama-swap", str(src), "-o", str(tmp_path / "out"),
+                      cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "to finish: Model" in done.stderr and "not carried: filters" in done.stderr
+    node = yaml.safe_load((tmp_path / "out" / "node.yaml").read_text())
+    assert node["spec"]["router"] == {"listen": "127.0.0.1:8080"}
