@@ -162,6 +162,8 @@ def _report(drafts, config_notes, missing, unlocated, steps) -> None:
         for note in (*d.translation.notes, *d.notes):
             if not note.kept:
                 print(f"{d.name}: not carried: {note}", file=sys.stderr)
+            elif note.dropped:
+                print(f"{d.name}: dropped: {note}", file=sys.stderr)
     for name, need in missing:
         print(f"to finish: Model {name}: {unlocated.get(need, 'not found')}", file=sys.stderr)
     for step in steps:

@@ -82,14 +82,15 @@ def read(config: Mapping[str, Any], *, listen_port: int = DEFAULT_LISTEN_PORT) -
         body = body if isinstance(body, Mapping) else {}
         notes: list[Note] = []
         macros = {**global_macros, **_macros(body.get("macros")), "MODEL_ID": str(model_id)}
-        cmd_text = str(body.get("cmd") or "")
         port = None
-        if "${PORT}" in cmd_text or "${PORT}" in str(body.get("proxy") or ""):
+        # ${PORT} may sit inside another macro: expand the others first, then count it.
+        unexpanded = [_expand(str(body.get(k) or ""), macros, []) for k in ("cmd", "proxy")]
+        if any("${PORT}" in text for text in unexpanded):
             port, next_port = next_port, next_port + 1
             macros["PORT"] = str(port)
-        cmd_text = _expand(cmd_text, macros, notes)
+        cmd_text, proxy = (_expand(text, macros, notes) for text in unexpanded)
         argv = split_cmd(cmd_text)
-        proxy_port = _proxy_port(_expand(str(body.get("proxy") or ""), macros, notes), notes)
+        proxy_port = _proxy_port(proxy, notes)
         port = port if port is not None else proxy_port
         ttl = _int(body.get("ttl"), global_ttl)
         aliases = _aliases(body.get("aliases"))

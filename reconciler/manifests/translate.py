@@ -32,6 +32,7 @@ import attrs
 from reconciler.core.desired import Runtime
 from reconciler.core.loopback import is_loopback_host
 from reconciler.core.units import is_plain_token
+from reconciler.manifests import olderflags
 from reconciler.runtimes import flags as flag_tables
 from reconciler.runtimes.flags import Flag, FlagClass
 
@@ -87,6 +88,7 @@ class Note:
     flag: str
     kept: bool
     what: str
+    dropped: bool = False  # kept, but not written: the reconciler does it its own way
 
     def __str__(self) -> str:
         return f"{self.flag}: {self.what}"
@@ -157,8 +159,8 @@ def program_of(argv: Iterable[str]) -> tuple[tuple[tuple[str, str], ...], list[s
             continue
         base = word.replace("\\", "/").rsplit("/", 1)[-1]
         if base in WRAPPERS:
-            notes.append(Note(flag=base, kept=True, what="a wrapper of the server: not carried over "
-                              "(the reconciler starts the server itself)"))
+            notes.append(Note(flag=base, kept=True, dropped=True, what="a wrapper of the "
+                              "server: not carried over (the reconciler starts the server itself)"))
             i += 1
             while i < len(words) and words[i].startswith("-"):  # the wrapper's own options
                 i += 1
@@ -188,12 +190,16 @@ def translate(argv: Iterable[str], *, lookup: FlagTable = flag_tables.lookup,
         raise ValueError("no server program in the command line")
     program = words[0]
     base = program.replace("\\", "/").rsplit("/", 1)[-1]
-    runtime = PROGRAMS.get(base)
+    runtime = PROGRAMS.get(base) or PROGRAMS.get(_unversioned(base))
     if runtime is None:
         raise ValueError(f"{base!r} is not a server the reconciler runs "
                          f"(it runs {', '.join(sorted(set(PROGRAMS) - {'llama-server.exe'}))})")
+    args = words[1:]
+    if runtime is Runtime.LLAMACPP:
+        args, rewrites = olderflags.modernise(args, lookup)
+        notes += [Note(flag=r.flag, kept=True, what=r.what, dropped=r.dropped) for r in rewrites]
     state = _State(runtime=runtime, lookup=lookup, notes=notes)
-    state.walk(words[1:])
+    state.walk(args)
     if "port" not in state.serve and port is not None:
         state.serve["port"] = port
     if not any(m.weight is Weight.MODEL for m in state.models):
@@ -277,6 +283,9 @@ class _State:
             self.keep(spelling, "the file of the Model's Hugging Face source")
         elif field is not None and value is not None:
             name, kind = field
+            if name == "ctx" and value == "0":  # llama-server's own default: the model's context
+                self.keep(spelling, "0 is the model's own context: no spec.serve.ctx", dropped=True)
+                return
             try:
                 self.serve[name] = kind(value)
             except ValueError:
@@ -289,7 +298,7 @@ class _State:
         elif "--api-key" in names:
             self.api_key = True
             self.keep(spelling, "spec.serve.api_key_file (keys never go in git: write the key "
-                      "to that file on the node)")
+                      "to that file on the node)", dropped=True)
         elif "--host" in names:
             self.host(spelling, value or "")
         elif flag.cls is FlagClass.FILE and value is not None:
@@ -303,7 +312,7 @@ class _State:
                 self.extra.append(value)
             self.keep(spelling, "extra_args")
         elif flag.cls is FlagClass.OWNED:
-            self.keep(spelling, f"owned by the reconciler: {flag.instead}")
+            self.keep(spelling, f"owned by the reconciler: {flag.instead}", dropped=True)
         else:  # NETWORK, EXPECTS, or a weight flag without its value
             self.notes.append(Note(flag=spelling, kept=False, what=flag.instead or str(flag.cls)))
 
@@ -336,10 +345,15 @@ class _State:
             self.keep(spelling, "loopback, as the reconciler binds (§5)")
         else:
             self.keep(spelling, f"{value!r} not carried: the reconciler binds loopback only (§5); "
-                      "clients on other machines reach it through a proxy you run")
+                      "clients on other machines reach it through a proxy you run", dropped=True)
 
-    def keep(self, spelling: str, what: str) -> None:
-        self.notes.append(Note(flag=spelling, kept=True, what=what))
+    def keep(self, spelling: str, what: str, *, dropped: bool = False) -> None:
+        self.notes.append(Note(flag=spelling, kept=True, what=what, dropped=dropped))
+
+
+def _unversioned(base: str) -> str:
+    """``llama-server-ec9e0301`` (a build kept under its commit, as llama-swap's example does)."""
+    return "llama-server" if re.fullmatch(r"llama-server[-_.][\w.-]+", base) else base
 
 
 def _is_next_flag(flag: Flag, word: str) -> bool:
