@@ -39,11 +39,14 @@ class RoleDraft:
 
 @frozen
 class Located:
-    """A weight file found on this machine: its root and its files' facts (hashed by the shell)."""
+    """A weight file's facts: found on this machine under ``root`` (hashed by the shell), or
+    pinned at a Hub commit (``hf``: repository and 40-hex revision, as ``models add hf://``
+    reads them from the Hub's metadata; a node with ``fetch`` fetches it, §1.6)."""
 
-    root: str
     shards: tuple[FileFact, ...]
     fmt: ModelFormat
+    root: str | None = None
+    hf: tuple[str, str] | None = None
 
 
 @frozen
@@ -82,8 +85,7 @@ def documents(roles: Iterable[RoleDraft], located: Mapping[ModelNeed, Located], 
             if found is None:
                 missing.append((name, need))
             elif name not in models:
-                models[name] = modeldoc.model_document(
-                    name=name, fmt=found.fmt, root=found.root, shards=found.shards)
+                models[name] = _model(name, found)
         spec = _role_spec(role, names, key_dir)
         if isinstance(spec["serve"].get("port"), int):
             ports.append(spec["serve"]["port"])
@@ -91,6 +93,17 @@ def documents(roles: Iterable[RoleDraft], located: Mapping[ModelNeed, Located], 
                      "metadata": {"name": role.name}, "spec": spec})
     node = _node(ports, runtimes, programs, router_port)
     return Written(documents=(node, *models.values(), *docs), missing=tuple(missing))
+
+
+def _model(name: str, found: Located) -> dict:
+    if found.root is not None:
+        return modeldoc.model_document(name=name, fmt=found.fmt, root=found.root,
+                                       shards=found.shards)
+    assert found.hf is not None, "a Located is under a root or at a Hub commit"
+    repo, revision = found.hf
+    return {"apiVersion": API_VERSION, "kind": "Model", "metadata": {"name": name}, "spec": {
+        "format": str(found.fmt), "source": {"hf": repo, "revision": revision},
+        "shards": [{"path": f.path, "size": f.size, "sha256": f.sha256} for f in found.shards]}}
 
 
 def _role_spec(role: RoleDraft, names: Mapping[ModelNeed, str], key_dir: str) -> dict:

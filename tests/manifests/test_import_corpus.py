@@ -40,8 +40,10 @@ def _facts(need: translate.ModelNeed, runtime: Runtime) -> Located:
     shard = "model.safetensors" if mlx else translate.role_name(name)
     if not mlx and not shard.endswith(".gguf"):
         shard += ".gguf"
-    return Located(root="/srv/models/" + digest[:12], fmt=fmt,
-                   shards=(FileFact(path=shard, size=1 << 30, sha256=digest),))
+    facts = (FileFact(path=shard, size=1 << 30, sha256=digest),)
+    if need.hf_repo:  # what `models add hf://…` pins: the repository at a commit
+        return Located(fmt=fmt, shards=facts, hf=(need.hf_repo.split(":")[0], digest[:40]))
+    return Located(root="/srv/models/" + digest[:12], fmt=fmt, shards=facts)
 
 
 def express(entry: dict, where: Path) -> tuple[bool, list[str]]:
