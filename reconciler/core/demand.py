@@ -12,8 +12,11 @@ The rules the planner applies to an on-demand role, here so they are tested
 on their own:
 
 * ``wants_start``: requests are waiting for it;
-* ``busy``: requests are waiting or in flight, so it is neither stopped for
-  idleness nor evicted for another role;
+* ``busy``: requests are waiting, queued or in flight, so it is not stopped
+  for idleness;
+* ``evictable``: running long enough (``min_residency``) and nobody waiting
+  for it to be ready (a role just started serves its own queue first); its
+  requests in flight are drained by the router before the stop;
 * ``idle_left``: seconds until it has had no request for ``idle_after``,
   counted from the latest of its last request, its start and the moment the
   router began counting (a daemon that restarts has forgotten the requests
@@ -35,11 +38,12 @@ class RoleDemand:
     role: str
     waiting: int = 0  # queued until the role is ready
     in_flight: int = 0  # being forwarded now
+    queued: int = 0  # ready to go, held back by the role's max_concurrency
     last_request: float | None = None  # wall-clock time the last request arrived
 
     @property
     def busy(self) -> bool:
-        return self.waiting > 0 or self.in_flight > 0
+        return self.waiting > 0 or self.in_flight > 0 or self.queued > 0
 
     @property
     def wants_start(self) -> bool:
@@ -72,6 +76,19 @@ def idle_left(demand: RoleDemand, started_at: float | None, idle_after: float,
     if demand.busy:
         return None
     return max(last_used(demand, started_at, since) + idle_after - now, 0.0)
+
+
+def resident_left(started_at: float | None, min_residency: float, now: float) -> float:
+    """Seconds until a role started at ``started_at`` may be evicted (0: it may now)."""
+    if started_at is None:
+        return 0.0
+    return max(started_at + min_residency - now, 0.0)
+
+
+def evictable(demand: RoleDemand, started_at: float | None, min_residency: float,
+              now: float) -> bool:
+    """§9 no request waits for it to be ready, and it has run ``min_residency``."""
+    return demand.waiting == 0 and resident_left(started_at, min_residency, now) <= 0
 
 
 def waiting_text(demand: RoleDemand) -> str:

@@ -262,6 +262,7 @@ class RoleSpec:
     keep_alive: float | None = None  # seconds, Ollama only; negative = forever
     idle_after: float = DEFAULT_IDLE_AFTER  # seconds: an on-demand role with no request this long stops (§9)
     liveness: LivenessSpec | None = None  # §4.1: None = no liveness checks (opt-in)
+    max_concurrency: int | None = None  # §9 requests the router forwards at once; None: any
     #: Any text; a new value starts a new generation (§4), like `kubectl rollout restart`.
     restarted_at: str | None = None
     #: ``spec.placement.devices``: the devices the footprint goes on (None: host-only).
@@ -322,6 +323,13 @@ class RouterConfig:
     queue_timeout: float = 300.0  # longer in the queue gets 504
     max_body: int = 32 * 2**20  # a larger request body gets 413
     api_key_file: str | None = None  # absolute; when set, `Authorization: Bearer <key>`
+    api_keys_file: str | None = None  # absolute; lines `NAME:SHA256-OF-KEY`, a name per client
+    cors_origins: tuple[str, ...] = ()  # origins a browser may call from (opt-in; `*`: any)
+    max_connections: int = 1024  # client connections at once (also bounded by the fd budget)
+    idle_timeout: float = 10.0  # a connection sends a whole request head within this
+    body_timeout: float = 30.0  # and the body within this once the head is read
+    drain_timeout: float = 30.0  # a role's requests in flight get this long before its stop
+    min_residency: float = 5.0  # an on-demand role started is not evicted before this
 
     @property
     def listen(self) -> str:

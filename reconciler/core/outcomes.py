@@ -31,6 +31,7 @@ class Guard(enum.StrEnum):
     MODEL_UNVERIFIED = "model_unverified"  # a model that failed verification before a spawn
     MODEL_PATH = "model_path"  # a model path that leaves its root, checked right before a spawn
     NOT_PROVEN = "not_proven"  # an orphan that no longer proves itself ours (§4)
+    IN_USE = "in_use"  # §9 the router has requests in flight for a role an idle stop would cut
 
 
 #: Refusals found while acting that, like the planner's own, need an operator

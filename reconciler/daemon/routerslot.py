@@ -4,7 +4,8 @@
 first good desired state whose NodeConfig has a ``router``, restarts it when
 that configuration changes, closes it when it goes away, and carries the two
 hand-offs of every pass: the demand snapshot the pass starts from, and the
-pass's result, which releases the waiters of a role that is ready. The router
+pass's result, which releases the waiters of a role that is ready; and, while the
+pass acts, the ``gate`` its stops go through (the router drains a role first). The router
 itself (``router/service.py``, aiohttp) is made by a factory, so a node
 without a router never imports it.
 """
@@ -36,6 +37,12 @@ class RouterSlot:
         from reconciler.core.demand import Demand
 
         return Demand(since=self._began), 0
+
+    @property
+    def gate(self):
+        """What the pass's stops ask first (§9 ``before_stop``: close, drain); None: no router."""
+        return self.router if self.router is not None and hasattr(self.router,
+                                                                   "before_stop") else None
 
     def publish(self, config, result, seq: int) -> None:
         """(Re)start the router when ``config`` changed; hand it the pass's result."""

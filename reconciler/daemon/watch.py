@@ -325,13 +325,14 @@ class Daemon:
         try:
             starts = self._take_starts()
             demand, seq = self._router.demand()
-            result = self._call_pass(operator_starts=starts, demand=demand)
+            result = self._call_pass(operator_starts=starts, demand=demand,
+                                     gate=self._router.gate)
             problems = tuple(result.problems)
             if problems:
                 self._invalid(problems, result.git_commit)
                 if self.last_good is not None:
                     result = self._call_pass(desired=self.last_good, operator_starts=starts,
-                                             demand=demand)
+                                             demand=demand, gate=self._router.gate)
             else:
                 if self._problems:
                     logs.emit("manifests valid again; resuming from them", event="valid",

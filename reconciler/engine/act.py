@@ -7,6 +7,9 @@ what it alone can know, as the executor's hooks:
   verified for real (``modelstore.Verifier``: lazily by file stamps, a full
   hash the first time) and their paths checked for containment; a model that
   fails is a ``Refusal`` and nothing is spawned;
+* right before a stop, the router (when there is one: ``gate``) closes the
+  role's route and drains its requests in flight (§9: a stop never cuts a
+  request); an idle stop it calls off is a ``Refusal`` (``in_use``);
 * right before the first signal or spawn of an action, its intent is written
   (``recording.intend``): a reconciler killed in the middle leaves a record
   that says its server's exit was its own doing (§3, §4);
@@ -41,14 +44,14 @@ if TYPE_CHECKING:  # only a pass that acts makes outcomes (and imports them)
 
 
 def act(plan: Plan, desired: Desired, store, *, verifier=None, root: str = "",
-        clock: Callable[[], float] = time.time) -> tuple[Outcome, ...]:
+        clock: Callable[[], float] = time.time, gate=None) -> tuple[Outcome, ...]:
     """Carry out the plan's acting decisions; one Outcome each, in plan order."""
     if not plan.changes:
         return ()
     from reconciler.world import execute, exposure
     from reconciler.models import modelstore
 
-    hooks = _PassHooks(store, desired, verifier or modelstore.Verifier(store), root, clock)
+    hooks = _PassHooks(store, desired, verifier or modelstore.Verifier(store), root, clock, gate)
     outcomes = execute.apply(plan, node=desired.node, allowed=desired.node.port_allowed,
                              hooks=hooks)
     return exposure.check_new(plan, outcomes, desired.node)
@@ -58,9 +61,20 @@ class _PassHooks:
     """``execute.Hooks``: verify before a spawn, write intents and records, prove orphans."""
 
     def __init__(self, store, desired: Desired, verifier, root: str,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], gate=None) -> None:
         self.store, self.desired, self.verifier = store, desired, verifier
-        self.root, self.clock = root, clock
+        self.root, self.clock, self.gate = root, clock, gate
+
+    def before_stop(self, decision: Decision) -> Refusal | None:
+        """§9 the router closes the role's route and drains it; an idle stop it calls off."""
+        if self.gate is None:
+            return None
+        why = self.gate.before_stop(decision)
+        if why is None:
+            return None
+        from reconciler.core.outcomes import Guard, Refusal
+
+        return Refusal(guard=Guard.IN_USE, detail=why)
 
     def before_start(self, decision: Decision) -> Refusal | None:
         spec = self.desired.role(decision.role)

@@ -62,6 +62,7 @@ class PassInputs:
     operator_starts: frozenset[str] = frozenset()  # roles named by `reconcile start`
     verifier: object | None = None  # modelstore.Verifier-like; default: by the store's stamps
     demand: Demand | None = None  # §9 the router's counts (watch only); None: no demand known
+    gate: object | None = None  # §9 the router's ``before_stop(decision)``: drain before a stop
     clock: Callable[[], float] = time.time
 
 
@@ -126,7 +127,7 @@ def apply_pass(inputs: PassInputs) -> PassResult:
                 planned.model, planned.why, failure, git_commit=began.git_commit,
                 at=inputs.clock()))
     outcomes = act.act(the_plan, desired, inputs.store, verifier=inputs.verifier, root=root,
-                       clock=inputs.clock)
+                       clock=inputs.clock, gate=inputs.gate)
     recording.record_pass(inputs.store, desired, observed, the_plan, outcomes,
                           git_commit=began.git_commit, now=inputs.clock(), root=root,
                           operator_starts=inputs.operator_starts)

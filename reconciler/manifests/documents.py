@@ -295,12 +295,22 @@ def _router(r: _Reader) -> RouterConfig | None:
     body = r.size("spec", "router", "max_body")
     if body == 0:
         r.add(("spec", "router", "max_body"), "must be more than 0 bytes")
+    durations = {}
+    for field in ("idle_timeout", "body_timeout", "drain_timeout", "min_residency"):
+        value = r.duration("spec", "router", field)
+        if value == 0 and field != "min_residency":
+            r.add(("spec", "router", field), "must be more than 0 seconds")
+        durations[field] = getattr(defaults, field) if value is None else value
     return RouterConfig(
         host=host, port=port,
         max_queue=int(raw.get("max_queue", defaults.max_queue)),
         queue_timeout=timeout or defaults.queue_timeout,
         max_body=body or defaults.max_body,
         api_key_file=raw.get("api_key_file"),
+        api_keys_file=raw.get("api_keys_file"),
+        cors_origins=tuple(raw.get("cors_origins") or ()),
+        max_connections=int(raw.get("max_connections", defaults.max_connections)),
+        **durations,
     )
 
 
@@ -355,6 +365,7 @@ def role_draft(doc: Document, repo_files: roleextras.RepoFiles | None = None
         keep_alive=None,
         idle_after=idle_after or DEFAULT_IDLE_AFTER,
         liveness=_liveness(r),
+        max_concurrency=r.get("spec", "max_concurrency"),
         restarted_at=r.get("spec", "restarted_at"),
         devices=devicedocs.role_devices(r, runtime, mode),
         ref=r.ref,

@@ -5,7 +5,10 @@ stopped; no request for ``idle_after``, it is stopped. ``demand_hint`` then
 names the demand in the decision's reason and sets when the daemon looks
 again (soon while requests wait, at the end of ``idle_after`` otherwise), and
 ``evictable`` says whether the role may be stopped, least recently used
-first, for a claim the ledger refused (``eviction``). Demand is seen only by
+first, for a claim the ledger refused (``eviction``): not while requests
+wait for it to be ready, not before ``min_residency`` (no thrashing); a
+role that holds memory but may not go yet makes a contended claim wait
+(``evictable_in``: when to look again). Demand is seen only by
 the daemon (``Observed.demand``): without it nothing is started or stopped.
 """
 
@@ -78,7 +81,21 @@ def demand_hint(r: Role, drafted: Draft, demand: Demand, now: float) -> Draft:
     return attrs.evolve(drafted, decision=attrs.evolve(d, **changes))
 
 
-def evictable(r: Role, drafted: Draft, demand: Demand) -> bool:
-    """§9 running, holding memory, and no request in flight or waiting."""
-    return (r.running and drafted.decision.verb is Verb.KEEP and drafted.holds is not None
-            and not demand.of(r.name).busy)
+def holds(r: Role, drafted: Draft) -> bool:
+    """§9 running, kept, holding memory: an on-demand role that eviction could stop."""
+    return r.running and drafted.decision.verb is Verb.KEEP and drafted.holds is not None
+
+
+def evictable(r: Role, drafted: Draft, demand: Demand, now: float,
+              min_residency: float = 0.0) -> bool:
+    """§9 holding memory, nobody waiting for it, run ``min_residency``; requests in flight
+    are no bar: the router closes the role's route and drains them before the stop."""
+    return holds(r, drafted) and demands.evictable(demand.of(r.name), started(r),
+                                                   min_residency, now)
+
+
+def evictable_in(r: Role, demand: Demand, now: float, min_residency: float) -> float:
+    """Seconds until a holding role that is not evictable now may be (WAITER_POLL while
+    its own waiters keep it: they are released the moment it is ready)."""
+    left = demands.resident_left(started(r), min_residency, now)
+    return max(left, WAITER_POLL) if demand.of(r.name).waiting == 0 else max(left, 1.0)

@@ -9,9 +9,10 @@ recently used first, until the claim fits::
 
 The rules:
 
-* only roles in ``idle`` may go: on-demand roles that are running and have
-  no request in flight or waiting (the planner picks them). A ``running``
-  (always-on) role, a busy one, or any other role is never evicted;
+* only roles in ``idle`` may go: on-demand roles that are running, have no
+  request waiting for them to be ready and have run ``min_residency`` (the
+  planner picks them; requests in flight are drained by the router before the
+  stop). A ``running`` (always-on) role or any other role is never evicted;
 * nothing is evicted in vain: when stopping *every* idle role would still
   not make the claim fit, none is stopped, and the claim stays refused with
   the ledger's message naming who holds the memory;
@@ -25,11 +26,16 @@ Each try re-runs the whole placement with the chosen roles stopped, so every
 ledger rule (the budget, exclusions both ways, roles resident together, the
 fixpoint over refusals) holds for the result exactly as it does for any pass.
 That costs one placement per evicted role; on-demand roles are few.
+
+``contended`` then turns a refused on-demand claim into a wait when the
+roles that may go *later* (not yet resident long enough, or serving their own
+queue) would make it fit: its requests stay queued, and the refusal (503) is
+kept for claims no eviction could ever cure.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Collection, Mapping, Sequence
 
 import attrs
 
@@ -97,3 +103,28 @@ def _stopped(draft: Draft, claimant: str) -> Draft:
         detail=f"on-demand, idle; stopped to make room for {claimant}",
         release=draft.holds or 0, retry_in=None)
     return Draft(decision=stop)
+
+
+def contended(drafts: Sequence[Draft], decisions: Sequence[Decision],
+              holders: Mapping[str, float], claimants: Collection[str],
+              place: Place) -> list[Decision]:
+    """§9 a claim of a ``claimants`` role still refused waits instead, when stopping the
+    on-demand ``holders`` (role → seconds until it may go) would make it fit: its
+    requests stay queued and the swap comes when a holder may go. A claim that would not
+    fit even then stays refused (held by always-on roles, or bigger than the budget)."""
+    current = {d.role: d for d in decisions}
+    for claim in sorted((dr.decision for dr in drafts if dr.decision.verb in CLAIMS),
+                        key=order_key):
+        refused = current[claim.role]
+        if claim.role not in claimants or not _refused_by_ledger(refused):
+            continue
+        pool = {name: left for name, left in holders.items() if name != claim.role}
+        if not pool or _refused_by_ledger(
+                _placed(place, drafts, {n: claim.role for n in pool})[claim.role]):
+            continue
+        names = ", ".join(sorted(pool))
+        current[claim.role] = attrs.evolve(
+            refused, verb=Verb.WAIT, why=f"waits for {names} to make room",
+            detail=f"{refused.detail}; waits until {names} may be evicted",
+            retry_in=min(pool.values()))
+    return [current[d.role] for d in decisions]

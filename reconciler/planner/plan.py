@@ -71,7 +71,7 @@ from reconciler.core import ownership
 from reconciler.planner import demandrungs, eviction, exitreasons, fetchrungs, generations, identity, intents, ledger, livenessrungs, loadrungs, orphans, placement, policy
 from reconciler.core.decisions import Plan, PlanContext, Reason, Status, Verb
 from reconciler.core.demand import Demand
-from reconciler.core.desired import Desired, Mode, NodeConfig, WantedState
+from reconciler.core.desired import Desired, Mode, NodeConfig, RouterConfig, WantedState
 from reconciler.planner.ledger import Draft
 from reconciler.core.observed import Health, ModelCheck, Observed, Remembered, RoleObservation
 from reconciler.planner.rungs import (
@@ -109,6 +109,9 @@ def plan(
     drafts = []
     roles: dict[str, Role] = {}  # the roles placed on devices, for their launches after placement
     idle: dict[str, float] = {}  # §9 on-demand roles that may be evicted → when last used
+    later: dict[str, float] = {}  # §9 on-demand roles that may be evicted later → in how long
+    claimants: set[str] = set()  # §9 on-demand roles whose refused claim may wait for them
+    residency = (desired.node.router or RouterConfig()).min_residency
     for name in sorted(specs.keys() | records.keys()):
         obs = observations.get(name) or RoleObservation(name=name)
         r = _role(name, specs.get(name), records.get(name), obs, desired.node, models, ctx,
@@ -119,9 +122,12 @@ def plan(
             roles[name] = r
         if r.spec is not None and r.spec.on_demand and observed.demand is not None:
             drafted = demandrungs.demand_hint(r, drafted, observed.demand, now)
-            if demandrungs.evictable(r, drafted, observed.demand):
+            claimants.add(name)
+            if demandrungs.evictable(r, drafted, observed.demand, now, residency):
                 idle[name] = demands.last_used(observed.demand.of(name), started(r),
                                                observed.demand.since)
+            elif demandrungs.holds(r, drafted):
+                later[name] = demandrungs.evictable_in(r, observed.demand, now, residency)
         drafts.append(drafted)
     drafts += orphans.drafts(observed.orphans, set(specs) | set(records), guard)
     # §1.6 a start whose Model is not here yet waits for its fetch (or is refused).
@@ -141,6 +147,10 @@ def plan(
     if idle:
         # §9 a claim that does not fit may stop idle on-demand roles, LRU first.
         decisions = eviction.evict(drafts, decisions, idle, place)
+    if later:
+        # §9 … and waits for the ones that may go later, rather than being refused.
+        decisions = eviction.contended(drafts, decisions, {**later, **{n: 0.0 for n in idle}},
+                                       claimants, place)
     if roles:
         decisions = [placed_launch(roles[d.role], d, models) if d.role in roles else d
                      for d in decisions]

@@ -38,6 +38,9 @@ The router (§9) adds, per role, through ``RouterMetrics``:
 ``reconciler_router_time_to_first_byte_seconds{node,role}``     histogram  arrival → first byte back
 ``reconciler_router_cold_starts_total{node,role}``              counter    starts on demand
 ``reconciler_router_evictions_total{node,role}``                counter    stopped for another role
+``reconciler_router_client_requests_total{node,role,key}``      counter    answered, per client
+``reconciler_router_tokens_total{node,role,key,kind}``          counter    usage: prompt, completion
+``reconciler_router_cut_requests_total{node,role}``             counter    cut after drain_timeout
 ==============================================================  =========  ======================
 
 ``PassMetrics`` is a ``prometheus_client`` collector holding the families of
@@ -372,7 +375,7 @@ class _RouterGauges(Collector):
         snapshot = self._metrics.snapshot
         for role in (snapshot().roles if snapshot is not None else ()):
             flying.add_metric((node, role.role), role.in_flight)
-            queued.add_metric((node, role.role), role.waiting)
+            queued.add_metric((node, role.role), role.waiting + role.queued)
         return iter((flying, queued))
 
 
@@ -395,7 +398,26 @@ class RouterMetrics:
                              "waited for them.", labels, registry=registry)
         self._evicted = Counter("reconciler_router_evictions", "On-demand roles stopped to make "
                                 "room for another role.", labels, registry=registry)
+        self._clients = Counter("reconciler_router_client_requests", "Requests the router "
+                                "answered, by role and client (its api_keys_file name).",
+                                (*labels, "key"), registry=registry)
+        self._tokens = Counter("reconciler_router_tokens", "Tokens of the answers' usage, by "
+                               "role, client and kind (prompt, completion).",
+                               (*labels, "key", "kind"), registry=registry)
+        self._cut = Counter("reconciler_router_cut_requests", "Requests still in flight when "
+                            "drain_timeout ran out before a stop (cut by it).", labels,
+                            registry=registry)
         registry.register(_RouterGauges(self))
+
+    def client(self, role: str, key: str, usage: tuple[int, int] | None) -> None:
+        """One answered request of client ``key``, and its token usage if known."""
+        self._clients.labels(self.node, role, key).inc()
+        if usage is not None:
+            self._tokens.labels(self.node, role, key, "prompt").inc(usage[0])
+            self._tokens.labels(self.node, role, key, "completion").inc(usage[1])
+
+    def cut(self, role: str, count: int) -> None:
+        self._cut.labels(self.node, role).inc(count)
 
     def request(self, role: str, code: int) -> None:
         self._requests.labels(self.node, role, str(code)).inc()

@@ -3,19 +3,32 @@
 One aiohttp server on the router's loopback address; one aiohttp client
 session for the roles' servers. A request goes through, in order:
 
-1. ``Authorization: Bearer`` when ``api_key_file`` is set (compared in
-   constant time) → 401;
-2. the body, at most ``max_body`` bytes → 413; JSON with a ``model`` → 400;
+1. ``Authorization: Bearer`` when ``api_key_file`` or ``api_keys_file`` is
+   set (digests compared in constant time) → 401; a CORS preflight from an
+   origin outside ``cors_origins`` → 403;
+2. the body, at most ``max_body`` bytes (→ 413) within ``body_timeout``
+   (→ 408); JSON with a ``model``, decodable, not nested beyond reason,
+   without lone surrogates → else 400;
 3. the route (``rules.Table.find``): no such role → 404;
-4. refused → 503; not ready → it waits in the role's queue (full → 429 with
-   ``Retry-After``; too long → 504; refused meanwhile → 503);
+4. refused → 503; not ready, or its route closed for a stop → it waits in
+   the role's queue (full → 429 with ``Retry-After``; too long → 504;
+   refused meanwhile → 503); ready, but ``max_concurrency`` requests at its
+   server → it queues for a place;
 5. forwarded to the role's own loopback port (never anywhere a request
    names), with the body as the server must see it and without hop-by-hop
    headers; the answer streams back chunk by chunk as it arrives, so SSE is
-   never buffered. A connection the server refuses before taking the request
-   (it was just stopped) goes back to the queue once; a server that fails
-   after taking it → 502 (or, once the answer has begun, the client's
-   connection is cut, so a truncated answer never looks whole).
+   never buffered; the tail of the answer gives the client's token usage. A
+   connection the server refuses before taking the request (it was just
+   stopped) goes back to the queue once; a server that fails after taking it
+   → 502 (or, once the answer has begun, the client's connection is cut, so a
+   truncated answer never looks whole).
+
+Connections: at most ``guard.connection_cap`` at once (503 beyond), a whole
+request head within ``idle_timeout`` of a connection's opening or its last
+answer (aiohttp's keep-alive timer, armed at the opening; a slow or silent
+client is closed), and every error, the HTTP layer's own included, in the
+OpenAI shape; client mistakes are logged by ``guard.Hush``, never with a
+traceback.
 
 A client that disconnects cancels its handler (``handler_cancellation``),
 which closes the upstream connection: the server sees its client go and
@@ -31,63 +44,87 @@ with a C HTTP parser and streaming in both directions.
 from __future__ import annotations
 
 import asyncio
+import collections
 import hmac
 import json
+import logging
 import time
+import zlib
+from typing import Callable
 
 import aiohttp
 import attrs
-from aiohttp import web
+from aiohttp import web, web_protocol
 
 from reconciler.core.desired import RouterConfig
-from reconciler.router import rules
+from reconciler.router import clients, guard, rules
+from reconciler.router.queues import CLOSED, FULL, GO, Book, Refusal
+from reconciler.router.rules import Route, RouteState, Table
 from reconciler.world import probe
-from reconciler.router.queues import Book, Refusal
-from reconciler.router.rules import Api, Route, RouteState, Table
 
 _JSON = "application/json"
+_READY_POLL = 0.004  # seconds between readiness looks at a server this pass started
+_TAIL = 4  # the last chunks of an answer kept for its usage
 
 
 class Proxy:
-    """The aiohttp application, its runner and its upstream session, on the router's loop."""
+    """The aiohttp application, its listener and its upstream session, on the router's loop."""
 
     status = None  # report/statussite.Site: the status page on GET / (§11); None: 404
 
     def __init__(self, config: RouterConfig, book: Book, *, metrics=None,
-                 api_key: str | None = None, connect_timeout: float = 2.0) -> None:
+                 api_key: str | None = None, keys: dict[str, str] | None = None,
+                 connect_timeout: float = 2.0, on_ready: Callable[[], None] | None = None,
+                 hush: guard.Hush | None = None) -> None:
         self.config = config
         self.book = book
         self.metrics = metrics
         self.table = Table()
         self._key = api_key.encode() if api_key else None
+        self._keys = keys
         self._connect_timeout = connect_timeout
+        self._on_ready = on_ready or (lambda: None)
+        self.hush = hush or guard.Hush()
+        self.gauge = guard.Gauge(guard.connection_cap(config.max_connections), self.hush)
+        self._watching: set[str] = set()
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> tuple[str, int]:
         """Listen on the configured loopback address; the address bound."""
-        app = web.Application(client_max_size=self.config.max_body)
+        app = web.Application(client_max_size=self.config.max_body, middlewares=[self._shape])
         app.router.add_get("/v1/models", self._models)
         app.router.add_get(r"/{page:(status/[a-z.]+)?}", self._status)  # §11 the status page
         for path in rules.PATHS:
             app.router.add_post(path, self._forward)
         app.router.add_route("*", "/{tail:.*}", self._unknown)
+        if self.config.cors_origins:
+            app.on_response_prepare.append(self._cors)
         self._session = aiohttp.ClientSession(
             # Pooled connections go idle before the servers' own keep-alive timeout
             # (llama-server's is 5 s), so a pooled one is never closed under us.
             connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, keepalive_timeout=4.0),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout),
             auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
-        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                                     keepalive_timeout=self.config.idle_timeout)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.host, self.config.port,
-                           reuse_address=True)
-        await site.start()
-        sockets = site._server.sockets if site._server is not None else ()  # noqa: SLF001
-        host, port = sockets[0].getsockname()[:2] if sockets else (self.config.host, 0)
+        server = self._runner.server
+        assert server is not None
+        guarded = type("_Guarded", (guard.GuardedConnection, web_protocol.RequestHandler),
+                       {"gauge": self.gauge, "handle_error": _handle_error})
+        kwargs = dict(server._kwargs)  # noqa: SLF001  (the runner's handler settings)
+        loop = asyncio.get_running_loop()
+        self._listener = await loop.create_server(
+            lambda: guarded(server, loop=loop, **kwargs), self.config.host, self.config.port,
+            reuse_address=True, backlog=1024)
+        host, port = self._listener.sockets[0].getsockname()[:2]
         return str(host), int(port)
 
     async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._session is not None:
@@ -102,24 +139,64 @@ class Proxy:
         return web.Response(status=status, body=rules.error_body(message, kind, status),
                             content_type=_JSON, headers=headers)
 
-    def _authorized(self, request: web.Request) -> bool:
-        if self._key is None:
-            return True
+    @web.middleware
+    async def _shape(self, request: web.Request, handler) -> web.StreamResponse:
+        """Every error in the OpenAI shape: aiohttp's own (405, 417 …) and our bugs (500)."""
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return self._error(exc.status, exc.reason or "request refused",
+                               "invalid_request_error", headers=_safe_headers(exc))
+        except (asyncio.CancelledError, ConnectionError):
+            raise
+        except Exception as exc:  # a bug of ours: one traceback per interval, a 500
+            self.hush.say(f"bug-{type(exc).__name__}", "router: the request failed",
+                          level=logging.ERROR, exc_info=exc)
+            return self._error(500, "the router failed on this request", "api_error")
+
+    def _client(self, request: web.Request) -> str | None | bool:
+        """The client's name (``anonymous`` without keys); False: not authorized."""
+        if self._key is None and self._keys is None:
+            return "anonymous"
         given = rules.bearer(request.headers.get("Authorization"))
-        return given is not None and hmac.compare_digest(given.encode(), self._key)
+        if given is None:
+            return False
+        raw = given.encode("utf-8", "surrogateescape")
+        if self._key is not None and hmac.compare_digest(raw, self._key):
+            return "default"
+        name = clients.client_of(given, self._keys) if self._keys is not None else None
+        return name if name is not None else False
+
+    def _unauthorized(self) -> web.Response:
+        return self._error(401, "a valid `Authorization: Bearer` key is required",
+                           "authentication_error")
 
     def _key_ok(self, given: str) -> bool:
         """The status page's check of a key it was given (as a bearer or Basic password)."""
         return self._key is not None and hmac.compare_digest(given.encode(), self._key)
 
     async def _unknown(self, request: web.Request) -> web.Response:
-        return self._error(404, f"no route for {request.method} {request.path}",
+        if request.method == "OPTIONS" and "Origin" in request.headers:
+            origin = request.headers["Origin"]
+            headers = clients.cors(origin, self.config.cors_origins, preflight=True,
+                                   asked=request.headers.get("Access-Control-Request-Headers"))
+            if not headers:
+                return self._error(403, f"origin {origin[:200]} is not in cors_origins",
+                                   "permission_error")
+            return web.Response(status=204, headers=headers)
+        return self._error(404, f"no route for {request.method} {request.path[:200]}",
                            "invalid_request_error")
 
+    async def _cors(self, request: web.Request, response: web.StreamResponse) -> None:
+        for key, value in clients.cors(request.headers.get("Origin"),
+                                       self.config.cors_origins).items():
+            response.headers.setdefault(key, value)
+
     async def _models(self, request: web.Request) -> web.Response:
-        if not self._authorized(request):
-            return self._error(401, "a valid `Authorization: Bearer` key is required",
-                               "authentication_error")
+        if self._client(request) is False:
+            return self._unauthorized()
         return web.Response(body=rules.models_list(self.table), content_type=_JSON)
 
     async def _status(self, request: web.Request) -> web.StreamResponse:
@@ -141,64 +218,96 @@ class Proxy:
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         arrived = time.monotonic()
-        if not self._authorized(request):
-            return self._error(401, "a valid `Authorization: Bearer` key is required",
-                               "authentication_error")
-        try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return self._error(413, f"the request body is over max_body "
-                               f"({self.config.max_body} bytes)", "invalid_request_error")
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            body = None
-        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-            return self._error(400, "the body must be a JSON object naming a `model`",
-                               "invalid_request_error")
+        client = self._client(request)
+        if client is False:
+            return self._unauthorized()
+        raw = await self._body(request)
+        if isinstance(raw, web.Response):
+            return raw
+        body = _parse(raw)
+        if isinstance(body, str):
+            return self._error(400, body, "invalid_request_error")
         api = rules.PATHS[request.path]
         route = self.table.find(body["model"], api)
         if route is None:
-            return self._error(404, f"the model `{body['model']}` does not exist on this node",
-                               "invalid_request_error")
+            return self._error(404, f"the model `{body['model'][:200]}` does not exist on "
+                               "this node", "invalid_request_error")
+        try:
+            payload = rules.upstream_body(body, route, api)
+        except UnicodeEncodeError:
+            return self._error(400, "the body holds a lone surrogate (\\ud800-\\udfff), which "
+                               "is not Unicode text", "invalid_request_error")
         role = route.role
         seq = self.book.arrived(role)
-        payload = rules.upstream_body(body, route, api)
         streams = rules.streams(body, api)
-        for attempt in (1, 2):
-            ready = await self._ready(route, seq, arrived)
+        deadline = arrived + self.config.queue_timeout
+        refused_once = False
+        while True:
+            if route.state is RouteState.READY:
+                entry = self.book.enter(role, route.max_concurrency)
+                if entry == GO:
+                    answer = await self._send(request, route, payload, arrived, streams, client)
+                    if answer is not None:
+                        return answer
+                    if refused_once:
+                        return self._error(502, f"{role} refused the connection twice",
+                                           "api_error", role)
+                    refused_once = True  # stopped a moment ago: wait for the next pass
+                elif entry == FULL:
+                    if not await self.book.queue(role, deadline - time.monotonic()):
+                        return self._timeout(role, arrived)
+                    route = self.table.get(role) or route
+                    continue
+                assert entry in (GO, CLOSED)
+                route = _waiting(self.table.get(role) or route)
+            ready = await self._wait(route, seq, arrived, deadline)
             if isinstance(ready, web.Response):
                 return ready
-            answer = await self._send(request, ready, payload, arrived, streams)
-            if answer is not None:
-                return answer
-            # Refused before it took the request (stopped a moment ago): wait again, once.
-            route = self.table.get(role) or ready
-            route = route if route.state is not RouteState.READY else _waiting(route)
-        return self._error(502, f"{role} refused the connection twice", "api_error", role)
+            route = ready
 
-    async def _ready(self, route: Route, seq: int, arrived: float) -> Route | web.Response:
-        """The route to forward on now, or the error answer (refused, queue full, timed out)."""
+    async def _body(self, request: web.Request) -> bytes | web.Response:
+        try:
+            return await asyncio.wait_for(request.read(), self.config.body_timeout)
+        except web.HTTPRequestEntityTooLarge:
+            return self._error(413, f"the request body is over max_body "
+                               f"({self.config.max_body} bytes)", "invalid_request_error")
+        except asyncio.TimeoutError:
+            return self._error(408, f"the body did not arrive within body_timeout "
+                               f"({self.config.body_timeout:g}s)", "invalid_request_error")
+        except (aiohttp.ClientPayloadError, aiohttp.http_exceptions.HttpProcessingError,
+                zlib.error, EOFError, OSError, ValueError) as exc:
+            if isinstance(exc, (ConnectionError,)):
+                raise
+            return self._error(400, f"the body cannot be read: {_why(exc)}"[:300],
+                               "invalid_request_error")
+
+    def _timeout(self, role: str, arrived: float) -> web.Response:
+        return self._error(504, f"timed out after {self.config.queue_timeout:g}s waiting for "
+                           f"{role}", "timeout", role)
+
+    async def _wait(self, route: Route, seq: int, arrived: float,
+                    deadline: float) -> Route | web.Response:
+        """The route to forward on once ready, or the error answer (refused, full, timed out)."""
         role = route.role
-        if route.state is RouteState.READY:
-            return route
         if route.state is RouteState.REFUSED and not route.on_demand:
             return self._error(503, route.message, "service_unavailable", role)
         if not rules.admits(self.book.waiting(role), self.config.max_queue):
             return self._error(429, f"{self.config.max_queue} requests already wait for {role}",
                                "rate_limit_error", role,
                                headers={"Retry-After": str(rules.RETRY_AFTER)})
-        result = await self.book.wait(role, seq, self.config.queue_timeout)
+        result = await self.book.wait(role, seq, deadline - time.monotonic())
         if self.metrics is not None:
             self.metrics.queue_wait(role, time.monotonic() - arrived)
         if isinstance(result, Refusal):
-            kind = "timeout" if result.status == 504 else "service_unavailable"
-            return self._error(result.status, result.message, kind, role)
+            if result.status == 504:
+                return self._timeout(role, arrived)
+            return self._error(result.status, result.message, "service_unavailable", role)
         return result
 
     async def _send(self, request: web.Request, route: Route, payload: bytes,
-                    arrived: float, streams: bool) -> web.StreamResponse | None:
-        """Forward and stream the answer back; None when the server refused the connection."""
+                    arrived: float, streams: bool, client: str) -> web.StreamResponse | None:
+        """Forward and stream the answer back; None when the server refused the connection.
+        The caller took the place (``Book.enter``); it is given back here."""
         assert self._session is not None
         role = route.role
         url = f"http://{route.authority}{request.path}"
@@ -210,7 +319,6 @@ class Proxy:
             # llama-server closes its end right after an SSE answer; said up front, the
             # connection is not pooled, so no later request races that close.
             headers.append(("Connection", "close"))
-        self.book.forwarding(role)
         try:
             try:
                 upstream = await self._session.post(url, data=payload, headers=headers,
@@ -221,26 +329,30 @@ class Proxy:
                 return self._error(502, f"{role} failed before answering: {_why(exc)}",
                                    "api_error", role)
             async with upstream:
-                return await self._relay(request, route, upstream, arrived)
+                return await self._relay(request, route, upstream, arrived, client)
         finally:
             self.book.finished(role)
 
     async def _relay(self, request: web.Request, route: Route,
-                     upstream: aiohttp.ClientResponse, arrived: float) -> web.StreamResponse:
+                     upstream: aiohttp.ClientResponse, arrived: float,
+                     client: str) -> web.StreamResponse:
         role = route.role
         answer = web.StreamResponse(status=upstream.status, reason=upstream.reason,
                                     headers=rules.forward_headers(upstream.headers.items()))
         if upstream.content_length is not None:
             answer.content_length = upstream.content_length
-        first = True
+        tail: collections.deque[bytes] = collections.deque(maxlen=_TAIL)
+        content = upstream.content
+        write = answer.write
         try:
-            async for chunk in upstream.content.iter_any():
-                if first:
-                    first = False
-                    await answer.prepare(request)
-                    if self.metrics is not None:
-                        self.metrics.first_byte(role, time.monotonic() - arrived)
-                await answer.write(chunk)
+            chunk = await content.readany()
+            await answer.prepare(request)
+            if self.metrics is not None:
+                self.metrics.first_byte(role, time.monotonic() - arrived)
+            while chunk:
+                tail.append(chunk)
+                await write(chunk)
+                chunk = await content.readany()
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             if not answer.prepared:
                 return self._error(502, f"{role} failed while answering: {_why(exc)}",
@@ -251,12 +363,77 @@ class Proxy:
             if self.metrics is not None:
                 self.metrics.request(role, 502)
             return answer
-        if not answer.prepared:
-            await answer.prepare(request)
         await answer.write_eof()
         if self.metrics is not None:
             self.metrics.request(role, upstream.status)
+            self.metrics.client(role, client, clients.usage(b"".join(tail)))
         return answer
+
+    # ------------------------------------------------------------ readiness
+
+    def watch_ready(self, route: Route) -> None:
+        """Watch a server this pass started, for its waiters: they go the moment it answers
+        ``/health`` 200 (a runtime without one answers 404: left to the next passes)."""
+        if route.role in self._watching or self._session is None:
+            return
+        self._watching.add(route.role)
+        task = asyncio.get_running_loop().create_task(self._watch(route))
+        task.add_done_callback(lambda _: self._watching.discard(route.role))
+
+    async def _watch(self, route: Route) -> None:
+        assert self._session is not None
+        url = f"http://{route.authority}/health"
+        deadline = time.monotonic() + self.config.queue_timeout
+        timeout = aiohttp.ClientTimeout(total=1.0)
+        while time.monotonic() < deadline:
+            now = self.table.get(route.role)
+            if now is None or now.state is not RouteState.WAIT or not self.book.waiting(
+                    route.role):
+                return  # a pass said more, or nobody waits any more
+            try:
+                async with self._session.get(url, timeout=timeout) as answer:
+                    status = answer.status
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                status = 0
+            if status == 200:
+                ready = attrs.evolve(now, state=RouteState.READY)
+                self.table = attrs.evolve(self.table, routes=tuple(
+                    ready if r.role == route.role else r for r in self.table.routes))
+                self.book.ready(ready)
+                self._on_ready()  # a pass now: it records the server as running
+                return
+            if status == 404:
+                return
+            await asyncio.sleep(_READY_POLL)
+
+
+def _handle_error(self, request, status: int = 500, exc=None, message=None):
+    """aiohttp's own errors (bad framing, oversized heads …) in the OpenAI shape, logged
+    quietly; the connection is closed after it, as aiohttp does."""
+    self.log_exception("bad request", exc_info=exc)
+    text = (message or (str(exc) if exc is not None else "") or "bad request")[:300]
+    kind = "invalid_request_error" if status < 500 else "api_error"
+    answer = web.Response(status=status, body=rules.error_body(text, kind, status),
+                          content_type=_JSON)
+    answer.force_close()
+    return answer
+
+
+def _parse(raw: bytes) -> dict | str:
+    """The body as a JSON object naming a ``model``, or what is wrong with it."""
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        return "the body's JSON is nested too deeply"
+    except ValueError:
+        body = None
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        return "the body must be a JSON object naming a `model`"
+    return body
+
+
+def _safe_headers(exc: web.HTTPException) -> dict[str, str]:
+    return {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
 
 
 def _waiting(route: Route) -> Route:

@@ -88,6 +88,7 @@ class Route:
     keep_alive: float | None = None  # Ollama: re-set on every native request
     #: The role's ``api_key_file``: the proxy sends its key upstream (never the client's).
     key_file: str | None = None
+    max_concurrency: int | None = None  # forwarded at once; more wait (None: any)
 
     @property
     def authority(self) -> str:
@@ -113,17 +114,21 @@ class Table:
         return next((r for r in usable if model in r.names), None)
 
 
-def routes(plan: Plan, desired: Desired) -> Table:
-    """§9 every role placed on this node, with what the plan says of it now."""
+def routes(plan: Plan, desired: Desired, outcomes: Iterable = ()) -> Table:
+    """§9 every role placed on this node, with what the pass made of it: the plan's
+    decision, read through its outcome when it acted (a stop that did not happen leaves
+    the server running and routed; a stop that did says ``stopped``)."""
     models = {m.name: m for m in desired.models}
+    done = {o.role: o for o in outcomes}
     out = []
     for spec in desired.roles:
         decision = plan.decision(spec.name)
+        outcome = done.get(spec.name)
         runtime = spec_of(spec.runtime)
         served = runtime.wanted(spec, models.get(spec.model or ""))
         names = tuple(dict.fromkeys(n for n in (spec.name, spec.model, served, *spec.aliases)
                                     if n))
-        state, message = _state(decision, spec)
+        state, message = _state(decision, spec, outcome)
         if state is not RouteState.REFUSED and not _forwardable(spec, desired):
             state, message = RouteState.REFUSED, (
                 f"{spec.serve.address} is not a loopback port inside allowed_ports; "
@@ -131,10 +136,10 @@ def routes(plan: Plan, desired: Desired) -> Table:
         out.append(Route(
             role=spec.name, names=names, host=spec.serve.host, port=spec.serve.port,
             state=state, message=message,
-            status=str(decision.status) if decision is not None else "unknown",
+            status=_status(decision, outcome),
             on_demand=spec.on_demand, ollama=runtime.loads_models, upstream_model=served,
             keep_alive=spec.keep_alive if runtime.loads_models else None,
-            key_file=spec.serve.api_key_file))
+            key_file=spec.serve.api_key_file, max_concurrency=spec.max_concurrency))
     return Table(routes=tuple(out))
 
 
@@ -149,10 +154,28 @@ _ANSWERING = (Status.RUNNING, Status.DEGRADED)
 _COMING_BACK = (Reason.IDLE, Reason.EVICTED)  # an on-demand stop: the next request restarts it
 
 
-def _state(d: Decision | None, spec: RoleSpec) -> tuple[RouteState, str]:
-    """Forward, wait or refuse, from the role's decision this pass."""
+#: What a role is after its decision was carried out (the decision's status is before).
+_AFTER = {Verb.START: Status.STARTING, Verb.RESTART: Status.STARTING, Verb.STOP: Status.STOPPED,
+          Verb.LOAD: Status.LOADED, Verb.UNLOAD: Status.STOPPED}
+
+
+def _status(d: Decision | None, outcome) -> str:
+    """§9 ``GET /v1/models``'s status: what the daemon did, not what it planned."""
+    if d is None:
+        return "unknown"
+    if outcome is not None and d.verb in _AFTER and (
+            outcome.exited if d.verb is Verb.STOP else outcome.ok):
+        return str(_AFTER[d.verb])
+    return str(d.status)
+
+
+def _state(d: Decision | None, spec: RoleSpec, outcome=None) -> tuple[RouteState, str]:
+    """Forward, wait or refuse, from the role's decision this pass (and its outcome)."""
     if d is None:
         return RouteState.WAIT, ""
+    if (d.verb is Verb.STOP and outcome is not None and not outcome.exited
+            and d.status in _ANSWERING):
+        return RouteState.READY, ""  # the stop did not happen (still in use): still served
     refused = d.why or d.detail or str(d.status)
     if d.verb is Verb.KEEP:
         if d.reason is Reason.ADOPTED:

@@ -9,9 +9,18 @@ safe across threads:
 * daemon → demand: at the start of each pass the daemon takes
   ``demand()``, a consistent snapshot of the book (under its lock);
 * daemon → router: after each pass, ``publish(result, seq)`` computes the
-  routes from the pass's plan (pure, on the daemon's thread) and hands them
-  to the router's loop with ``loop.call_soon_threadsafe``; waiters for a role
-  that is ready now are forwarded there and then.
+  routes from the pass's plan and outcomes (pure, on the daemon's thread)
+  and hands them to the router's loop with ``loop.call_soon_threadsafe``;
+  waiters for a role that is ready now are forwarded there and then. A role
+  this pass started, with requests waiting, is watched by the router itself
+  (``Proxy.watch_ready``): its waiters go the moment its server answers
+  ``/health``, not a pass later;
+* the pass → router, while acting: ``before_stop(decision)`` (the executor's
+  hook, on the daemon's thread) closes the role's route and drains its
+  requests in flight before any stop (§9: a stop never cuts a request).
+  An idle stop is called off if anything is in flight at that moment; any
+  other stop (an eviction, a removal) waits up to ``drain_timeout``, then
+  goes ahead and counts the requests it cuts.
 
 ``start()`` returns once the server listens (or raises the bind error);
 ``close()`` fails the waiters with 503, stops the server and joins the thread.
@@ -20,15 +29,17 @@ safe across threads:
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from typing import Callable
 
 from reconciler.core.decisions import Reason, Verb
 from reconciler.core.demand import Demand
 from reconciler.core.desired import RouterConfig
-from reconciler.router import rules
+from reconciler.router import clients, rules
 from reconciler.router.proxy import Proxy
 from reconciler.router.queues import Book
+from reconciler.report import logs
 
 
 class Router:
@@ -41,10 +52,13 @@ class Router:
         self.book = Book(wake)
         self.address: tuple[str, int] | None = None
         self._api_key = _read_key(config.api_key_file)
+        keys = _read_keys(config.api_keys_file) if config.api_keys_file else None
         self._proxy = Proxy(config, self.book, metrics=metrics, api_key=self._api_key,
-                            connect_timeout=connect_timeout)
+                            keys=keys, connect_timeout=connect_timeout, on_ready=wake)
+        self._pass = 0  # the pass in progress: a close it makes is lifted by its own routes
         self._proxy.status = status  # §11 the status page on GET /
         self._loop = asyncio.new_event_loop()
+        self.book.loop = self._loop
         self._stopping: asyncio.Event | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
@@ -62,14 +76,38 @@ class Router:
             raise self._error
 
     def demand(self) -> tuple[Demand, int]:
+        """The start of a pass: its demand (and the pass's number, for the gate)."""
+        self._pass += 1
         return self.book.snapshot()
 
+    def before_stop(self, decision) -> str | None:
+        """§9 the gate before a stop: close the route, drain; why the stop must not happen."""
+        role = decision.role
+        if self._proxy.table.get(role) is None:
+            return None  # not a role the router forwards to
+        self.book.close(role, self._pass)
+        idle = decision.reason is Reason.IDLE
+        left = self.book.drain(role, 0.0 if idle else self.config.drain_timeout)
+        if not left:
+            return None
+        if idle:
+            self.book.reopen(role)
+            return f"{left} request(s) in flight; not idle, not stopped"
+        logs.emit(f"{role}: {left} request(s) still in flight after drain_timeout "
+                  f"{self.config.drain_timeout:g}s; stopping it cuts them",
+                  level=logging.WARNING, event="router", role=role)
+        if self.metrics is not None:
+            self.metrics.cut(role, left)
+        return None
+
     def publish(self, result, seq: int) -> None:
-        """A pass's plan as routes, to the router's loop (waiters that can go, go now)."""
+        """A pass's plan and outcomes as routes, to the router's loop (waiters go now)."""
         if result is None or result.plan is None or result.desired is None:
             return
-        table = rules.routes(result.plan, result.desired)
-        self._loop.call_soon_threadsafe(self._apply, table, seq)
+        table = rules.routes(result.plan, result.desired, result.outcomes)
+        started = tuple(o.role for o in result.outcomes
+                        if o.ok and o.verb in (Verb.START, Verb.RESTART))
+        self._loop.call_soon_threadsafe(self._apply, table, seq, self._pass, started)
         if self.metrics is not None:
             self.metrics.node = result.desired.node.name or self.metrics.node
             self._count(result)
@@ -102,9 +140,13 @@ class Router:
         self.book.fail_all("the router is shutting down")
         await self._proxy.close()
 
-    def _apply(self, table: rules.Table, seq: int) -> None:
+    def _apply(self, table: rules.Table, seq: int, token: int, started: tuple[str, ...]) -> None:
         self._proxy.table = table
-        self.book.publish(table, seq)
+        self.book.publish(table, seq, token)
+        for role in started:
+            route = table.get(role)
+            if route is not None and route.state is rules.RouteState.WAIT:
+                self._proxy.watch_ready(route)
 
     def _count(self, result) -> None:
         """Cold starts and evictions that this pass carried out."""
@@ -127,3 +169,9 @@ def _read_key(path: str | None) -> str | None:
     if not key:
         raise ValueError(f"api_key_file {path} is empty")
     return key
+
+
+def _read_keys(path: str) -> dict[str, str]:
+    """``api_keys_file``: digest → client name (OSError if unreadable, ValueError if bad)."""
+    with open(path, encoding="utf-8") as f:
+        return clients.parse_keys(f.read(), path)

@@ -56,6 +56,9 @@ class Hooks(Protocol):
     def before_start(self, decision: Decision) -> Refusal | None:
         """Called before every spawn (START, RESTART) and Ollama LOAD; a Refusal stops it."""
 
+    def before_stop(self, decision: Decision) -> Refusal | None:
+        """§9 right before a stop: the router drains the role (a refusal calls it off)."""
+
     def before_act(self, decision: Decision) -> None:
         """Called right before the first step that cannot be undone: a signal, a spawn."""
 
@@ -71,6 +74,9 @@ class Hooks(Protocol):
 
 class NoHooks:
     def before_start(self, decision: Decision) -> Refusal | None:
+        return None
+
+    def before_stop(self, decision: Decision) -> Refusal | None:
         return None
 
     def before_act(self, decision: Decision) -> None:
@@ -215,7 +221,12 @@ def _apply_one(d: Decision, node: NodeConfig, allowed: Callable[[int], bool], ho
             refusal = hooks.orphan_refusal(d)
             if refusal is not None:
                 return _outcome(d, ok=False, refusal=refusal)
-        else:
+        elif d.reason is not Reason.EXPOSED:
+            # §9 the router closes the role's route and drains it before the stop.
+            refusal = hooks.before_stop(d)
+            if refusal is not None:
+                return _outcome(d, ok=False, refusal=refusal)
+        if d.reason is not Reason.ORPHAN:
             hooks.before_act(d)
         # §5: a server reachable beyond loopback gets 3 s, not the usual grace.
         exposed = d.reason is Reason.EXPOSED

@@ -32,6 +32,9 @@ class Recorder:
         self.calls.append(("before_start", decision.role))
         return self.refuse
 
+    def before_stop(self, decision):
+        return None
+
     def before_act(self, decision):
         self.calls.append(("before_act", decision.role))
 

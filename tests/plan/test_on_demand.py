@@ -16,6 +16,7 @@ from reconciler.core import demand as demands
 from reconciler.core.decisions import PlanContext, Reason, Verb
 from reconciler.core.demand import Demand, RoleDemand
 from reconciler.core.desired import (
+    RouterConfig,
     Desired,
     MemorySpec,
     Mode,
@@ -112,15 +113,26 @@ def test_an_on_demand_role_without_waiting_requests_never_starts(w: World) -> No
             assert w.observed.demand.of(d.role).waiting > 0, d
 
 
+def _evictable(w: World, name: str) -> bool:
+    """§9 nobody waits for it to be ready, and it has run min_residency (in flight: drained)."""
+    record = w.remembered.role(name)
+    return demands.evictable(w.observed.demand.of(name), record.started_at if record else None,
+                             RouterConfig().min_residency, NOW)
+
+
 @given(worlds())
 def test_only_idle_on_demand_roles_are_evicted_or_stopped_idle(w: World) -> None:
-    """Never stop an always-on role, or one with a request in flight or waiting, for
-    another role or for idleness."""
+    """Never stop an always-on role for another role or for idleness; never one busy for
+    idleness; never one with requests waiting for it, or resident less than min_residency,
+    for another role."""
     for d in _run(w).decisions:
         if d.verb is Verb.STOP:
             assert d.reason in (Reason.EVICTED, Reason.IDLE), d
             assert w.desired.role(d.role).on_demand, d
-            assert not w.observed.demand.of(d.role).busy, d
+            if d.reason is Reason.IDLE:
+                assert not w.observed.demand.of(d.role).busy, d
+            else:
+                assert _evictable(w, d.role), d
 
 
 @given(worlds())
@@ -140,8 +152,7 @@ def test_eviction_takes_the_least_recently_used_first(w: World) -> None:
     evicted = [d.role for d in p.decisions if d.reason is Reason.EVICTED]
     kept_idle = [d.role for d in p.decisions
                  if d.verb is Verb.KEEP and w.desired.role(d.role).on_demand
-                 and w.remembered.role(d.role) is not None
-                 and not w.observed.demand.of(d.role).busy]
+                 and w.remembered.role(d.role) is not None and _evictable(w, d.role)]
     for gone in evicted:
         for kept in kept_idle:
             assert (_last_used(w, gone), gone) < (_last_used(w, kept), kept), (gone, kept)

@@ -1,0 +1,139 @@
+"""No client can starve the daemon: connection caps and quiet logs for client mistakes (SHELL; §9).
+
+The router and the metrics endpoint share a process with the daemon, whose
+passes, probes and servers need file descriptors. So:
+
+* ``connection_cap``: the most client connections at once, below the
+  process's descriptor budget. The soft ``RLIMIT_NOFILE`` is first raised to
+  the hard one (at most ``FD_CEILING``); then the cap is ``max_connections``,
+  and never more than ``(limit − FD_RESERVE) / 2`` (a forwarded request holds
+  two descriptors: the client's and the server's). A connection beyond the
+  cap is answered 503 (OpenAI-shaped) and closed at once;
+* ``Hush``: client mistakes (bad HTTP, timeouts, a refused connection) are
+  logged one line per kind per ``interval``, with the count of those left
+  unsaid, and never with a traceback; only the router's own bugs (a 500)
+  carry one, rate-limited the same way;
+* ``GuardedConnection``: the mix-in the proxy adds to aiohttp's connection
+  protocol (it imports no aiohttp itself): the cap, and the quiet log.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import threading
+import time
+from typing import Callable
+
+from reconciler.report import logs
+from reconciler.router import rules
+
+#: Descriptors kept for the daemon itself (passes, probes, pidfds, server logs).
+FD_RESERVE = 256
+#: The soft descriptor limit is raised to the hard one, but no further than this.
+FD_CEILING = 65536
+
+
+def connection_cap(max_connections: int) -> int:
+    """Raise the soft descriptor limit to the hard one; the connection cap under it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = FD_CEILING if hard == resource.RLIM_INFINITY else min(hard, FD_CEILING)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (OSError, ValueError):
+            pass
+    budget = FD_CEILING if soft == resource.RLIM_INFINITY else soft
+    return max(1, min(max_connections, (budget - FD_RESERVE) // 2))
+
+
+class Hush:
+    """One log line per kind per ``interval`` seconds; the rest counted, said with the next."""
+
+    def __init__(self, interval: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 emit: Callable[..., None] = logs.emit) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._emit = emit
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+        self._unsaid: dict[str, int] = {}
+        self.lines = 0  # lines written (for tests: the log volume)
+
+    def say(self, kind: str, message: str, *, level: int = logging.WARNING,
+            exc_info=None) -> bool:
+        now = self._clock()
+        with self._lock:
+            last = self._last.get(kind)
+            if last is not None and now - last < self.interval:
+                self._unsaid[kind] = self._unsaid.get(kind, 0) + 1
+                return False
+            self._last[kind] = now
+            unsaid = self._unsaid.pop(kind, 0)
+            self.lines += 1
+        if unsaid:
+            message += f" ({unsaid} more like it in the last {self.interval:g}s)"
+        self._emit(message, level=level, event="router", exc_info=exc_info, reason=kind)
+        return True
+
+
+def raw_error(status: int, reason: str, message: str, kind: str) -> bytes:
+    """A whole HTTP/1.1 error answer, OpenAI-shaped, for a connection that gets nothing else."""
+    body = rules.error_body(message, kind, status)
+    head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+    return head.encode("ascii") + body
+
+
+class Gauge:
+    """Connections open now, against the cap (one per listener)."""
+
+    def __init__(self, cap: int, hush: Hush, what: str = "router") -> None:
+        self.cap = cap
+        self.open = 0
+        self.refused = 0
+        self.hush = hush
+        self.what = what
+
+
+class GuardedConnection:
+    """Mix-in for aiohttp's ``RequestHandler``: the cap and the quiet log (see the module)."""
+
+    gauge: Gauge  # set on the subclass the proxy makes
+
+    def connection_made(self, transport) -> None:
+        gauge = self.gauge
+        if gauge.open >= gauge.cap:
+            gauge.refused += 1
+            gauge.hush.say("connections", f"{gauge.what}: {gauge.cap} connections already "
+                           "open; refusing more (max_connections)")
+            try:
+                transport.write(raw_error(503, "Service Unavailable",
+                                          f"too many connections (max {gauge.cap})",
+                                          "service_unavailable"))
+            finally:
+                transport.close()
+            self._manager = None  # type: ignore[attr-defined]  # never counted by the server
+            self._close = True  # type: ignore[attr-defined]
+            self._refused = True
+            return
+        self._refused = False
+        gauge.open += 1
+        super().connection_made(transport)  # type: ignore[misc]
+
+    def connection_lost(self, exc) -> None:
+        if not getattr(self, "_refused", True):
+            self.gauge.open -= 1
+            self._refused = True
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def log_exception(self, *args, exc_info=None, **kw) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else None
+        kind = type(exc).__name__ if exc is not None else "error"
+        detail = f": {exc}" if exc is not None and str(exc) else ""
+        self.gauge.hush.say(f"client-{kind}", f"{self.gauge.what}: a client's request "
+                            f"failed: {kind}{detail}"[:300])
+
+    def log_debug(self, *args, **kw) -> None:
+        pass
