@@ -94,11 +94,12 @@ class Proxy:
     async def start(self) -> tuple[str, int]:
         """Listen on the configured loopback address; the address bound."""
         app = web.Application(client_max_size=self.config.max_body, middlewares=[self._shape])
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_get(r"/{page:(status/[a-z.]+)?}", self._status)  # §11 the status page
+        app.router.add_get("/v1/models", self._models, expect_handler=self._expect)
+        app.router.add_get(r"/{page:(status/[a-z.]+)?}", self._status,  # §11 the status page
+                           expect_handler=self._expect)
         for path in rules.PATHS:
-            app.router.add_post(path, self._forward)
-        app.router.add_route("*", "/{tail:.*}", self._unknown)
+            app.router.add_post(path, self._forward, expect_handler=self._expect)
+        app.router.add_route("*", "/{tail:.*}", self._unknown, expect_handler=self._expect)
         if self.config.cors_origins:
             app.on_response_prepare.append(self._cors)
         self._session = aiohttp.ClientSession(
@@ -108,7 +109,8 @@ class Proxy:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout),
             auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
         self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                                     keepalive_timeout=self.config.idle_timeout)
+                                     keepalive_timeout=self.config.idle_timeout,
+                                     lingering_time=min(2.0, self.config.body_timeout))
         await self._runner.setup()
         server = self._runner.server
         assert server is not None
@@ -156,6 +158,16 @@ class Proxy:
                           level=logging.ERROR, exc_info=exc)
             return self._error(500, "the router failed on this request", "api_error")
 
+    async def _expect(self, request: web.Request) -> web.Response | None:
+        """``Expect: 100-continue`` is answered; any other expectation is 417 (OpenAI-shaped)."""
+        expect = request.headers.get("Expect", "")
+        if expect.lower() != "100-continue":
+            return self._error(417, f"unknown Expect: {expect[:100]}", "invalid_request_error")
+        if request.version >= (1, 1):
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0
+        return None
+
     def _client(self, request: web.Request) -> str | None | bool:
         """The client's name (``anonymous`` without keys); False: not authorized."""
         if self._key is None and self._keys is None:
@@ -175,9 +187,13 @@ class Proxy:
 
     def _key_ok(self, given: str) -> bool:
         """The status page's check of a key it was given (as a bearer or Basic password)."""
-        return self._key is not None and hmac.compare_digest(given.encode(), self._key)
+        return self._key is not None and hmac.compare_digest(
+            given.encode("utf-8", "surrogateescape"), self._key)
 
     async def _unknown(self, request: web.Request) -> web.Response:
+        if request.path in rules.PATHS and request.method != "OPTIONS":
+            return self._error(405, f"{request.path} takes POST", "invalid_request_error",
+                               headers={"Allow": "POST"})
         if request.method == "OPTIONS" and "Origin" in request.headers:
             origin = request.headers["Origin"]
             headers = clients.cors(origin, self.config.cors_origins, preflight=True,
@@ -272,12 +288,12 @@ class Proxy:
             return self._error(413, f"the request body is over max_body "
                                f"({self.config.max_body} bytes)", "invalid_request_error")
         except asyncio.TimeoutError:
-            return self._error(408, f"the body did not arrive within body_timeout "
-                               f"({self.config.body_timeout:g}s)", "invalid_request_error")
-        except (aiohttp.ClientPayloadError, aiohttp.http_exceptions.HttpProcessingError,
-                zlib.error, EOFError, OSError, ValueError) as exc:
-            if isinstance(exc, (ConnectionError,)):
-                raise
+            answer = self._error(408, f"the body did not arrive within body_timeout "
+                                 f"({self.config.body_timeout:g}s)", "invalid_request_error")
+            answer.force_close()  # no lingering for the rest of a body that does not come
+            return answer
+        except (web_protocol.RequestPayloadError, aiohttp.http_exceptions.HttpProcessingError,
+                zlib.error, EOFError, ValueError) as exc:
             return self._error(400, f"the body cannot be read: {_why(exc)}"[:300],
                                "invalid_request_error")
 
@@ -396,7 +412,7 @@ class Proxy:
             except (aiohttp.ClientError, asyncio.TimeoutError):
                 status = 0
             if status == 200:
-                ready = attrs.evolve(now, state=RouteState.READY)
+                ready = attrs.evolve(now, state=RouteState.READY, status="running")
                 self.table = attrs.evolve(self.table, routes=tuple(
                     ready if r.role == route.role else r for r in self.table.routes))
                 self.book.ready(ready)
