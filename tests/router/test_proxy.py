@@ -40,8 +40,11 @@ class Upstream:
             request.transport.abort()
             await asyncio.sleep(1)
         if not body.get("stream"):
-            return web.json_response({"model": body.get("model"), "ok": True},
-                                     headers={"X-Upstream": "1"})
+            answer = {"model": body.get("model"), "ok": True}
+            if body.get("usage"):
+                prompt, completion = body["usage"]
+                answer["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion}
+            return web.json_response(answer, headers={"X-Upstream": "1"})
         answer = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await answer.prepare(request)
         if body.get("hold"):
