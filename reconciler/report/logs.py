@@ -13,7 +13,10 @@ The JSON form carries the same facts as fields, one object per line
 
 Everything goes through the stdlib logger ``reconciler``; ``setup()``
 attaches one handler with the chosen formatter. ``log_pass(result)`` is what
-``--once`` and every ``watch`` pass call.
+``--once`` and every ``watch`` pass call. ``Hush`` says a kind of line (a
+client's mistake at the router or the metrics endpoint) at most once per
+interval, with the count of those it left unsaid, never with a traceback
+unless asked.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
-from typing import IO, Any, Mapping
+from typing import IO, Any, Callable, Mapping
 
 LOGGER = logging.getLogger("reconciler")
 _FIELDS = "fields"  # the LogRecord attribute that carries structured fields
@@ -156,3 +160,39 @@ def log_warnings(warnings) -> None:
     for warning in warnings:
         emit(f"manifests warning: {warning}", level=logging.WARNING, event="warning",
              role="manifests")
+
+
+# ---------------------------------------------------------------- quiet logs
+
+_emit = emit
+
+class Hush:
+    """One log line per kind per ``interval`` seconds; the rest counted, said with the next."""
+
+    def __init__(self, interval: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 emit: Callable[..., None] | None = None, event: str = "router") -> None:
+        self.interval = interval
+        self.event = event
+        self._clock = clock
+        self._emit = emit if emit is not None else _emit
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+        self._unsaid: dict[str, int] = {}
+        self.lines = 0  # lines written (for tests: the log volume)
+
+    def say(self, kind: str, message: str, *, level: int = logging.WARNING,
+            exc_info=None) -> bool:
+        now = self._clock()
+        with self._lock:
+            last = self._last.get(kind)
+            if last is not None and now - last < self.interval:
+                self._unsaid[kind] = self._unsaid.get(kind, 0) + 1
+                return False
+            self._last[kind] = now
+            unsaid = self._unsaid.pop(kind, 0)
+            self.lines += 1
+        if unsaid:
+            message += f" ({unsaid} more like it in the last {self.interval:g}s)"
+        self._emit(message, level=level, event=self.event, exc_info=exc_info or False,
+                   reason=kind)
+        return True

@@ -61,6 +61,7 @@ from __future__ import annotations
 import os
 import socket
 import socketserver
+import sys
 import tempfile
 import threading
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -73,6 +74,7 @@ from prometheus_client.registry import Collector
 
 from reconciler.core import loopback
 from reconciler.core.decisions import Status
+from reconciler.report import logs
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -279,8 +281,44 @@ def parse_addr(addr: str) -> tuple[str, int]:
     return host, port
 
 
+#: §9 the metrics endpoint's own guard: scrapes at once, and a whole scrape's time.
+MAX_SCRAPES = 32
+SCRAPE_DEADLINE = 10.0
+
+
 class _Server(socketserver.ThreadingMixIn, WSGIServer):
+    """One thread per scrape, at most ``MAX_SCRAPES`` at once (a connection beyond is
+    closed at once: its thread and descriptor are the daemon's); a client's failure is
+    one quiet log line per kind, never a traceback."""
+
     daemon_threads = True  # a stalled scrape cannot keep the daemon from exiting
+    hush = logs.Hush(event="metrics")
+
+    def __init__(self, *args, **kwargs) -> None:
+        self._slots = threading.BoundedSemaphore(MAX_SCRAPES)
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.hush.say("metrics-connections", f"metrics: {MAX_SCRAPES} scrapes already "
+                          "in progress; closing another connection at once")
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request, client_address) -> None:
+        kind = type(sys.exc_info()[1]).__name__
+        self.hush.say(f"metrics-{kind}", f"metrics: a scrape failed: {kind}")
 
 
 class _Server6(_Server):
@@ -288,7 +326,23 @@ class _Server6(_Server):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    timeout = 5.0  # a stalled client cannot hold a thread forever
+    timeout = 5.0  # a stalled client cannot hold a thread forever …
+
+    def handle(self) -> None:
+        # … nor a slow one: the whole scrape gets SCRAPE_DEADLINE, then its socket is shut.
+        timer = threading.Timer(SCRAPE_DEADLINE, self._cut)
+        timer.daemon = True
+        timer.start()
+        try:
+            super().handle()
+        finally:
+            timer.cancel()
+
+    def _cut(self) -> None:
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass  # scrapes are not worth a log line

@@ -9,7 +9,7 @@ passes, probes and servers need file descriptors. So:
   and never more than ``(limit − FD_RESERVE) / 2`` (a forwarded request holds
   two descriptors: the client's and the server's). A connection beyond the
   cap is answered 503 (OpenAI-shaped) and closed at once;
-* ``Hush``: client mistakes (bad HTTP, timeouts, a refused connection) are
+* ``Hush`` (``report/logs.py``): client mistakes (bad HTTP, timeouts, a refused connection) are
   logged one line per kind per ``interval``, with the count of those left
   unsaid, and never with a traceback; only the router's own bugs (a 500)
   carry one, rate-limited the same way;
@@ -19,14 +19,12 @@ passes, probes and servers need file descriptors. So:
 
 from __future__ import annotations
 
-import logging
 import resource
-import threading
-import time
-from typing import Callable
 
-from reconciler.report import logs
+from reconciler.report.logs import Hush
 from reconciler.router import rules
+
+__all__ = ["Hush", "GuardedConnection", "Gauge", "connection_cap", "raw_error"]
 
 #: Descriptors kept for the daemon itself (passes, probes, pidfds, server logs).
 FD_RESERVE = 256
@@ -46,36 +44,6 @@ def connection_cap(max_connections: int) -> int:
             pass
     budget = FD_CEILING if soft == resource.RLIM_INFINITY else soft
     return max(1, min(max_connections, (budget - FD_RESERVE) // 2))
-
-
-class Hush:
-    """One log line per kind per ``interval`` seconds; the rest counted, said with the next."""
-
-    def __init__(self, interval: float = 60.0, clock: Callable[[], float] = time.monotonic,
-                 emit: Callable[..., None] = logs.emit) -> None:
-        self.interval = interval
-        self._clock = clock
-        self._emit = emit
-        self._lock = threading.Lock()
-        self._last: dict[str, float] = {}
-        self._unsaid: dict[str, int] = {}
-        self.lines = 0  # lines written (for tests: the log volume)
-
-    def say(self, kind: str, message: str, *, level: int = logging.WARNING,
-            exc_info=None) -> bool:
-        now = self._clock()
-        with self._lock:
-            last = self._last.get(kind)
-            if last is not None and now - last < self.interval:
-                self._unsaid[kind] = self._unsaid.get(kind, 0) + 1
-                return False
-            self._last[kind] = now
-            unsaid = self._unsaid.pop(kind, 0)
-            self.lines += 1
-        if unsaid:
-            message += f" ({unsaid} more like it in the last {self.interval:g}s)"
-        self._emit(message, level=level, event="router", exc_info=exc_info, reason=kind)
-        return True
 
 
 def raw_error(status: int, reason: str, message: str, kind: str) -> bytes:
