@@ -109,7 +109,7 @@ def plan(
     drafts = []
     roles: dict[str, Role] = {}  # the roles placed on devices, for their launches after placement
     idle: dict[str, float] = {}  # §9 on-demand roles that may be evicted → when last used
-    later: dict[str, float] = {}  # §9 on-demand roles that may be evicted later → in how long
+    later: dict[str, float] = {}  # §9 other on-demand roles, that may make room later → when
     claimants: set[str] = set()  # §9 on-demand roles whose refused claim may wait for them
     residency = (desired.node.router or RouterConfig()).min_residency
     for name in sorted(specs.keys() | records.keys()):
@@ -126,8 +126,9 @@ def plan(
             if demandrungs.evictable(r, drafted, observed.demand, now, residency):
                 idle[name] = demands.last_used(observed.demand.of(name), started(r),
                                                observed.demand.since)
-            elif demandrungs.holds(r, drafted):
-                later[name] = demandrungs.evictable_in(r, observed.demand, now, residency)
+            else:  # holds memory, or claims it in this pass, or will when its backoff ends
+                later[name] = (demandrungs.evictable_in(r, observed.demand, now, residency)
+                               if demandrungs.holds(r, drafted) else 1.0)
         drafts.append(drafted)
     drafts += orphans.drafts(observed.orphans, set(specs) | set(records), guard)
     # §1.6 a start whose Model is not here yet waits for its fetch (or is refused).
