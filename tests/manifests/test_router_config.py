@@ -69,3 +69,28 @@ def test_on_demand_larger_than_the_budget_warns() -> None:
     """An on-demand role bigger than the whole memory budget can never start: a warning."""
     result = _load(', memory_budget: 50, router: {listen: "127.0.0.1:9100"}')
     assert any("can never start" in w.message for w in result.warnings), result.warnings
+
+
+def test_router_limits_keys_cors_and_max_concurrency() -> None:
+    """§9 the per-client and anti-starvation fields arrive typed; max_concurrency on a role."""
+    result = _load(', router: {listen: "127.0.0.1:9100", api_keys_file: /etc/r/keys, '
+                   'cors_origins: ["http://localhost:3000"], max_connections: 50, '
+                   'idle_timeout: 2s, body_timeout: 3s, drain_timeout: 1m, min_residency: 0s}',
+                   ", max_concurrency: 2")
+    assert not result.problems, result.problems
+    router = result.desired.node.router
+    assert (router.api_keys_file, router.cors_origins, router.max_connections,
+            router.idle_timeout, router.body_timeout, router.drain_timeout,
+            router.min_residency) == ("/etc/r/keys", ("http://localhost:3000",), 50, 2.0, 3.0,
+                                      60.0, 0.0)
+    assert result.desired.role("coder").max_concurrency == 2
+
+
+def test_router_limits_are_checked() -> None:
+    """A zero timeout, a CORS origin with a path and max_concurrency 0 are problems."""
+    zero = _load(', router: {listen: "127.0.0.1:9100", idle_timeout: 0s}')
+    assert [p.path for p in zero.problems] == ["$.spec.router.idle_timeout"], zero.problems
+    result = _load(', router: {listen: "127.0.0.1:9100", cors_origins: ["http://x/path"]}',
+                   ", max_concurrency: 0")
+    paths = {p.path for p in result.problems}
+    assert paths == {"$.spec.router.cors_origins[0]", "$.spec.max_concurrency"}, paths
