@@ -263,6 +263,11 @@ def soak(seconds: float, workers: int, kill_every: float, grace: float, settle: 
             "fds_after": after, "evictions": _count(log, "stop", "evicted"),
             "cold_starts": _count(log, "start", "demand"),
             "tracebacks": log.count("Traceback"), "log_bytes": len(log)})
+        took_ok = sorted(r["ended"] - r["began"] for r in run.records if r["outcome"] == "ok")
+        if took_ok:
+            figures["ok_seconds_p50"] = round(took_ok[len(took_ok) // 2], 2)
+            figures["ok_seconds_p99"] = round(took_ok[min(len(took_ok) - 1,
+                                                          int(len(took_ok) * 0.99))], 2)
         figures["swaps_per_minute"] = round(figures["evictions"] / (took / 60), 1)
         figures["failed_pct"] = round(100 * figures["failed"] / max(figures["requests"], 1), 2)
         return figures
