@@ -9,7 +9,8 @@ what it alone can know, as the executor's hooks:
   fails is a ``Refusal`` and nothing is spawned;
 * right before a stop, the router (when there is one: ``gate``) closes the
   role's route and drains its requests in flight (§9: a stop never cuts a
-  request); an idle stop it calls off is a ``Refusal`` (``in_use``);
+  request); an idle stop it calls off is a ``Refusal`` (``in_use``); right
+  after a spawn, the router starts watching the new server's readiness;
 * right before the first signal or spawn of an action, its intent is written
   (``recording.intend``): a reconciler killed in the middle leaves a record
   that says its server's exit was its own doing (§3, §4);
@@ -124,3 +125,5 @@ class _PassHooks:
         recording.spawned(self.store, self.desired, decision, result.pid, result.create_time,
                           now=self.clock())
         failpoints.reach("spawn-recorded")
+        if self.gate is not None:
+            self.gate.spawned(decision)  # §9 the router watches it for readiness from now

@@ -387,10 +387,11 @@ class Proxy:
 
     # ------------------------------------------------------------ readiness
 
-    def watch_ready(self, route: Route) -> None:
-        """Watch a server this pass started, for its waiters: they go the moment it answers
+    def watch_role(self, role: str) -> None:
+        """Watch a server just spawned, for its waiters: they go the moment it answers
         ``/health`` 200 (a runtime without one answers 404: left to the next passes)."""
-        if route.role in self._watching or self._session is None:
+        route = self.table.get(role)
+        if route is None or route.role in self._watching or self._session is None:
             return
         self._watching.add(route.role)
         task = asyncio.get_running_loop().create_task(self._watch(route))
@@ -403,16 +404,17 @@ class Proxy:
         timeout = aiohttp.ClientTimeout(total=1.0)
         while time.monotonic() < deadline:
             now = self.table.get(route.role)
-            if now is None or now.state is not RouteState.WAIT or not self.book.waiting(
+            if now is None or now.state is RouteState.READY or not self.book.waiting(
                     route.role):
-                return  # a pass said more, or nobody waits any more
+                return  # a pass saw it ready, or nobody waits any more
             try:
                 async with self._session.get(url, timeout=timeout) as answer:
                     status = answer.status
             except (aiohttp.ClientError, asyncio.TimeoutError):
                 status = 0
             if status == 200:
-                ready = attrs.evolve(now, state=RouteState.READY, status="running")
+                ready = attrs.evolve(now, state=RouteState.READY, status="running",
+                                     message="")
                 self.table = attrs.evolve(self.table, routes=tuple(
                     ready if r.role == route.role else r for r in self.table.routes))
                 self.book.ready(ready)

@@ -11,10 +11,11 @@ safe across threads:
 * daemon → router: after each pass, ``publish(result, seq)`` computes the
   routes from the pass's plan and outcomes (pure, on the daemon's thread)
   and hands them to the router's loop with ``loop.call_soon_threadsafe``;
-  waiters for a role that is ready now are forwarded there and then. A role
-  this pass started, with requests waiting, is watched by the router itself
-  (``Proxy.watch_ready``): its waiters go the moment its server answers
-  ``/health``, not a pass later;
+  waiters for a role that is ready now are forwarded there and then;
+* the pass → router, right after a spawn: ``spawned(decision)`` (the
+  executor's hook): the router watches the new server itself
+  (``Proxy.watch_role``) and its waiters go the moment it answers ``/health``
+  200, not when the pass (which goes on acting and recording) is over;
 * the pass → router, while acting: ``before_stop(decision)`` (the executor's
   hook, on the daemon's thread) closes the role's route and drains its
   requests in flight before any stop (§9: a stop never cuts a request).
@@ -100,14 +101,16 @@ class Router:
             self.metrics.cut(role, left)
         return None
 
+    def spawned(self, decision) -> None:
+        """§9 a server was just spawned (the pass goes on): its waiters go when it answers."""
+        self._loop.call_soon_threadsafe(self._proxy.watch_role, decision.role)
+
     def publish(self, result, seq: int) -> None:
         """A pass's plan and outcomes as routes, to the router's loop (waiters go now)."""
         if result is None or result.plan is None or result.desired is None:
             return
         table = rules.routes(result.plan, result.desired, result.outcomes)
-        started = tuple(o.role for o in result.outcomes
-                        if o.ok and o.verb in (Verb.START, Verb.RESTART))
-        self._loop.call_soon_threadsafe(self._apply, table, seq, self._pass, started)
+        self._loop.call_soon_threadsafe(self._apply, table, seq, self._pass)
         if self.metrics is not None:
             self.metrics.node = result.desired.node.name or self.metrics.node
             self._count(result)
@@ -140,13 +143,9 @@ class Router:
         self.book.fail_all("the router is shutting down")
         await self._proxy.close()
 
-    def _apply(self, table: rules.Table, seq: int, token: int, started: tuple[str, ...]) -> None:
+    def _apply(self, table: rules.Table, seq: int, token: int) -> None:
         self._proxy.table = table
         self.book.publish(table, seq, token)
-        for role in started:
-            route = table.get(role)
-            if route is not None and route.state is rules.RouteState.WAIT:
-                self._proxy.watch_ready(route)
 
     def _count(self, result) -> None:
         """Cold starts and evictions that this pass carried out."""
