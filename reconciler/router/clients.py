@@ -59,7 +59,7 @@ def client_of(token: str | None, keys: dict[str, str]) -> str | None:
     return found
 
 
-_USAGE = re.compile(rb'"usage"\s*:\s*(\{[^{}]*\})')
+_USAGE = re.compile(rb'"usage"\s*:\s*(\{(?:[^{}]|\{[^{}]*\})*\})')  # one nesting level
 _OLLAMA = re.compile(rb'"(prompt_eval_count|eval_count)"\s*:\s*(\d+)')
 
 

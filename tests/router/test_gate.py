@@ -190,6 +190,8 @@ def test_usage_is_read_from_an_answers_tail() -> None:
     assert clients.usage(stream) == (9, 4)
     assert clients.usage(b'{"usage": {"prompt_tokens": 2, "completion_tokens": 1}, '
                          b'"timings": {"a": 1}}') == (2, 1)
+    assert clients.usage(b'"usage":{"completion_tokens":2,"prompt_tokens":5,"total_tokens":7,'
+                         b'"prompt_tokens_details":{"cached_tokens":0}},"timings":{}') == (5, 2)
     assert clients.usage(b'{"done":true,"prompt_eval_count":7,"eval_count":3}') == (7, 3)
     assert clients.usage(b"data: [DONE]\n\n") is None
 

@@ -86,7 +86,8 @@ def test_max_concurrency_1_never_lets_two_requests_reach_the_server(routed):
     try:
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             answers = list(pool.map(lambda _: client.completions.create(
-                model="chat", prompt="hi", max_tokens=48), range(4)))
+                model="chat", prompt="hi", max_tokens=800, extra_body={"ignore_eos": True}),
+                range(4)))
     finally:
         done.set()
         sampler.join()
@@ -154,9 +155,12 @@ def test_idle_connections_up_to_the_cap_starve_neither_passes_nor_requests(route
         time.sleep(0.5)
         over = [socket.create_connection(("127.0.0.1", routed.router_port)) for _ in range(50)]
         refused = 0
-        for s in over:
-            s.settimeout(5)
-            refused += s.recv(200).startswith(b"HTTP/1.1 503 ")
+        for s in over:  # the first takes the one place left; the others are over the cap
+            s.settimeout(3)
+            try:
+                refused += s.recv(200).startswith(b"HTTP/1.1 503 ")
+            except TimeoutError:
+                pass
             s.close()
         assert refused >= 49
     finally:
