@@ -86,7 +86,8 @@ class Proxy:
         self._on_ready = on_ready or (lambda: None)
         self.hush = hush or guard.Hush()
         self.gauge = guard.Gauge(guard.connection_cap(config.max_connections), self.hush)
-        self._watching: set[str] = set()
+        self._watching: set[str] = set()  # roles whose new server is being watched
+        self._answered: set[str] = set()  # … and those seen answering since their spawn
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -387,9 +388,23 @@ class Proxy:
 
     # ------------------------------------------------------------ readiness
 
+    def known_ready(self, table: Table) -> Table:
+        """A pass's routes, with the servers this router saw answer since their spawn still
+        ready: the pass that spawned one says ``starting`` (it did not look again)."""
+        routes = []
+        for route in table.routes:
+            if route.role in self._answered:
+                if route.state is RouteState.WAIT and route.status == "starting":
+                    route = attrs.evolve(route, state=RouteState.READY, status="running")
+                else:
+                    self._answered.discard(route.role)  # the passes know better now
+            routes.append(route)
+        return Table(routes=tuple(routes))
+
     def watch_role(self, role: str) -> None:
         """Watch a server just spawned, for its waiters: they go the moment it answers
         ``/health`` 200 (a runtime without one answers 404: left to the next passes)."""
+        self._answered.discard(role)  # a new server: not seen answering yet
         route = self.table.get(role)
         if route is None or route.role in self._watching or self._session is None:
             return
@@ -417,6 +432,7 @@ class Proxy:
                                      message="")
                 self.table = attrs.evolve(self.table, routes=tuple(
                     ready if r.role == route.role else r for r in self.table.routes))
+                self._answered.add(route.role)
                 self.book.ready(ready)
                 self._on_ready()  # a pass now: it records the server as running
                 return

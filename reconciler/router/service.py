@@ -144,8 +144,8 @@ class Router:
         await self._proxy.close()
 
     def _apply(self, table: rules.Table, seq: int, token: int) -> None:
-        self._proxy.table = table
-        self.book.publish(table, seq, token)
+        self._proxy.table = self._proxy.known_ready(table)
+        self.book.publish(self._proxy.table, seq, token)
 
     def _count(self, result) -> None:
         """Cold starts and evictions that this pass carried out."""

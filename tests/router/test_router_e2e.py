@@ -74,6 +74,9 @@ def test_openai_client_cold_starts_an_on_demand_role_and_chats(routed):
     answer = client.chat.completions.create(model="chat", messages=HI, max_tokens=1)
     assert answer.usage.completion_tokens == 1 and answer.choices[0].finish_reason == "length"
     assert alive(world.pid("chat"))
+    # The answer may come before the pass that started the role has recorded it (§9: the
+    # router releases the waiters the moment the new server answers).
+    assert wait_for(lambda: kinds(world, "chat", "start"), 5)
     [start] = kinds(world, "chat", "start")
     assert (start.reason, start.ok) == ("demand", True)
 
@@ -118,7 +121,8 @@ def test_idle_role_is_stopped_and_the_next_request_starts_it_again(routed):
 
     again = client.chat.completions.create(model="chat", messages=HI, max_tokens=1)
     assert again.usage.completion_tokens == 1
-    assert [e.reason for e in kinds(world, "chat", "start")] == ["demand", "demand"]
+    assert wait_for(lambda: [e.reason for e in kinds(world, "chat", "start")]
+                    == ["demand", "demand"], 5)
 
 
 def test_two_roles_that_do_not_fit_together_swap_on_alternating_requests(routed):
@@ -155,6 +159,7 @@ def test_two_roles_that_do_not_fit_together_swap_on_alternating_requests(routed)
         sampler.join()
     assert samples and max(held for held, _ in samples) <= 10**6, max(samples)
     assert max(running for _, running in samples) <= 1
+    assert wait_for(lambda: sum(len(kinds(world, n, "stop")) for n in ports) == 5, 5)
     evicted = [(e.role, e.detail) for n in ports for e in kinds(world, n, "stop")]
     assert len(evicted) == 5, evicted
     assert all(e.reason == "evicted" for n in ports for e in kinds(world, n, "stop"))
@@ -179,6 +184,7 @@ def test_32_concurrent_requests_at_a_cold_role_start_it_once(routed):
     with concurrent.futures.ThreadPoolExecutor(32) as pool:
         answers = list(pool.map(ask, range(32)))
     assert [a.usage.completion_tokens for a in answers] == [1] * 32
+    assert wait_for(lambda: kinds(world, "chat", "start"), 5)
     assert len(kinds(world, "chat", "start")) == 1
 
 
@@ -242,6 +248,7 @@ def test_kill_9_mid_request_is_502_and_the_next_waits_for_the_restart(routed):
         served = waiting.result(20)
     assert served.usage.completion_tokens == 1
     assert world.pid("chat") not in (None, pid)
+    assert wait_for(lambda: kinds(world, "chat", "restart"), 5)
     restart = kinds(world, "chat", "restart")
     assert restart and restart[0].ok
 
