@@ -50,6 +50,7 @@ _TESTS = {
     "runtimes": ("tests/observe", "tests/identity", "tests/execute", "tests/doubles",
                  "tests/manifests"),
     "eviction": ("tests/plan",),
+    "demand": ("tests/plan",),
     "router/rules": ("tests/router",),
     "liveness": ("tests/liveness", "tests/plan", "tests/records"),
     "procs": ("tests/loop", "tests/safety"),
@@ -95,7 +96,7 @@ def _m(module: str, name: str, old: str, new: str, breaks: str) -> Mutant:
 
 P, L, PO, R = "plan", "ledger", "policy", "records"
 RG, LR, DR, LVR = "rungs", "loadrungs", "demandrungs", "livenessrungs"
-EV, RR = "eviction", "router/rules"
+EV, RR, DM = "eviction", "router/rules", "demand"
 D, RE, I, E, C, RU = "decisions", "render", "identity", "extra_args", "crosscheck", "runtimes"
 LV = "liveness"
 PR, G, O, OW = "procs", "generations", "orphans", "ownership"
@@ -567,8 +568,24 @@ MUTANTS: tuple[Mutant, ...] = (
        'return Status.UNKNOWN, facts.detail or "port outside allowed_ports: not probed"',
        "§4: a role outside allowed_ports reads as unknown, not refused"),
     # ------------------------------------------------------------ §9 on-demand roles, eviction, the router
-    _m(DR, "evict-busy", "and not demand.of(r.name).busy)", ")",
-       "§9: a role with requests in flight or waiting is evicted"),
+    _m(DM, "evict-own-queue", "return demand.waiting == 0 and resident_left(",
+       "return resident_left(",
+       "§9: a role is evicted before it serves the requests that waited for it"),
+    _m(DM, "evict-before-residency",
+       "return demand.waiting == 0 and resident_left(started_at, min_residency, now) <= 0",
+       "return demand.waiting == 0",
+       "§9: a role just started is evicted at once (thrashing: no min_residency)"),
+    _m(EV, "contended-refused", "if claim.role not in claimants or not _refused_by_ledger(refused):",
+       "if True:", "§9: a start that waits for a busy holder is refused with 503"),
+    _m(EV, "contended-forever", "if not pool or _refused_by_ledger(\n",
+       "if not pool or False and _refused_by_ledger(\n",
+       "§9: a start no eviction could ever make room for waits instead of 503"),
+    _m(RR, "stopped-still-routed", "if (d.verb is Verb.STOP and outcome is not None and not outcome.exited",
+       "if (d.verb is Verb.STOP and outcome is not None",
+       "§9: a role the pass stopped is still forwarded to"),
+    _m(RR, "status-as-planned", "    if outcome is not None and d.verb in _AFTER and (",
+       "    if False and outcome is not None and d.verb in _AFTER and (",
+       "§9: /v1/models says what the pass planned, not what it did"),
     _m(P, "evict-always-on",
        "if r.spec is not None and r.spec.on_demand and observed.demand is not None:",
        "if r.spec is not None and observed.demand is not None:",

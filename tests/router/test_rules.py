@@ -171,3 +171,29 @@ def test_aliases_route_and_embedding_and_rerank_paths_are_forwarded() -> None:
     assert "Qwen/Qwen3-Embedding" in listed and "e 1" in listed
     for path in ("/v1/embeddings", "/v1/rerank", "/rerank"):
         assert rules.PATHS[path] is Api.OPENAI
+
+
+def test_routes_follow_what_the_pass_did_not_what_it_planned() -> None:
+    """§9 a stop that happened says stopped (and waits); one the router called off (in use)
+    leaves the role running and ready; a start that happened says starting."""
+    from reconciler.core.outcomes import Guard, Outcome, Refusal
+
+    on_demand = WantedState.ON_DEMAND
+    roles = (_role("a", 8080, state=on_demand), _role("b", 8081, state=on_demand),
+             _role("c", 8082, state=on_demand))
+    stop = dict(verb=Verb.STOP, reason=Reason.IDLE, status=Status.RUNNING)
+    plan = Plan(decisions=(
+        Decision(role="a", **stop), Decision(role="b", **stop),
+        Decision(role="c", verb=Verb.START, reason=Reason.DEMAND, status=Status.STOPPED)))
+    outcomes = (
+        Outcome(role="a", verb=Verb.STOP, ok=True, exited=True),
+        Outcome(role="b", verb=Verb.STOP, ok=False,
+                refusal=Refusal(guard=Guard.IN_USE, detail="1 request(s) in flight")),
+        Outcome(role="c", verb=Verb.START, ok=True, pid=5))
+    table = rules.routes(plan, Desired(roles=roles, models=(MODEL,), node=NODE), outcomes)
+    got = {r.role: (r.state, r.status) for r in table.routes}
+    assert got == {"a": (RouteState.WAIT, "stopped"), "b": (RouteState.READY, "running"),
+                   "c": (RouteState.WAIT, "starting")}
+    planned = _table(*zip(roles, plan.decisions))  # without outcomes: the plan's own words
+    assert {r.role: r.status for r in planned.routes} == {
+        "a": "running", "b": "running", "c": "stopped"}
