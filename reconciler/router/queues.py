@@ -116,7 +116,10 @@ class Book:
     def _kick(self, role: str) -> None:
         """Wake the requests queued for a place: they look at the route again."""
         if self.loop is not None and not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self._release_places, role, None)
+            try:
+                self.loop.call_soon_threadsafe(self._release_places, role, None)
+            except RuntimeError:
+                pass  # the router's loop closed meanwhile: nobody is queued any more
 
     # ------------------------------------------------------------ the router's loop
 

@@ -102,8 +102,12 @@ class Router:
         return None
 
     def spawned(self, decision) -> None:
-        """§9 a server was just spawned (the pass goes on): its waiters go when it answers."""
-        self._loop.call_soon_threadsafe(self._proxy.watch_role, decision.role)
+        """§9 a server was just spawned (the pass goes on): its waiters go when it answers.
+        Never fails the pass: a router that is closing watches nothing."""
+        try:
+            self._loop.call_soon_threadsafe(self._proxy.watch_role, decision.role)
+        except RuntimeError:
+            pass
 
     def publish(self, result, seq: int) -> None:
         """A pass's plan and outcomes as routes, to the router's loop (waiters go now)."""

@@ -206,3 +206,37 @@ def test_api_keys_file_lines() -> None:
             assert str(exc).startswith("keys")
         else:
             raise AssertionError(bad)
+
+
+def test_the_routers_gate_calls_off_an_idle_stop_and_bounds_an_eviction() -> None:
+    """``Router.before_stop``: an idle stop with a request in flight is called off (the route
+    reopens at once); an eviction waits drain_timeout, then goes ahead and counts the cut."""
+    import time
+
+    from reconciler.core.decisions import Decision, Reason, Status, Verb
+    from reconciler.core.desired import RouterConfig
+    from reconciler.router.service import Router
+
+    registry = CollectorRegistry()
+    router = Router(RouterConfig(drain_timeout=0.3), wake=lambda: None,
+                    metrics=RouterMetrics(registry, node="n"))
+    try:
+        router._proxy.table = Table(routes=(_route(RouteState.READY, 1),))  # noqa: SLF001
+        assert router.book.enter("chat", None) == GO
+        stop = dict(role="chat", verb=Verb.STOP, status=Status.RUNNING)
+        why = router.before_stop(Decision(reason=Reason.IDLE, **stop))
+        assert why is not None and "in flight" in why
+        assert router.book.enter("chat", None) == GO  # reopened: the role is not idle
+        router.book.finished("chat")
+        began = time.monotonic()
+        assert router.before_stop(Decision(reason=Reason.EVICTED, why="for x", **stop)) is None
+        assert 0.25 <= time.monotonic() - began < 2
+        assert registry.get_sample_value("reconciler_router_cut_requests_total",
+                                         {"node": "n", "role": "chat"}) == 1
+        assert router.book.enter("chat", None) != GO  # closed until the pass's routes
+        router.book.finished("chat")
+        assert router.before_stop(Decision(reason=Reason.EVICTED, why="for x", **stop)) is None
+        assert router.before_stop(Decision(role="other", verb=Verb.STOP, reason=Reason.IDLE,
+                                           status=Status.RUNNING)) is None  # not routed
+    finally:
+        router._loop.close()  # noqa: SLF001  (never started)
