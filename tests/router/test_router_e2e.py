@@ -118,6 +118,8 @@ def test_idle_role_is_stopped_and_the_next_request_starts_it_again(routed):
     assert wait_for(lambda: stopped(world, "chat"), 10), routed.daemon.log
     [stop] = kinds(world, "chat", "stop")
     assert stop.reason == "idle" and not alive(first)
+    # §9 /v1/models says what the pass did (stopped), not what it found (running).
+    assert wait_for(lambda: [m.status for m in client.models.list().data] == ["stopped"], 2)
 
     again = client.chat.completions.create(model="chat", messages=HI, max_tokens=1)
     assert again.usage.completion_tokens == 1
