@@ -13,7 +13,7 @@ import textwrap
 import psutil
 import pytest
 
-from tests.e2e.conftest import free_port
+from tests.e2e.conftest import free_port, wait_for
 from tests.router.test_router_e2e import HI, kinds
 from tests.watch.test_watch_e2e import alive
 
@@ -59,6 +59,9 @@ def test_a_request_evicts_only_the_role_on_the_device_it_needs(routed):
     answer = client.chat.completions.create(model="b", messages=HI, max_tokens=1)
     assert answer.usage.completion_tokens == 1
     assert psutil.Process(world.pid("b")).environ()["CUDA_VISIBLE_DEVICES"] == "0"
+    # The answer may come before the pass that swapped has recorded it (§9: the router
+    # releases the waiters the moment the new server answers).
+    assert wait_for(lambda: kinds(world, "a", "stop"), 5)
     [stop] = kinds(world, "a", "stop")
     assert (stop.reason, stop.detail.split(";")[0]) == ("evicted", "for b"), stop
     assert not alive(a_pid)
@@ -66,5 +69,5 @@ def test_a_request_evicts_only_the_role_on_the_device_it_needs(routed):
 
     # And back: a evicts b, c stays.
     client.chat.completions.create(model="a", messages=HI, max_tokens=1)
-    assert [e.reason for e in kinds(world, "b", "stop")] == ["evicted"]
+    assert wait_for(lambda: [e.reason for e in kinds(world, "b", "stop")] == ["evicted"], 5)
     assert world.pid("c") == c_pid and alive(c_pid)
