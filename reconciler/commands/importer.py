@@ -27,9 +27,9 @@ from reconciler.core.exitcodes import Exit
 from reconciler.manifests import importdocs, llamaswap, modeldoc, translate
 from reconciler.manifests.importdocs import Located, RoleDraft
 from reconciler.manifests.translate import ModelNeed, Note
+from reconciler.runtimes import spec_of
 
 MAX_COPIED_FILE = 1 << 20  # what a manifest may carry as a server-read file (§1)
-PROGRAM_NAMES = {Runtime.LLAMACPP: "llama-server", Runtime.MLX_LM: "mlx_lm.server"}
 
 
 def run_import(args) -> int:
@@ -122,8 +122,9 @@ def _locate(needs: list[ModelNeed]) -> tuple[dict[ModelNeed, Located], dict[Mode
 def _program(runtime: Runtime, drafts: list[RoleDraft]) -> str:
     given = next((d.translation.program for d in drafts if d.translation.runtime is runtime
                   and os.path.isabs(d.translation.program)), None)
-    found = given or shutil.which(PROGRAM_NAMES[runtime])
-    return os.path.realpath(found) if found else f"/usr/local/bin/{PROGRAM_NAMES[runtime]}"
+    name = spec_of(runtime).command_line.programs[0]
+    found = given or shutil.which(name)
+    return os.path.realpath(found) if found else f"/usr/local/bin/{name}"
 
 
 def _file_plan(drafts: list[RoleDraft], out: str) -> list[tuple[str, str]]:

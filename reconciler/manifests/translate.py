@@ -32,17 +32,12 @@ import attrs
 from reconciler.core.desired import Runtime
 from reconciler.core.loopback import is_loopback_host
 from reconciler.core.units import is_plain_token
-from reconciler.manifests import olderflags
-from reconciler.runtimes import flags as flag_tables
+from reconciler.runtimes import SPECS, flags as flag_tables
 from reconciler.runtimes.flags import Flag, FlagClass
+from reconciler.runtimes.spec import CommandLine
 
 frozen = attrs.frozen(kw_only=True)
 
-#: Program names (the last path component) that are each runtime's server.
-PROGRAMS = {
-    "llama-server": Runtime.LLAMACPP, "llama-server.exe": Runtime.LLAMACPP,
-    "mlx_lm.server": Runtime.MLX_LM,
-}
 #: Programs that run another program: ``numactl … llama-server`` is llama-server under numactl.
 WRAPPERS = {"numactl", "nohup", "exec", "taskset", "nice", "ionice", "env", "stdbuf", "time"}
 
@@ -144,6 +139,20 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 _HF = {"--hf-repo": Weight.MODEL, "--hf-repo-draft": Weight.DRAFT}
 
 
+def _servers() -> list[tuple[Runtime, CommandLine]]:
+    """Each launched runtime and how a command line names its server (the registry says)."""
+    return [(spec.runtime, spec.command_line) for spec in SPECS.values() if spec.command_line]
+
+
+def _forms(words: list[str], i: int, forms: Iterable[str]) -> int:
+    """How many words at ``i`` spell one of ``forms`` (``mlx_lm server`` is two), or 0."""
+    for form in forms:
+        parts = form.split()
+        if words[i:i + len(parts)] == parts:
+            return len(parts)
+    return 0
+
+
 def program_of(argv: Iterable[str]) -> tuple[tuple[tuple[str, str], ...], list[str], list[Note]]:
     """Split ``ENV=V… [wrapper…] PROGRAM ARGS…`` into env, the server's argv, and notes."""
     words = list(argv)
@@ -165,15 +174,12 @@ def program_of(argv: Iterable[str]) -> tuple[tuple[tuple[str, str], ...], list[s
             while i < len(words) and words[i].startswith("-"):  # the wrapper's own options
                 i += 1
             continue
-        if base.startswith("python") and words[i + 1:i + 2] == ["-m"]:
-            i += 2
-            if i < len(words) and words[i] in ("mlx_lm", "mlx_lm.server"):
-                if words[i] == "mlx_lm" and words[i + 1:i + 2] == ["server"]:
-                    i += 1
-                return tuple(env), ["mlx_lm.server", *words[i + 1:]], notes
-            continue
-        if base == "mlx_lm" and words[i + 1:i + 2] == ["server"]:
-            return tuple(env), ["mlx_lm.server", *words[i + 2:]], notes
+        python_m = base.startswith("python") and words[i + 1:i + 2] == ["-m"]
+        at = i + 2 if python_m else i
+        for _, command in _servers():
+            taken = _forms(words, at, command.modules)
+            if taken and (python_m or " " in " ".join(words[at:at + taken])):
+                return tuple(env), [command.programs[0], *words[at + taken:]], notes
         return tuple(env), words[i:], notes
     return tuple(env), [], notes
 
@@ -189,16 +195,17 @@ def translate(argv: Iterable[str], *, lookup: FlagTable = flag_tables.lookup,
     if not words:
         raise ValueError("no server program in the command line")
     program = words[0]
-    base = program.replace("\\", "/").rsplit("/", 1)[-1]
-    runtime = PROGRAMS.get(base) or PROGRAMS.get(_unversioned(base))
-    if runtime is None:
-        raise ValueError(f"{base!r} is not a server the reconciler runs "
-                         f"(it runs {', '.join(sorted(set(PROGRAMS) - {'llama-server.exe'}))})")
+    base = program.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".exe")
+    found = [(r, c) for r, c in _servers() if c.names(base)]
+    if not found:
+        known = ", ".join(c.programs[0] for _, c in _servers())
+        raise ValueError(f"{base!r} is not a server the reconciler runs (it runs {known})")
+    ((runtime, command),) = found
     args = words[1:]
-    if runtime is Runtime.LLAMACPP:
-        args, rewrites = olderflags.modernise(args, lookup)
+    if command.modernise is not None:
+        args, rewrites = command.modernise(args, lambda spelling: lookup(runtime, spelling))
         notes += [Note(flag=r.flag, kept=True, what=r.what, dropped=r.dropped) for r in rewrites]
-    state = _State(runtime=runtime, lookup=lookup, notes=notes)
+    state = _State(runtime=runtime, command=command, lookup=lookup, notes=notes)
     state.walk(args)
     if "port" not in state.serve and port is not None:
         state.serve["port"] = port
@@ -215,6 +222,7 @@ class _State:
     """The walk over one command line's words (mutable, local to ``translate``)."""
 
     runtime: Runtime
+    command: CommandLine
     lookup: Callable[[Runtime, str], Flag | None]
     notes: list[Note]
     serve: dict = attrs.Factory(dict)
@@ -265,7 +273,7 @@ class _State:
 
     @property
     def runtime_name(self) -> str:
-        return "llama-server" if self.runtime is Runtime.LLAMACPP else "mlx_lm.server"
+        return self.command.programs[0]
 
     def carry(self, flag: Flag, spelling: str, value: str | None) -> None:
         names = set(flag.spellings)
@@ -329,7 +337,7 @@ class _State:
                                                what=f"{item!r} is not FILE:SCALE"))
                         continue
                 self.models.append(ModelNeed(weight=weight, path=path, scale=scale))
-        elif self.runtime is Runtime.MLX_LM and _HUB_ID.fullmatch(value):
+        elif self.command.hub_models and _HUB_ID.fullmatch(value):
             # mlx_lm.server --model ORG/REPO downloads it: a Model with a Hub source
             self.models.append(ModelNeed(weight=weight, hf_repo=value))
             self.keep(spelling, f"a Model with a Hugging Face source ({value}): pin its "
@@ -349,11 +357,6 @@ class _State:
 
     def keep(self, spelling: str, what: str, *, dropped: bool = False) -> None:
         self.notes.append(Note(flag=spelling, kept=True, what=what, dropped=dropped))
-
-
-def _unversioned(base: str) -> str:
-    """``llama-server-ec9e0301`` (a build kept under its commit, as llama-swap's example does)."""
-    return "llama-server" if re.fullmatch(r"llama-server[-_.][\w.-]+", base) else base
 
 
 def _is_next_flag(flag: Flag, word: str) -> bool:

@@ -12,7 +12,7 @@ import attrs
 
 from reconciler.core.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
 from reconciler.core.observed import ProbeFacts, Progress
-from reconciler.runtimes import openai
+from reconciler.runtimes import llamacpp_older, openai
 from reconciler.runtimes.common import (
     Exchange,
     ProbeAnswer,
@@ -23,7 +23,7 @@ from reconciler.runtimes.common import (
 from reconciler.core.devices import DeviceKind
 from reconciler.runtimes.flags import render
 from reconciler.runtimes.llamacpp_flags import TABLE
-from reconciler.runtimes.spec import DeviceLaunch, ProgressProbe, RuntimeSpec
+from reconciler.runtimes.spec import CommandLine, DeviceLaunch, ProgressProbe, RuntimeSpec
 
 
 def model_path(model: ModelSpec | None) -> str:
@@ -209,4 +209,5 @@ SPEC = RuntimeSpec(
     deep_request=_deep,
     progress=ProgressProbe(request=METRICS, asked=metrics_asked, read=read_progress),
     devices=DEVICES,
+    command_line=CommandLine(programs=("llama-server",), modernise=llamacpp_older.modernise),
 )

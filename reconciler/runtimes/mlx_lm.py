@@ -28,7 +28,7 @@ from reconciler.runtimes.common import (
 from reconciler.core.devices import DeviceKind
 from reconciler.runtimes.flags import render
 from reconciler.runtimes.mlx_lm_flags import TABLE
-from reconciler.runtimes.spec import DeviceLaunch, RuntimeSpec
+from reconciler.runtimes.spec import CommandLine, DeviceLaunch, RuntimeSpec
 
 
 def _root(model: ModelSpec | None) -> str:
@@ -148,4 +148,6 @@ SPEC = RuntimeSpec(
     deep_request=_deep,
     # Apple silicon: one GPU on unified memory; nothing to make visible, nothing to split.
     devices=DeviceLaunch(kinds=frozenset({DeviceKind.METAL})),
+    command_line=CommandLine(programs=("mlx_lm.server",), modules=("mlx_lm.server", "mlx_lm"),
+                             hub_models=True),
 )

@@ -104,6 +104,25 @@ class ProgressProbe:
     read: Callable[[ProbeAnswer], Progress | None]
 
 
+@attrs.frozen(kw_only=True)
+class CommandLine:
+    """How people write this runtime's server on a command line (``reconcile import``, §1.7)."""
+
+    #: Program names (a path's last component); the first is how messages name the server.
+    programs: tuple[str, ...]
+    #: Python modules that are the server (``python -m mlx_lm.server``).
+    modules: tuple[str, ...] = ()
+    #: ``--model ORG/REPO`` makes the server download from the Hub (a Model with a source).
+    hub_models: bool = False
+    #: Rewrites older releases' spellings into the pinned server's: ``(words, find) →
+    #: (words, rewrites)``; None when the table is all there is.
+    modernise: Callable | None = None
+
+    def names(self, base: str) -> bool:
+        """Is ``base`` this server's program, also under a build suffix (``llama-server-ec9e0301``)?"""
+        return any(base == p or base.startswith((f"{p}-", f"{p}.", f"{p}_")) for p in self.programs)
+
+
 @attrs.frozen(kw_only=True, eq=False)
 class RuntimeSpec:
     """Everything the reconciler knows about one runtime (compared by identity)."""
@@ -151,6 +170,8 @@ class RuntimeSpec:
     #: How a launch follows a device assignment (None: the runtime takes no
     #: ``placement.devices``; its roles claim host memory only).
     devices: DeviceLaunch | None = None
+    #: How a command line names this server, for ``reconcile import`` (launched runtimes).
+    command_line: CommandLine | None = None
 
     def __str__(self) -> str:
         return str(self.runtime)

@@ -1,4 +1,4 @@
-"""Older llama-server spellings → what the pinned llama-server says (PURE): for ``import``.
+"""Older llama-server spellings → what the pinned llama-server says (PURE): for ``import`` (§1.7).
 
 Command lines live for years; llama-server's flags move. Most lines people post were written
 for an older release: ``--no-mmap`` and ``--mlock`` became ``--load-mode``, ``-fa`` took a
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from reconciler.core.desired import Runtime
 from reconciler.runtimes.flags import Flag
 
-Lookup = Callable[[Runtime, str], "Flag | None"]
+#: The pinned server's flag table, asked by spelling (``FlagTable.find``).
+Find = Callable[[str], "Flag | None"]
 
 
 class Rewrite(NamedTuple):
@@ -39,12 +39,12 @@ _GONE = {
 _LOAD = ("--no-mmap", "--mmap", "--mlock", "--direct-io", "-dio")
 
 
-def _unknown_or_removed(lookup: Lookup, spelling: str) -> bool:
-    flag = lookup(Runtime.LLAMACPP, spelling)
+def _unknown_or_removed(find: Find, spelling: str) -> bool:
+    flag = find(spelling)
     return flag is None or flag.instead.startswith("removed from this llama-server")
 
 
-def modernise(words: list[str], lookup: Lookup) -> tuple[list[str], list[Rewrite]]:
+def modernise(words: list[str], find: Find) -> tuple[list[str], list[Rewrite]]:
     """``words`` (a llama-server's arguments) in this llama-server's spellings, and notes."""
     out: list[str] = []
     notes: list[Rewrite] = []
@@ -54,26 +54,26 @@ def modernise(words: list[str], lookup: Lookup) -> tuple[list[str], list[Rewrite
     while i < len(words):
         word = words[i]
         nxt = words[i + 1] if i + 1 < len(words) else None
-        if word in _LOAD and lookup(Runtime.LLAMACPP, word) is None:
+        if word in _LOAD and find(word) is None:
             load.add(word)
             i += 1
             continue
-        if word in _RENAMED and nxt is not None and _unknown_or_removed(lookup, word):
+        if word in _RENAMED and nxt is not None and _unknown_or_removed(find, word):
             out += [_RENAMED[word], nxt]
             notes.append(_rewritten(word, _RENAMED[word]))
             i += 2
             continue
-        if word in _GONE and nxt is not None and _unknown_or_removed(lookup, word):
+        if word in _GONE and nxt is not None and _unknown_or_removed(find, word):
             notes.append(Rewrite(word, _GONE[word], dropped=True))
             i += 2
             continue
         if (word == "--spec-ngram-size-n" and nxt is not None and "ngram-mod" in spec_type
-                and _unknown_or_removed(lookup, word)):
+                and _unknown_or_removed(find, word)):
             out += ["--spec-ngram-mod-n-match", nxt]
             notes.append(_rewritten(word, "--spec-ngram-mod-n-match"))
             i += 2
             continue
-        flag = lookup(Runtime.LLAMACPP, word)
+        flag = find(word)
         if (flag is not None and flag.choices and "on" in flag.choices and flag.takes_value
                 and (nxt is None or (nxt.startswith("-") and nxt not in flag.choices))):
             out += [word, "on"]  # `-fa` alone, as releases before the value was required
