@@ -5,6 +5,12 @@ from __future__ import annotations
 import pytest
 
 from reconciler import cli
+from reconciler.commands import options as opt
+from reconciler.commands.apply import ApplyOptions
+from reconciler.commands.common import PlanOptions, StartOptions
+from reconciler.commands.models import ModelsVerifyOptions
+from reconciler.commands.options import GlobalOptions
+from reconciler.commands.watch import WatchOptions
 from reconciler.core.exitcodes import Exit
 
 #: A command and an option only it has (built when that command is used).
@@ -33,30 +39,70 @@ def test_the_top_help_lists_every_command(capsys):
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["--help"])
     out = capsys.readouterr().out
-    for name, help_text, _, _ in cli._COMMANDS:
-        assert name in out and help_text.split(":")[0][:40] in out
+    for row in cli.COMMANDS:
+        assert row.name in out and row.help.split(":")[0][:40] in out
 
 
 def test_options_of_the_command_and_globals_parse_on_either_side():
     """Global options go before or after the command; the command's own options parse."""
-    args = cli.build_parser().parse_args(
-        ["--state-dir", "/s", "watch", "--resync", "5", "-f", "/m", "--stop-on-exit"])
-    assert (args.command, args.resync, args.manifests, args.state_dir, args.stop_on_exit,
-            args.target) == ("watch", 5.0, "/m", "/s", True, "watch:run")
-    args = cli.build_parser().parse_args(["models", "verify", "a", "b", "--full"])
-    assert (args.names, args.full, args.target) == (["a", "b"], True, "models:run_verify")
+    got = cli.parse(["--state-dir", "/s", "watch", "--resync", "5", "-f", "/m", "--stop-on-exit"])
+    assert got.command.name == "watch"
+    assert got.globals == GlobalOptions(manifests="/m", state_dir="/s")
+    assert opt.of(WatchOptions, got.values) == WatchOptions(resync=5.0, stop_on_exit=True)
+    got = cli.parse(["models", "verify", "a", "b", "--full"])
+    assert got.command.name == "verify"
+    assert opt.of(ModelsVerifyOptions, got.values) == ModelsVerifyOptions(names=("a", "b"),
+                                                                         full=True)
 
 
-def test_an_unknown_option_is_a_usage_error_exit_1(capsys):
-    """A usage error exits 1 (2 means 'changes' for plan), naming the bad option."""
-    with pytest.raises(SystemExit) as done:
-        cli.build_parser().parse_args(["plan", "--bogus"])
-    assert done.value.code == Exit.ERROR
-    err = capsys.readouterr().err
-    assert err.startswith("usage: reconcile ") and "unrecognized arguments: --bogus" in err
+def test_a_global_option_before_the_command_is_kept_when_not_repeated_after():
+    """`--node n plan`: the command's parser leaves the global given before it alone."""
+    got = cli.parse(["--node", "n1", "--lock-timeout", "3", "plan", "--json"])
+    assert got.globals == GlobalOptions(node="n1", lock_timeout=3.0)
+    assert opt.of(PlanOptions, got.values) == PlanOptions(json=True)
+    assert cli.parse(["plan", "--node", "n2"]).globals.node == "n2"
 
 
-def test_no_command_prints_the_help_and_exits_1(capsys):
-    """`reconcile` alone shows what it can do and is not a success."""
-    assert cli.main([]) == Exit.ERROR
-    assert "Typical use:" in capsys.readouterr().out
+def test_once_is_apply_with_the_top_level_apply_options():
+    """`reconcile --once --dry-run` runs apply with the options given before any command."""
+    got = cli.parse(["--once", "--dry-run", "--json"])
+    assert got.command is cli.ONCE and got.command.name == "apply"
+    assert opt.of(ApplyOptions, got.values) == ApplyOptions(dry_run=True, json=True)
+    assert cli.parse([]) is None
+
+
+#: Each command's words (a minimal valid command line) and the options class its runner makes.
+def _every_command():
+    from reconciler.commands import (
+        apply, capabilities, events, fleet, health, importer, modelfetch, models, serverlogs,
+        status, validate, watch,
+    )
+
+    return [
+        (["validate"], validate.ValidateOptions), (["plan"], PlanOptions),
+        (["fleet"], fleet.FleetOptions), (["apply"], apply.ApplyOptions),
+        (["watch"], watch.WatchOptions), (["status"], status.StatusOptions),
+        (["start", "r"], StartOptions), (["health", "r"], health.HealthOptions),
+        (["capabilities"], capabilities.CapabilitiesOptions), (["events"], events.EventsOptions),
+        (["logs", "r"], serverlogs.LogsOptions), (["models", "add"], models.ModelsAddOptions),
+        (["models", "verify"], models.ModelsVerifyOptions),
+        (["models", "fetch"], modelfetch.ModelsFetchOptions),
+        (["import", "cmd"], importer.ImportCmdOptions),
+        (["import", "llama-swap", "c.yaml"], importer.ImportSwapOptions),
+    ]
+
+
+def test_every_command_s_flags_fill_its_frozen_options_exactly():
+    """Every field of a command's options class is one of its flags, and the value is frozen."""
+    import attrs
+
+    rows = [*cli.COMMANDS, *(s for row in cli.COMMANDS for s in row.subcommands)]
+    assert len(_every_command()) == sum(1 for row in rows if row.run is not None)
+    for words, cls in _every_command():
+        got = cli.parse(words)
+        assert got.command.name in words
+        fields = {f.name for f in attrs.fields(cls)}
+        assert fields <= set(got.values), (words, fields - set(got.values))
+        value = opt.of(cls, got.values)
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            setattr(value, sorted(fields)[0], None)

@@ -5,84 +5,89 @@ from __future__ import annotations
 import json
 import sys
 
+import attrs
+
+from reconciler.commands import common, handoff
+from reconciler.commands.common import PlanOptions, StartOptions
+from reconciler.commands.options import GlobalOptions
+from reconciler.core.decisions import NEEDS_OPERATOR, Decision
+from reconciler.core.errors import LockHeld
 from reconciler.core.exitcodes import Exit
-from reconciler.commands import common
-from reconciler.core.decisions import Decision, NEEDS_OPERATOR
+from reconciler.engine import loop
+from reconciler.planner import memoryview, render
+from reconciler.report import logs
+from reconciler.repo import sources
+from reconciler.state.lock import Lock
 
 
-def run_plan(args) -> int:
-    """Observe and plan; change nothing. Reads the store without taking the lock."""
-    if getattr(args, "offline", False):
-        from reconciler.commands.fleet import run_offline_plan
+@attrs.frozen(kw_only=True)
+class ApplyOptions:
+    """``apply`` and ``--once``; ``start`` runs its pass with the defaults and its ``--json``."""
 
-        return run_offline_plan(args)
-    from reconciler.engine import loop
-    from reconciler.planner import render
+    json: bool = False
+    dry_run: bool = False
+    allow_empty: bool = False
+    metrics_file: str | None = None
 
-    with common.open_store(args) as store:
-        result = loop.plan_pass(loop.PassInputs(
-            paths=common.manifest_paths(args), store=store, state_dir=common.state_dir(args),
-            allow_empty=args.allow_empty, node=common.node_choice(args)))
+
+def run_plan(g: GlobalOptions, o: PlanOptions) -> int:
+    """Observe and plan; change nothing. Reads the store without taking the lock.
+
+    (``plan --offline`` is ``fleet.run_offline_plan``: the command table sends it there.)
+    """
+    with common.open_store(g) as store:
+        result = loop.plan_pass(common.pass_inputs(g, store, allow_empty=o.allow_empty))
         reserved = {r.name: r.reserved for r in store.roles()}
     if result.problems:
         return common.report_problems(result.problems)
     common.report_warnings(result.warnings)
-    if args.json:
-        from reconciler.planner import memoryview
-
+    if o.json:
         ledger = memoryview.host_ram(result.plan, reserved, result.desired, applied=False)
         print(json.dumps({"plan": render.as_json(result.plan), "git_commit": result.git_commit,
                           "ledger": memoryview.as_json(ledger)}, indent=2))
     else:
         print(render.text(result.plan).rstrip("\n"))
-    if args.detailed_exitcode and (result.plan.changes or result.plan.fetches):
+    if o.detailed_exitcode and (result.plan.changes or result.plan.fetches):
         return Exit.CHANGES
     return Exit.OK
 
 
-def run_apply(args) -> int:
+def run_apply(g: GlobalOptions, o: ApplyOptions) -> int:
     """One pass under the lock: ``reconcile --once``."""
-    if args.dry_run:
-        args.detailed_exitcode = False
-        return run_plan(args)
-    with common.locked(args) as store:
+    if o.dry_run:
+        return run_plan(g, PlanOptions(json=o.json, allow_empty=o.allow_empty))
+    with common.locked(g) as store:
         # Starts a `reconcile start` queued while another run held the lock (cron).
-        return _pass_and_report(args, store, _take_operator_starts(store))
+        return _pass_and_report(g, o, store, _take_operator_starts(store))
 
 
-def run_start(args) -> int:
+def run_start(g: GlobalOptions, o: StartOptions) -> int:
     """Operator start: clear a terminal state, reset restarts, run a whole pass now.
 
     When ``reconcile watch`` holds the lock the start is handed to it
-    (``commands/handoff.py``) instead of failing on the lock.
+    (``commands/handoff.py``) instead of failing on the lock. The pass is
+    ``apply``'s with its defaults: no empty set stops anything, no metrics file.
     """
-    from reconciler.repo import sources
-    from reconciler.core.errors import LockHeld
-    from reconciler.state.lock import Lock
-
-    args.allow_empty = False
-    args.metrics_file = None
-    loaded = sources.load_desired(common.manifest_paths(args), node=common.node_choice(args))
+    loaded = sources.load_desired(common.manifest_paths(g), node=common.node_choice(g))
     if loaded.problems:
         return common.report_problems(loaded.problems)
-    if loaded.desired.role(args.name) is None:
-        elsewhere = dict(loaded.desired.placed_elsewhere).get(args.name)
+    if loaded.desired.role(o.name) is None:
+        elsewhere = dict(loaded.desired.placed_elsewhere).get(o.name)
         where = "" if elsewhere is None else (
             f" for node {loaded.desired.node.name!r}: it is placed on "
             f"{', '.join(elsewhere) or 'no node'}")
-        print(f"reconcile: error: no role {args.name!r} in the manifests{where}",
+        print(f"reconcile: error: no role {o.name!r} in the manifests{where}",
               file=sys.stderr)
         return Exit.ERROR
-    lock = Lock(common.state_dir(args))
+    lock = Lock(common.state_dir(g))
     try:
-        lock.acquire(timeout=getattr(args, "lock_timeout", 0.0) or 0.0)
+        lock.acquire(timeout=g.lock_timeout or 0.0)
     except LockHeld:
-        from reconciler.commands import handoff
-
-        return handoff.hand_over(args, lock)
+        return handoff.hand_over(g, o, lock)
     try:
-        with common.open_store(args) as store:
-            return _pass_and_report(args, store, _take_operator_starts(store, args.name))
+        with common.open_store(g) as store:
+            return _pass_and_report(g, ApplyOptions(json=o.json), store,
+                                    _take_operator_starts(store, o.name))
     finally:
         lock.release()
 
@@ -95,23 +100,18 @@ def _take_operator_starts(store, *names: str) -> frozenset[str]:
     return starts
 
 
-def _pass_and_report(args, store, operator_starts: frozenset[str]) -> int:
-    from reconciler.engine import loop
-    from reconciler.planner import render
-
-    result = loop.apply_pass(loop.PassInputs(
-        paths=common.manifest_paths(args), store=store, state_dir=common.state_dir(args),
-        allow_empty=getattr(args, "allow_empty", False), operator_starts=operator_starts,
-        node=common.node_choice(args)))
-    if getattr(args, "metrics_file", None):
+def _pass_and_report(g: GlobalOptions, o: ApplyOptions, store,
+                     operator_starts: frozenset[str]) -> int:
+    result = loop.apply_pass(common.pass_inputs(g, store, allow_empty=o.allow_empty,
+                                                operator_starts=operator_starts))
+    if o.metrics_file:
+        # prometheus_client is loaded only when metrics are asked for.
         from reconciler.report import metrics
 
-        metrics.write_file(args.metrics_file, result, store)
-    if getattr(args, "log_format", "text") == "json":
+        metrics.write_file(o.metrics_file, result, store)
+    if g.log_format == "json":
         # Machine-readable lines on stderr for log collectors; the human plan
         # and outcomes below stay on stdout (text logs would only repeat them).
-        from reconciler.report import logs
-
         logs.setup("json")
         if result.problems:
             logs.log_problems(result.problems, kept_last_good=False)
@@ -120,7 +120,7 @@ def _pass_and_report(args, store, operator_starts: frozenset[str]) -> int:
     if result.problems:
         return common.report_problems(result.problems)
     common.report_warnings(result.warnings)
-    if args.json:
+    if o.json:
         print(json.dumps({
             "plan": render.as_json(result.plan),
             "outcomes": [_outcome_json(o) for o in result.outcomes],

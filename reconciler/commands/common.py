@@ -1,43 +1,74 @@
-"""What every command shares: the state dir, the store, the lock, problem output (SHELL)."""
+"""What every command shares: the state dir, the store, the lock, problem output (SHELL).
+
+Each takes the command line's ``GlobalOptions``; ``pass_inputs`` is the one
+place a ``loop.PassInputs`` is made from them (the daemon evolves its copy).
+The options of a command that two modules run are here too.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import socket
 import sys
 from typing import Iterator
 
+import attrs
+
+from reconciler.commands.options import GlobalOptions
 from reconciler.core.exitcodes import Exit
+from reconciler.manifests.fleet import NodeChoice
+from reconciler.state.lock import Lock
+from reconciler.state.store import Store, default_state_dir
 
 
-def state_dir(args) -> str:
-    from reconciler.state.store import default_state_dir
+@attrs.frozen(kw_only=True)
+class PlanOptions:
+    """``plan``: run by ``apply.run_plan``, or ``fleet.run_offline_plan`` with ``--offline``."""
 
-    return getattr(args, "state_dir", None) or default_state_dir()
+    json: bool = False
+    detailed_exitcode: bool = False
+    allow_empty: bool = False
+    offline: bool = False
 
 
-def manifest_paths(args) -> list[str]:
-    return [getattr(args, "manifests", None) or "manifests"]
+@attrs.frozen(kw_only=True)
+class StartOptions:
+    """``start``: run by ``apply.run_start``, or ``handoff`` while a daemon holds the lock."""
+
+    name: str
+    json: bool = False
 
 
-def node_choice(args):
+def state_dir(g: GlobalOptions) -> str:
+    return g.state_dir or default_state_dir()
+
+
+def manifest_paths(g: GlobalOptions) -> list[str]:
+    return [g.manifests or "manifests"]
+
+
+def node_choice(g: GlobalOptions) -> NodeChoice:
     """Which node this is (BEHAVIOUR §10): ``--node``, else ``$RECONCILER_NODE``, else the host name."""
-    import os
-    import socket
-
-    from reconciler.manifests.fleet import NodeChoice
-
-    given = getattr(args, "node", None) or os.environ.get("RECONCILER_NODE", "")
+    given = g.node or os.environ.get("RECONCILER_NODE", "")
     if given:
         return NodeChoice(name=given, explicit=True)
     return NodeChoice(name=socket.gethostname(), explicit=False)
 
 
-@contextlib.contextmanager
-def open_store(args) -> Iterator:
-    from reconciler.state.store import Store
+def pass_inputs(g: GlobalOptions, store, **changes):
+    """What a pass of this command starts from (``loop.PassInputs``), built here only."""
+    # The pass itself (the probe stack, psutil): paid only by the commands that run one.
+    from reconciler.engine.loop import PassInputs
 
-    store = Store(state_dir(args))
+    return PassInputs(paths=manifest_paths(g), store=store, state_dir=state_dir(g),
+                      node=node_choice(g), **changes)
+
+
+@contextlib.contextmanager
+def open_store(g: GlobalOptions) -> Iterator:
+    store = Store(state_dir(g))
     try:
         yield store
     finally:
@@ -45,21 +76,19 @@ def open_store(args) -> Iterator:
 
 
 @contextlib.contextmanager
-def locked(args) -> Iterator:
+def locked(g: GlobalOptions) -> Iterator:
     """The lock for a whole pass, then the store (``errors.LockHeld`` when another holds it)."""
-    with holding(args) as (_, store):
+    with holding(g) as (_, store):
         yield store
 
 
 @contextlib.contextmanager
-def holding(args) -> Iterator:
+def holding(g: GlobalOptions) -> Iterator:
     """``(lock, store)``: ``locked``, for a holder that checks its lock each pass (watch)."""
-    from reconciler.state.lock import Lock
-
-    lock = Lock(state_dir(args))
-    lock.acquire(timeout=getattr(args, "lock_timeout", 0.0) or 0.0)
+    lock = Lock(state_dir(g))
+    lock.acquire(timeout=g.lock_timeout or 0.0)
     try:
-        with open_store(args) as store:
+        with open_store(g) as store:
             yield lock, store
     finally:
         lock.release()

@@ -14,73 +14,76 @@ from __future__ import annotations
 import json
 import sys
 
+import attrs
+
 from reconciler.commands import common
+from reconciler.commands.common import PlanOptions
+from reconciler.commands.options import GlobalOptions
+from reconciler.core.errors import sorted_problems
 from reconciler.core.exitcodes import Exit
+from reconciler.fleet import fleetdiff, fleetview, offline
+from reconciler.manifests import loader
+from reconciler.planner import render
+from reconciler.repo import gitrev, sources
+from reconciler.repo.gitcommit import manifests_commit
 
 
-def run(args) -> int:
-    from reconciler.fleet import fleetview
-    from reconciler.repo import sources
+@attrs.frozen(kw_only=True)
+class FleetOptions:
+    json: bool = False
+    diff: str | None = None
 
-    paths = common.manifest_paths(args)
+
+def run(g: GlobalOptions, o: FleetOptions) -> int:
+    paths = common.manifest_paths(g)
     loaded = sources.load_desired(paths)
     if loaded.problems or loaded.fleet is None:
         return common.report_problems(loaded.problems)
     common.report_warnings(loaded.warnings)
-    implicit = common.node_choice(args).name
+    implicit = common.node_choice(g).name
     now = fleetview.view(loaded.fleet, implicit=implicit)
-    if args.diff:
-        return _diff(args, paths, now, implicit)
-    if args.json:
+    if o.diff:
+        return _diff(o, paths, now, implicit)
+    if o.json:
         print(json.dumps(fleetview.as_json(now), indent=2, ensure_ascii=False))
     else:
         print(fleetview.text(now).rstrip("\n"))
     return Exit.OK
 
 
-def _diff(args, paths: list[str], now, implicit: str) -> int:
-    from reconciler.fleet import fleetdiff, fleetview
-    from reconciler.repo import gitrev
-    from reconciler.manifests import loader
-    from reconciler.core.errors import sorted_problems
-
+def _diff(o: FleetOptions, paths: list[str], now, implicit: str) -> int:
     where: dict[str, tuple[str, str]] = {}
-    files, refused = gitrev.manifests_at(args.diff, paths, where)
-    before = loader.load(files, repo_files=gitrev.RepoFilesAt(args.diff, where))
+    files, refused = gitrev.manifests_at(o.diff, paths, where)
+    before = loader.load(files, repo_files=gitrev.RepoFilesAt(o.diff, where))
     problems = sorted_problems([*before.problems, *refused])
     if problems or before.fleet is None:
         for problem in problems:
             print(str(problem), file=sys.stderr)
-        print(f"reconcile: the manifests at {args.diff} have {len(problems)} problem(s); "
+        print(f"reconcile: the manifests at {o.diff} have {len(problems)} problem(s); "
               "no diff", file=sys.stderr)
         return Exit.ERROR
     changes = fleetdiff.diff(fleetview.view(before.fleet, implicit=implicit), now)
-    if args.json:
-        print(json.dumps({**fleetdiff.as_json(changes), "rev": args.diff}, indent=2,
+    if o.json:
+        print(json.dumps({**fleetdiff.as_json(changes), "rev": o.diff}, indent=2,
                          ensure_ascii=False))
     else:
         print(fleetdiff.text(changes).rstrip("\n"))
     return Exit.CHANGES if changes else Exit.OK
 
 
-def run_offline_plan(args) -> int:
+def run_offline_plan(g: GlobalOptions, o: PlanOptions) -> int:
     """``reconcile plan --offline``: this node's plan from the manifests alone."""
-    from reconciler.fleet import offline
-    from reconciler.planner import render
-    from reconciler.repo import sources
-    from reconciler.repo.gitcommit import manifests_commit
-
-    paths = common.manifest_paths(args)
-    loaded = sources.load_desired(paths, node=common.node_choice(args))
+    paths = common.manifest_paths(g)
+    loaded = sources.load_desired(paths, node=common.node_choice(g))
     if loaded.problems or loaded.desired is None:
         return common.report_problems(loaded.problems)
     common.report_warnings(loaded.warnings)
     plan = offline.plan(loaded.desired)
-    if args.json:
+    if o.json:
         print(json.dumps({"plan": render.as_json(plan), "git_commit": manifests_commit(paths),
                           "node": loaded.desired.node.name, "offline": True}, indent=2))
     else:
         print(render.text(plan).rstrip("\n"))
-    if args.detailed_exitcode and plan.changes:
+    if o.detailed_exitcode and plan.changes:
         return Exit.CHANGES
     return Exit.OK

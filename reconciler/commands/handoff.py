@@ -24,9 +24,13 @@ from __future__ import annotations
 import sys
 import time
 
-from reconciler.core.exitcodes import Exit
 from reconciler.commands import common
+from reconciler.commands.common import StartOptions
+from reconciler.commands.options import GlobalOptions
 from reconciler.core.events import NEEDS_OPERATOR, EventKind
+from reconciler.core.exitcodes import Exit
+from reconciler.system import signals
+from reconciler.world import procs
 
 #: The shortest time ``start`` waits for the daemon's answer.
 WAIT = 30.0
@@ -35,11 +39,11 @@ POLL = 0.1
 HOLDER_GRACE = 1.0
 
 
-def hand_over(args, lock) -> int:
-    """Queue ``args.name``'s start for the lock holder, wake it, wait and report."""
-    name = args.name
-    wait = max(WAIT, float(getattr(args, "lock_timeout", 0.0) or 0.0))
-    with common.open_store(args) as store:
+def hand_over(g: GlobalOptions, o: StartOptions, lock) -> int:
+    """Queue ``o.name``'s start for the lock holder, wake it, wait and report."""
+    name = o.name
+    wait = max(WAIT, float(g.lock_timeout or 0.0))
+    with common.open_store(g) as store:
         before = store.last_event_id()
         store.request_start(name)
         holder = _holder(lock)
@@ -50,7 +54,7 @@ def hand_over(args, lock) -> int:
                   f"pass (reconcile --once, start or watch) will take it", file=sys.stderr)
             return Exit.ERROR
         taken, answer = _wait(store, name, before, holder, wait)
-    return _report(args, name, holder, wait, taken, answer)
+    return _report(g, o, holder, wait, taken, answer)
 
 
 def _holder(lock) -> int | None:
@@ -64,9 +68,6 @@ def _holder(lock) -> int | None:
 
 def _wake(pid: int | None) -> bool:
     """SIGHUP to a live ``reconcile watch``; False for anything else."""
-    from reconciler.world import procs
-    from reconciler.system import signals
-
     if pid is None or not procs.looks_like_watch(pid):
         return False
     return signals.hangup(pid)
@@ -74,8 +75,6 @@ def _wake(pid: int | None) -> bool:
 
 def _wait(store, name: str, before: int, holder: int, wait: float):
     """The daemon's ``operator-start`` event after ``before`` and the events after it."""
-    from reconciler.world import procs
-
     deadline = time.monotonic() + wait
     while True:
         seen = store.events(name, after_id=before)
@@ -87,8 +86,9 @@ def _wait(store, name: str, before: int, holder: int, wait: float):
         time.sleep(POLL)
 
 
-def _report(args, name: str, holder: int, wait: float, taken, answer) -> int:
-    if getattr(args, "json", False):
+def _report(g: GlobalOptions, o: StartOptions, holder: int, wait: float, taken, answer) -> int:
+    name = o.name
+    if o.json:
         common.print_json({
             "handed_to": holder, "taken": taken is not None,
             "events": [_event_json(e) for e in ([taken] if taken else []) + answer],
@@ -98,7 +98,7 @@ def _report(args, name: str, holder: int, wait: float, taken, answer) -> int:
               f"the start of {name} within {wait:g}s; the request stays queued for its next "
               f"pass (see `reconcile events {name}`)", file=sys.stderr)
         return Exit.ERROR
-    if not getattr(args, "json", False):
+    if not o.json:
         print(f"handed to `reconcile watch` (pid {holder}), which holds the lock:")
         for event in [taken, *answer]:
             print(_event_line(event))
@@ -106,7 +106,7 @@ def _report(args, name: str, holder: int, wait: float, taken, answer) -> int:
         # Taken but not confirmed: the pass may still be running, or decided
         # nothing worth an event. Only a server of ours running now says the
         # start is moot (0); anything else is "not confirmed" (1).
-        running = _running_pid(args, name)
+        running = _running_pid(g, name)
         if running is not None:
             print(f"reconcile: the daemon took the start of {name}; it is running "
                   f"(pid {running}): nothing to start", file=sys.stderr)
@@ -122,11 +122,9 @@ def _report(args, name: str, holder: int, wait: float, taken, answer) -> int:
     return Exit.OK
 
 
-def _running_pid(args, name: str) -> int | None:
+def _running_pid(g: GlobalOptions, name: str) -> int | None:
     """The pid of the role's recorded server when it is ours and alive now, else None."""
-    from reconciler.world import procs
-
-    with common.open_store(args) as store:
+    with common.open_store(g) as store:
         record = store.role(name)
     if record is None or record.terminal is not None or not record.pid:
         return None

@@ -1,15 +1,10 @@
-"""``reconcile health NAME [--deep]`` and ``reconcile capabilities`` (SHELL).
+"""``reconcile health NAME [--deep]`` (SHELL; ``capabilities`` is ``commands/capabilities.py``).
 
 ``health`` observes one role exactly as a pass would and prints the whole
 probe report; exit 0 when the role is up, 1 otherwise. ``--deep`` then asks
 the server for one token (BEHAVIOUR §2) with ``deep_timeout``: an explicit
 operator request, so it is sent to adopted roles too — but never to a port
 outside ``allowed_ports``. Exit 0 pass, 1 fail with the reason.
-
-``capabilities`` prints what this node can run: each launched runtime's
-serve program and version probe, and whether each endpoint of a runtime it
-never launches (Ollama, OpenAI-compatible servers) that a role names answers
-its probes (GETs only).
 """
 
 from __future__ import annotations
@@ -17,36 +12,46 @@ from __future__ import annotations
 import os
 import sys
 
-from reconciler.core.exitcodes import Exit
+import attrs
+
 from reconciler.commands import common
+from reconciler.commands.options import GlobalOptions
+from reconciler.core.exitcodes import Exit
 from reconciler.core.desired import Desired, RoleSpec
 from reconciler.core.observed import Health, Remembered
-from reconciler.runtimes import SPECS, spec_of
+from reconciler.runtimes import spec_of
 from reconciler.runtimes.common import (
     DeepResult,
-    ProbeContext,
     ProbeRequest,
     deep_verdict,
     probe_status,
 )
+from reconciler.repo.sources import load_desired
+from reconciler.world import probe
+from reconciler.world.observe import observe
 
 
-def _load(args) -> Desired | None:
-    from reconciler.repo.sources import load_desired
+@attrs.frozen(kw_only=True)
+class HealthOptions:
+    name: str
+    deep: bool = False
+    json: bool = False
 
-    result = load_desired(common.manifest_paths(args), node=common.node_choice(args))
+
+def _load(g: GlobalOptions) -> Desired | None:
+    result = load_desired(common.manifest_paths(g), node=common.node_choice(g))
     if result.problems or result.desired is None:
         common.report_problems(result.problems)
         return None
     return result.desired
 
 
-def _remembered(args, name: str) -> Remembered:
+def _remembered(g: GlobalOptions, name: str) -> Remembered:
     """The store's record of the role, when a store exists (never created here)."""
-    state = common.state_dir(args)
+    state = common.state_dir(g)
     if not os.path.exists(os.path.join(state, "state.db")):
         return Remembered()
-    with common.open_store(args) as store:
+    with common.open_store(g) as store:
         record = store.role(name)
     return Remembered(roles=(record,) if record is not None else ())
 
@@ -62,8 +67,6 @@ def deep_request(spec: RoleSpec, desired: Desired, listed: tuple[str, ...] = ())
 
 
 def deep_check(spec: RoleSpec, desired: Desired, listed: tuple[str, ...] = ()) -> DeepResult:
-    from reconciler.world import probe
-
     if not desired.node.port_allowed(spec.serve.port):
         return DeepResult(
             ok=False,
@@ -81,8 +84,6 @@ def deep_check(spec: RoleSpec, desired: Desired, listed: tuple[str, ...] = ()) -
 
 
 def health_report(spec: RoleSpec, desired: Desired, remembered: Remembered, deep: bool) -> dict:
-    from reconciler.world.observe import observe
-
     only = Desired(roles=(spec,), models=desired.models, node=desired.node)
     observed = observe(only, remembered)
     obs = observed.role(spec.name)
@@ -139,101 +140,17 @@ def _print_report(report: dict) -> None:
         print(f"{key.ljust(width)}  {value}")
 
 
-def run_health(args) -> int:
-    desired = _load(args)
+def run_health(g: GlobalOptions, o: HealthOptions) -> int:
+    desired = _load(g)
     if desired is None:
         return Exit.ERROR
-    spec = desired.role(args.name)
+    spec = desired.role(o.name)
     if spec is None:
-        print(f"reconcile: error: no role {args.name!r} in the manifests", file=sys.stderr)
+        print(f"reconcile: error: no role {o.name!r} in the manifests", file=sys.stderr)
         return Exit.ERROR
-    report = health_report(spec, desired, _remembered(args, spec.name), args.deep)
-    if args.json:
+    report = health_report(spec, desired, _remembered(g, spec.name), o.deep)
+    if o.json:
         common.print_json(report)
     else:
         _print_report(report)
     return Exit.OK if report["ok"] else Exit.ERROR
-
-
-# ---------------------------------------------------------------- capabilities
-
-
-def capability_rows(desired: Desired) -> list[dict]:
-    """One row per launched runtime, and per endpoint of a runtime never launched."""
-    from reconciler.world import capabilities
-
-    rows = []
-    used = {r.runtime for r in desired.roles if r.managed}
-    for cap in capabilities.runtime_capabilities(desired.node):
-        version = cap.version_check.version if cap.version_check else None
-        why = cap.why
-        if cap.ok and cap.version_check is None:
-            why = "no version_probe configured"
-        rows.append({
-            "runtime": str(cap.runtime), "program": cap.program, "version": version,
-            "ok": cap.ok, "why": why, "needed": cap.runtime in used,
-        })
-    for rt in SPECS.values():
-        if rt.launched:
-            continue
-        endpoints = sorted({(r.serve.host, r.serve.port) for r in desired.roles
-                            if r.runtime is rt.runtime})
-        rows += [_endpoint_row(rt.runtime, host, port, desired) for host, port in endpoints]
-        if not endpoints:
-            rows.append({"runtime": str(rt.runtime), "program": None, "version": None,
-                         "ok": True, "why": f"no {rt.runtime} role (never launched)",
-                         "needed": False})
-    return rows
-
-
-def _endpoint_row(runtime, host: str, port: int, desired: Desired) -> dict:
-    """Does a server the reconciler never launches answer its runtime's probes (GETs)?"""
-    import asyncio
-
-    from reconciler.world import probe
-
-    row = {"runtime": str(runtime), "program": f"{host}:{port}", "version": None,
-           "ok": False, "why": "", "needed": True}
-    if not desired.node.port_allowed(port):
-        row["why"] = f"port {port} is outside allowed_ports {desired.node.allowed_ports}: not probed"
-        return row
-    rt, ctx = spec_of(runtime), ProbeContext(adopted=True)
-
-    async def sender(request: ProbeRequest):  # type: ignore[no-untyped-def]
-        return await probe.send(host, port, request, timeout=desired.node.probe_timeout)
-
-    facts = rt.read(asyncio.run(probe.run_exchange(rt.exchange(ctx), sender)), ctx)
-    row["ok"] = facts.health in (Health.UP, Health.LOADING)
-    row["version"] = facts.version
-    row["why"] = "" if row["ok"] else facts.detail
-    return row
-
-
-def run_capabilities(args) -> int:
-    desired = _load(args)
-    if desired is None:
-        return Exit.ERROR
-    from reconciler.commands import capdevices
-
-    devices = capdevices.report(desired.node)
-    if getattr(args, "devices_yaml", False):
-        print(devices["yaml"], end="")
-        if not devices["found"]:
-            print("reconcile: no devices found: " + "; ".join(devices["notes"]), file=sys.stderr)
-        return Exit.OK if devices["found"] else Exit.ERROR
-    rows = capability_rows(desired)
-    if args.json:
-        common.print_json({"runtimes": rows, "devices": devices})
-    else:
-        table = [("RUNTIME", "PROGRAM", "VERSION", "OK")] + [
-            (r["runtime"], r["program"] or "-", r["version"] or "-",
-             ("ok" if r["ok"] else "no") + (f": {r['why']}" if r["why"] else ""))
-            for r in rows
-        ]
-        widths = [max(len(row[i]) for row in table) for i in range(3)]
-        for row in table:
-            print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[3])
-    if not args.json:
-        capdevices.print_text(devices)
-    failed = [r for r in rows if r["needed"] and not r["ok"]]
-    return Exit.ERROR if failed or capdevices.failed(devices) else Exit.OK

@@ -19,9 +19,11 @@ import os
 import shutil
 import sys
 
+import attrs
 import yaml
 
 from reconciler.commands import common, models as model_commands
+from reconciler.commands.options import GlobalOptions
 from reconciler.core.desired import ModelFormat, Runtime
 from reconciler.core.exitcodes import Exit
 from reconciler.manifests import importdocs, llamaswap, modeldoc, translate
@@ -32,20 +34,42 @@ from reconciler.runtimes import spec_of
 MAX_COPIED_FILE = 1 << 20  # what a manifest may carry as a server-read file (§1)
 
 
-def run_import(args) -> int:
+@attrs.frozen(kw_only=True)
+class ImportCmdOptions:
+    command: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    name: str | None = None
+    output: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ImportSwapOptions:
+    config: str
+    listen: int = 8080
+    output: str | None = None
+
+
+def run_cmd(g: GlobalOptions, o: ImportCmdOptions) -> int:
+    """``reconcile import cmd -- llama-server …``."""
     try:
-        if args.import_kind == "cmd":
-            argv = [a for a in args.command if a != "--"] if args.command else []
-            tr = translate.translate(argv)
-            name = args.name or translate.role_name(importdocs.model_name(tr.models[0])
-                                                    if tr.models else "role")
-            drafts, router, config_notes = [RoleDraft(name=name, translation=tr)], None, ()
-        else:
-            drafts, router, config_notes = _swap_drafts(args.config, args.listen)
+        argv = [a for a in o.command if a != "--"]
+        tr = translate.translate(argv)
+        name = o.name or translate.role_name(importdocs.model_name(tr.models[0])
+                                             if tr.models else "role")
+        drafts, router, config_notes = [RoleDraft(name=name, translation=tr)], None, ()
     except (OSError, ValueError, yaml.YAMLError) as e:
         print(f"reconcile: error: {e}", file=sys.stderr)
         return Exit.ERROR
-    return _write(drafts, router, config_notes, out=args.output or ".")
+    return _write(drafts, router, config_notes, out=o.output or ".")
+
+
+def run_swap(g: GlobalOptions, o: ImportSwapOptions) -> int:
+    """``reconcile import llama-swap CONFIG.yaml``."""
+    try:
+        drafts, router, config_notes = _swap_drafts(o.config, o.listen)
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        print(f"reconcile: error: {e}", file=sys.stderr)
+        return Exit.ERROR
+    return _write(drafts, router, config_notes, out=o.output or ".")
 
 
 def _swap_drafts(path: str, listen: int) -> tuple[list[RoleDraft], int, tuple[Note, ...]]:

@@ -24,7 +24,10 @@ from __future__ import annotations
 import os
 import sys
 
+import attrs
+
 from reconciler.commands import common
+from reconciler.commands.options import GlobalOptions
 from reconciler.core.exitcodes import Exit
 from reconciler.core.units import format_size
 from reconciler.manifests import modeldoc
@@ -33,8 +36,15 @@ from reconciler.models import hub
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
 
+@attrs.frozen(kw_only=True)
+class ModelsFetchOptions:
+    names: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    retry: bool = False
+
+
 def wants_remote(args) -> bool:
-    return bool(getattr(args, "url", None)) or (args.path or "").startswith("hf://")
+    """``args``: ``models.ModelsAddOptions``."""
+    return bool(args.url) or (args.path or "").startswith("hf://")
 
 
 def remote_document(args) -> dict:
@@ -93,12 +103,12 @@ def _token(path: str | None) -> str | None:
         return f.read().strip()
 
 
-def run_fetch(args) -> int:
+def run_fetch(g: GlobalOptions, args: ModelsFetchOptions) -> int:
     from reconciler.models import fetchmodel
     from reconciler.repo import sources
     from reconciler.world import fetches
 
-    loaded = sources.load_desired(common.manifest_paths(args), node=common.node_choice(args))
+    loaded = sources.load_desired(common.manifest_paths(g), node=common.node_choice(g))
     if loaded.problems or loaded.desired is None:
         return common.report_problems(loaded.problems)
     desired = loaded.desired

@@ -18,6 +18,9 @@ a valid ``kind: Model`` document, or writes it with ``-o FILE``:
 ``verify`` checks every model of the manifests (or the named ones) and
 prints a table; exit 1 if any is not verified. A sticky mismatch is only
 lifted by ``--full``.
+
+Size: two commands that share the model-file rules: ``add`` (files, a
+directory, an Ollama tag) and ``verify``.
 """
 
 from __future__ import annotations
@@ -33,11 +36,36 @@ from typing import Iterator
 from reconciler.manifests import modeldoc, schemata
 from reconciler.models import modelstore
 from reconciler.core.exitcodes import Exit
+import attrs
+
 from reconciler.commands import common, modelfetch
+from reconciler.commands.options import GlobalOptions
 from reconciler.core.desired import ModelFile, ModelFormat, ModelSpec
 from reconciler.core.observed import ModelCheck, ModelState
 from reconciler.manifests.modeldoc import FileFact
 from reconciler.core.units import format_size, is_plain_token
+from reconciler.repo import sources
+
+
+@attrs.frozen(kw_only=True)
+class ModelsAddOptions:
+    path: str | None = None
+    name: str | None = None
+    format: str | None = None
+    ollama: str | None = None
+    output: str | None = None
+    url: str | None = None
+    sha256: str | None = None
+    hf_endpoint: str | None = None
+    hf_token_file: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ModelsVerifyOptions:
+    names: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    full: bool = False
+    json: bool = False
+
 
 _SMALL_FILE = 1 << 20  # config.json, Ollama manifests
 
@@ -45,18 +73,18 @@ _SMALL_FILE = 1 << 20  # config.json, Ollama manifests
 # ---------------------------------------------------------------- add
 
 
-def run_add(args) -> int:
+def run_add(g: GlobalOptions, o: ModelsAddOptions) -> int:
     try:
-        if modelfetch.wants_remote(args):  # hf://… or --url: from metadata (§1.6)
-            doc = modelfetch.remote_document(args)
-        elif args.ollama:
-            doc = _ollama_document(args)
+        if modelfetch.wants_remote(o):  # hf://… or --url: from metadata (§1.6)
+            doc = modelfetch.remote_document(o)
+        elif o.ollama:
+            doc = _ollama_document(o)
         else:
-            doc = _files_document(args)
-        text = modeldoc.render_document(doc, _schema_ref(args.output))
-        if args.output:
-            _write_atomic(args.output, text)
-            print(f"wrote {args.output}", file=sys.stderr)
+            doc = _files_document(o)
+        text = modeldoc.render_document(doc, _schema_ref(o.output))
+        if o.output:
+            _write_atomic(o.output, text)
+            print(f"wrote {o.output}", file=sys.stderr)
         else:
             sys.stdout.write(text)
     except OSError as e:
@@ -69,15 +97,15 @@ def run_add(args) -> int:
     return Exit.OK
 
 
-def _files_document(args) -> dict:
-    if not args.path:
+def _files_document(o: ModelsAddOptions) -> dict:
+    if not o.path:
         raise ValueError("give a PATH (a GGUF file or a model directory) or --ollama NAME:TAG")
-    if args.format == "ollama":
+    if o.format == "ollama":
         raise ValueError("an ollama model is described by its tag: use --ollama NAME:TAG")
-    if args.name is not None and not is_plain_token(args.name):
-        raise ValueError(f"--name {args.name!r} is not a plain token "
+    if o.name is not None and not is_plain_token(o.name):
+        raise ValueError(f"--name {o.name!r} is not a plain token "
                          "(1-64 of A-Z a-z 0-9 . _ + : -, starting with a letter or digit)")
-    return files_document(args.path, name=args.name, fmt=args.format)
+    return files_document(o.path, name=o.name, fmt=o.format)
 
 
 def files_document(path: str, *, name: str | None = None, fmt: str | None = None) -> dict:
@@ -177,14 +205,14 @@ def ollama_models_dir(environ: dict[str, str] | None = None) -> str:
     return env.get("OLLAMA_MODELS") or os.path.join(os.path.expanduser("~"), ".ollama", "models")
 
 
-def _ollama_document(args) -> dict:
-    if args.path:
+def _ollama_document(o: ModelsAddOptions) -> dict:
+    if o.path:
         raise ValueError("give a PATH or --ollama NAME:TAG, not both")
-    if args.format not in (None, "ollama"):
-        raise ValueError(f"--ollama describes an ollama model, not {args.format}")
-    if args.name is not None and not is_plain_token(args.name):
-        raise ValueError(f"--name {args.name!r} is not a plain token")
-    oname = modeldoc.parse_ollama_name(args.ollama)
+    if o.format not in (None, "ollama"):
+        raise ValueError(f"--ollama describes an ollama model, not {o.format}")
+    if o.name is not None and not is_plain_token(o.name):
+        raise ValueError(f"--name {o.name!r} is not a plain token")
+    oname = modeldoc.parse_ollama_name(o.ollama)
     models = ollama_models_dir()
     manifest = os.path.join(models, *oname.manifest_parts)
     try:
@@ -202,7 +230,7 @@ def _ollama_document(args) -> dict:
         raise ValueError(f"{oname.short}: blob size {hashed.stamp.size} != manifest {size}")
     if f"sha256-{hashed.stamp.sha256}" != blob:
         raise ValueError(f"{oname.short}: blob {blob_path} does not hash to its name")
-    name = args.name or modeldoc.plain_name(oname.short.replace("/", "-"))
+    name = o.name or modeldoc.plain_name(oname.short.replace("/", "-"))
     return modeldoc.ollama_document(name=name, tag=oname.short)
 
 
@@ -242,9 +270,9 @@ _COLUMNS = ("MODEL", "FORMAT", "FILES", "SIZE", "STATE", "DETAIL")
 
 
 @contextlib.contextmanager
-def _open_stamps(args) -> Iterator[modelstore.StampStore]:
+def _open_stamps(g: GlobalOptions) -> Iterator[modelstore.StampStore]:
     """Stamps and sticky mismatches live in the state store of ``--state-dir``."""
-    with common.open_store(args) as store:
+    with common.open_store(g) as store:
         yield store
 
 
@@ -264,26 +292,24 @@ def verify_rows(models: list[ModelSpec], verifier: modelstore.Verifier, *, full:
     return rows
 
 
-def run_verify(args) -> int:
-    from reconciler.repo import sources
-
-    loaded = sources.load_desired(common.manifest_paths(args), node=common.node_choice(args))
+def run_verify(g: GlobalOptions, o: ModelsVerifyOptions) -> int:
+    loaded = sources.load_desired(common.manifest_paths(g), node=common.node_choice(g))
     if loaded.problems or loaded.desired is None:
         return common.report_problems(loaded.problems)
     desired = loaded.desired
-    unknown = [n for n in args.names if desired.model(n) is None]
+    unknown = [n for n in o.names if desired.model(n) is None]
     if unknown:
         print(f"reconcile: error: no model {unknown[0]!r} in the manifests", file=sys.stderr)
         return Exit.ERROR
-    models = [desired.model(n) for n in dict.fromkeys(args.names)] if args.names \
+    models = [desired.model(n) for n in dict.fromkeys(o.names)] if o.names \
         else list(desired.models)
-    with _open_stamps(args) as stamps:
-        rows = verify_rows(models, modelstore.Verifier(stamps), full=args.full)
-    if args.json:
+    with _open_stamps(g) as stamps:
+        rows = verify_rows(models, modelstore.Verifier(stamps), full=o.full)
+    if o.json:
         common.print_json({"models": rows})
     else:
         _print_table(rows)
-        if not args.full and any(r["state"] == ModelState.MISMATCH for r in rows):
+        if not o.full and any(r["state"] == ModelState.MISMATCH for r in rows):
             print("a mismatch stays until `reconcile models verify --full NAME` passes",
                   file=sys.stderr)
     return Exit.OK if all(r["state"] == ModelState.VERIFIED for r in rows) else Exit.ERROR

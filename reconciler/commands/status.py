@@ -1,4 +1,4 @@
-"""``reconcile status`` and ``reconcile events`` (SHELL).
+"""``reconcile status`` (SHELL; ``events`` is ``commands/events.py``).
 
 Status is observed, not remembered: it runs the same observe + plan a pass
 would (without acting or taking the lock) and shows what each role *is*;
@@ -7,31 +7,38 @@ would (without acting or taking the lock) and shows what each role *is*;
 
 from __future__ import annotations
 
-import datetime as dt
-import json
+import os
 import sys
-import time
 
 import attrs
 
-from reconciler.core.exitcodes import Exit
 from reconciler.commands import common
-from reconciler.core.units import format_size, parse_duration
+from reconciler.commands.options import GlobalOptions
+from reconciler.core.desired import Desired
+from reconciler.core.exitcodes import Exit
+from reconciler.core.units import format_size
+from reconciler.engine import loop
+from reconciler.planner import placement
+from reconciler.report import snapshot
+
+
+@attrs.frozen(kw_only=True)
+class StatusOptions:
+    name: str | None = None
+    json: bool = False
+    html: str | None = None
+
 
 _COLUMNS = ("ROLE", "RUNTIME", "MODE", "STATUS", "PID", "PORT", "RESTARTS", "MEMORY", "DETAIL")
 
 
 def status_rows(result, store) -> list[dict]:
     """``status --json``'s rows (``report/snapshot.py`` makes them, for the page too)."""
-    from reconciler.report import snapshot
-
     return snapshot.status_rows(result, store)
 
 
 def device_rows(result) -> list[dict]:
     """§7.1 per declared device: memory, reserved in total, and per role reserved/used."""
-    from reconciler.planner import placement
-
     if result.desired is None or not result.desired.node.devices:
         return []
     uses = placement.uses_by_pid(result.observed.device_use)
@@ -49,19 +56,15 @@ def _print_devices(devices: list[dict]) -> None:
               f" reserved: {who}")
 
 
-def run_status(args) -> int:
+def run_status(g: GlobalOptions, o: StatusOptions) -> int:
     """What every role is; on an invalid manifest set, the problems first, then what runs.
 
     With broken manifests (a bad commit reached the node) the roles are those
     the store records and the world shows, observed against no desired
     state (nothing is planned for them), and the exit is 1.
     """
-    from reconciler.engine import loop
-    from reconciler.core.desired import Desired
-
-    with common.open_store(args) as store:
-        inputs = loop.PassInputs(paths=common.manifest_paths(args), store=store,
-                                 state_dir=common.state_dir(args), node=common.node_choice(args))
+    with common.open_store(g) as store:
+        inputs = common.pass_inputs(g, store)
         result = loop.plan_pass(inputs)
         problems = result.problems
         if problems:
@@ -74,25 +77,30 @@ def run_status(args) -> int:
         devices = device_rows(result)
         if problems:
             rows = [_as_recorded(row) for row in rows]
-        if getattr(args, "html", None):
-            from reconciler.report import snapshot
-
+        if o.html:
             taken = snapshot.take(result, store, problems=problems, applied=False)
             if problems:
                 taken = attrs.evolve(taken, rows=tuple(_as_recorded(row) for row in taken.rows))
-            failed = _write_html(args.html, taken)
+            failed = _write_html(o.html, taken)
             if failed:
                 return failed
     code = Exit.ERROR if problems else Exit.OK
-    if args.name:
-        rows = [r for r in rows if r["role"] == args.name]
+    if o.name:
+        rows = [r for r in rows if r["role"] == o.name]
         if not rows:
-            print(f"reconcile: error: no role {args.name!r}", file=sys.stderr)
+            print(f"reconcile: error: no role {o.name!r}", file=sys.stderr)
             return Exit.ERROR
-    if args.json:
+    if o.json:
         common.print_json({"roles": rows, "devices": devices, "git_commit": result.git_commit,
                            **({"problems": [str(p) for p in problems]} if problems else {})})
-        return code
+    else:
+        _print_table(rows)
+        if devices and not o.name:
+            _print_devices(devices)
+    return code
+
+
+def _print_table(rows: list[dict]) -> None:
     table = [_COLUMNS] + [
         (r["role"], r["runtime"], r["mode"], r["status"], str(r["pid"] or "-"),
          str(r["port"] or "-"), str(r["restarts"]),
@@ -102,9 +110,6 @@ def run_status(args) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS) - 1)]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
-    if devices and not args.name:
-        _print_devices(devices)
-    return code
 
 
 def _as_recorded(row: dict) -> dict:
@@ -117,8 +122,7 @@ def _as_recorded(row: dict) -> dict:
 
 def _write_html(path: str, taken) -> int:
     """The page, once, to ``path`` (through a temporary file: a reader never sees half)."""
-    import os
-
+    # jinja2 is loaded only when a page is written.
     from reconciler.report import page
 
     tmp = f"{path}.tmp{os.getpid()}"
@@ -130,28 +134,3 @@ def _write_html(path: str, taken) -> int:
         print(f"reconcile: error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
         return Exit.ERROR
     return 0
-
-
-def run_events(args) -> int:
-    since = None
-    if args.since:
-        try:
-            since = time.time() - parse_duration(args.since)
-        except ValueError as exc:
-            print(f"reconcile: error: --since: {exc}", file=sys.stderr)
-            return Exit.ERROR
-    with common.open_store(args) as store:
-        events = store.events(role=args.name, since=since)
-    for e in events:
-        if args.json:
-            print(json.dumps({
-                "id": e.id, "at": e.at, "role": e.role, "verb": e.kind, "reason": e.reason,
-                "detail": e.detail, "ok": e.ok, "git_commit": e.git_commit,
-            }))
-        else:
-            when = dt.datetime.fromtimestamp(e.at).isoformat(sep=" ", timespec="seconds")
-            ok = "" if e.ok is None else (" ok" if e.ok else " FAILED")
-            commit = f" @{e.git_commit[:10]}" if e.git_commit else ""
-            print(f"{when}  {e.role:<16} {e.kind} ({e.reason}){ok}{commit}"
-                  + (f": {e.detail}" if e.detail else ""))
-    return Exit.OK

@@ -10,26 +10,34 @@ to stderr. ``--json`` prints the problems as a JSON list of
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
+import attrs
+
+from reconciler.commands.options import GlobalOptions
 from reconciler.repo import sources
 
 
-def run(args: argparse.Namespace) -> int:
-    paths = list(getattr(args, "paths", None) or []) or [getattr(args, "manifests", "manifests")]
+@attrs.frozen(kw_only=True)
+class ValidateOptions:
+    paths: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    json: bool = False
+
+
+def run(g: GlobalOptions, o: ValidateOptions) -> int:
+    paths = list(o.paths) or [g.manifests]
     result = sources.load_desired(paths)
     for warning in result.warnings:
         print(f"{warning.file}:{warning.line}: {warning.path}: warning: {warning.message}",
               file=sys.stderr)
-    if getattr(args, "json", False):
+    if o.json:
         print(json.dumps([p.as_dict() for p in result.problems], indent=2, ensure_ascii=False))
     else:
         for problem in result.problems:
             print(problem)
     if result.problems:
-        if not getattr(args, "json", False):
+        if not o.json:
             count = len(result.problems)
             sys.stdout.flush()  # problems first, then the count, also when both go to one terminal
             print(f"{count} problem{'' if count == 1 else 's'}", file=sys.stderr)
@@ -37,6 +45,6 @@ def run(args: argparse.Namespace) -> int:
     if not sum(result.counts.values()):
         print(f"warning: no manifest documents in {', '.join(paths)} "
               "(directories are read for *.yaml and *.yml, not recursively)", file=sys.stderr)
-    if not getattr(args, "json", False):
+    if not o.json:
         print(result.summary)
     return 0

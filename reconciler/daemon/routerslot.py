@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+from reconciler.core.demand import Demand
 from reconciler.report import logs
 
 
@@ -34,8 +35,6 @@ class RouterSlot:
             return self.router.demand()
         if self._factory is None:
             return None, 0
-        from reconciler.core.demand import Demand
-
         return Demand(since=self._began), 0
 
     @property

@@ -15,6 +15,7 @@ import time
 from reconciler.report import logs
 from reconciler.state.store import Store
 from reconciler.daemon.watch import Daemon
+from reconciler.engine.loop import PassInputs
 from tests.watch.fakes import desired, good
 
 
@@ -29,7 +30,8 @@ def main() -> int:
         return good(desired("chat"))
 
     with Store(state_dir) as store:
-        daemon = Daemon(paths=[state_dir + "/no-manifests"], store=store, state_dir=state_dir,
+        daemon = Daemon(PassInputs(paths=[state_dir + "/no-manifests"], store=store,
+                                   state_dir=state_dir),
                         resync=3600, apply_pass=fake_pass, watch_files=False)
         code = daemon.run()
     print(f"exit {code}", flush=True)

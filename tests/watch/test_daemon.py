@@ -16,8 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler.report import logs, metrics
 from reconciler.world import procs
-from reconciler.daemon import watch
+from reconciler.daemon import passes, watch
 from reconciler.daemon.filewatch import FileWatch
+from reconciler.engine.loop import PassInputs
 from reconciler.core.desired import Mode, Runtime, WantedState
 from reconciler.core.observed import RoleRecord
 from reconciler.state.store import Store
@@ -37,8 +38,8 @@ def make(tmp_path, store):
     def daemon(passes: FakePasses, **kw) -> watch.Daemon:
         kw.setdefault("resync", 3600)
         kw.setdefault("watch_files", False)
-        d = watch.Daemon(paths=[str(tmp_path / "manifests")], store=store,
-                         state_dir=str(tmp_path / "state"), apply_pass=passes, **kw)
+        d = watch.Daemon(PassInputs(paths=[str(tmp_path / "manifests")], store=store,
+                                    state_dir=str(tmp_path / "state")), apply_pass=passes, **kw)
         made.append(d)
         return d
 
@@ -63,10 +64,14 @@ def events(store, verb=None):
 
 def test_next_deadline_prefers_the_earlier_of_resync_and_requeue():
     """The timer is the resync interval unless a requeue hint comes sooner (never below the floor)."""
-    assert watch.next_deadline(100.0, 30.0, None) == (130.0, "resync")
-    assert watch.next_deadline(100.0, 30.0, 4.0) == (104.0, "requeue")
-    assert watch.next_deadline(100.0, 30.0, 45.0) == (130.0, "resync")
-    assert watch.next_deadline(100.0, 30.0, 0.0) == (100.0 + watch.MIN_REQUEUE, "requeue")
+    def at(last_end, resync, requeue):
+        deadline = watch.next_deadline(last_end, resync, requeue)
+        return deadline.at, str(deadline.why)
+
+    assert at(100.0, 30.0, None) == (130.0, "resync")
+    assert at(100.0, 30.0, 4.0) == (104.0, "requeue")
+    assert at(100.0, 30.0, 45.0) == (130.0, "resync")
+    assert at(100.0, 30.0, 0.0) == (100.0 + watch.MIN_REQUEUE, "requeue")
 
 
 def test_invalid_edit_keeps_the_last_good_state_and_records_one_event(make, store):
@@ -210,9 +215,9 @@ def test_a_store_failure_still_publishes_the_failed_pass(make, store, tmp_path, 
     breakable = BreakableStore(store)
     target = tmp_path / "m.prom"
     server = metrics.DaemonMetrics(file=str(target))
-    d = watch.Daemon(paths=[str(tmp_path / "manifests")], store=breakable,
-                     state_dir=str(tmp_path / "state"), apply_pass=FakePasses(good(desired("chat"))),
-                     resync=3600, watch_files=False, metrics=server)
+    d = watch.Daemon(PassInputs(paths=[str(tmp_path / "manifests")], store=breakable,
+                                state_dir=str(tmp_path / "state")),
+                     apply_pass=FakePasses(good(desired("chat"))), resync=3600, watch_files=False, metrics=server)
     try:
         d.reconcile("start")
         assert families(target.read_text())["reconciler_last_pass_success"] == {(): 1}
@@ -283,7 +288,7 @@ def test_a_server_gone_before_the_watch_starts_requeues_a_pass(make, store):
 
 def test_a_failing_pass_is_logged_and_retried(make, log, monkeypatch):
     """A pass that raises is logged with its traceback; the next pass runs on the retry timer."""
-    monkeypatch.setattr(watch, "ERROR_RETRY", 0.05)
+    monkeypatch.setattr(passes, "ERROR_RETRY", 0.05)
     calls = []
 
     def broken_once(inputs):
@@ -309,7 +314,7 @@ def test_a_failing_pass_requeues_after_error_retry(make):
 
     d = make(broken)
     d.reconcile("start")
-    assert d._requeue == watch.ERROR_RETRY and d.last_result is None
+    assert d.policy.requeue == passes.ERROR_RETRY and d.last_result is None
 
 
 def test_run_stops_on_request_and_leaves_servers_alone(make):
@@ -469,4 +474,4 @@ def test_a_state_error_in_a_pass_is_one_log_line_and_a_retry(make, caplog):
     (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
     assert record.getMessage() == ("the pass failed: state store /s/state.db: database or disk "
                                    "is full; free space; retrying in 5s")
-    assert not record.exc_info and d._requeue == watch.ERROR_RETRY
+    assert not record.exc_info and d.policy.requeue == passes.ERROR_RETRY

@@ -22,6 +22,7 @@ from reconciler.world import procs
 from reconciler.daemon import watch
 from reconciler.commands import handoff
 from reconciler.core.desired import Mode, Runtime
+from reconciler.engine.loop import PassInputs
 from reconciler.core.observed import RoleRecord, Terminal
 from reconciler.state.store import Store
 from tests.watch.fakes import FakePasses, bad, desired, good
@@ -63,6 +64,7 @@ FAKE_WATCH = textwrap.dedent("""\
     from reconciler.state.lock import Lock
     from reconciler.state.store import Store
     from reconciler.daemon.watch import Daemon
+    from reconciler.engine.loop import PassInputs
     from tests.watch.fakes import desired, good
 
     state = sys.argv[1]
@@ -76,7 +78,7 @@ FAKE_WATCH = textwrap.dedent("""\
             print("pass", sorted(inputs.operator_starts), flush=True)
             return good(desired("chat"))
 
-        Daemon(paths=[state + "/none"], store=store, state_dir=state, resync=3600,
+        Daemon(PassInputs(paths=[state + "/none"], store=store, state_dir=state), resync=3600,
                apply_pass=fake_pass, watch_files=False).run()
     """)
 
@@ -189,8 +191,8 @@ def test_each_daemon_pass_takes_the_queued_starts_first(tmp_path):
     with Store(tmp_path / "state") as store:
         store.put_role(gave_up())
         passes = FakePasses(good(desired("chat")), bad("port out of range"))
-        d = watch.Daemon(paths=[str(tmp_path / "m")], store=store,
-                         state_dir=str(tmp_path / "state"), resync=3600, apply_pass=passes,
+        d = watch.Daemon(PassInputs(paths=[str(tmp_path / "m")], store=store,
+                                    state_dir=str(tmp_path / "state")), resync=3600, apply_pass=passes,
                          watch_files=False)
         try:
             d.reconcile("start")
@@ -217,8 +219,8 @@ def test_a_quiet_pass_writes_nothing_to_the_store(tmp_path):
                 # Changes when another connection commits to the database.
                 return other.execute("PRAGMA data_version").fetchone()[0]
 
-            d = watch.Daemon(paths=[str(tmp_path / "m")], store=store,
-                             state_dir=str(tmp_path / "state"), resync=3600,
+            d = watch.Daemon(PassInputs(paths=[str(tmp_path / "m")], store=store,
+                                        state_dir=str(tmp_path / "state")), resync=3600,
                              apply_pass=FakePasses(good(desired("chat"))), watch_files=False)
             try:
                 before = version()
@@ -256,14 +258,14 @@ def test_looks_like_watch_wants_a_live_reconcile_watch():
 
 def test_a_start_taken_but_not_confirmed_exits_1_unless_ours_runs(tmp_path, capsys):
     """Taken, no decision logged in time: exit 1 'not confirmed'; 0 when our server of it runs."""
-    import argparse
-
+    from reconciler.commands.common import StartOptions
+    from reconciler.commands.options import GlobalOptions
     from reconciler.core.events import Event, EventKind
 
-    args = argparse.Namespace(name="chat", json=False, state_dir=str(tmp_path))
+    g, o = GlobalOptions(state_dir=str(tmp_path)), StartOptions(name="chat")
     taken = Event(id=7, at=1.0, role="chat", kind=EventKind.OPERATOR_START, reason="operator",
                   detail="cleared gave-up")
-    assert handoff._report(args, "chat", 4242, 30.0, taken, []) == 1
+    assert handoff._report(g, o, 4242, 30.0, taken, []) == 1
     assert "not confirmed" in capsys.readouterr().err
     server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                               env={"PATH": "/usr/bin:/bin", "RECONCILER_INSTANCE": "chat-1"})
@@ -273,7 +275,7 @@ def test_a_start_taken_but_not_confirmed_exits_1_unless_ours_runs(tmp_path, caps
             store.put_role(RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
                                       mode=Mode.MANAGED, port=8090, pid=server.pid,
                                       create_time=procs.create_time(server.pid)))
-        assert handoff._report(args, "chat", 4242, 30.0, taken, []) == 0
+        assert handoff._report(g, o, 4242, 30.0, taken, []) == 0
         assert f"it is running (pid {server.pid})" in capsys.readouterr().err
     finally:
         server.kill()
