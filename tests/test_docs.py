@@ -83,3 +83,19 @@ def test_every_cited_behaviour_section_exists():
     unknown = sorted(c for c in cited if c not in headings and c.split(".")[0] not in headings)
     assert cited, "no BEHAVIOUR citation found: the pattern is wrong"
     assert not unknown, f"cited but not in docs/behaviour.md: {unknown}"
+
+
+#: A module longer than this says why in its docstring, in a paragraph opening "Size:".
+LONG_MODULE = 300
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")),
+                         ids=lambda p: p.relative_to(PACKAGE).as_posix())
+def test_a_long_module_says_why_it_is_long(path):
+    """STYLE: modules stay ≲ 300 lines; one that is longer gives its reason ("Size: …")."""
+    text = path.read_text()
+    if len(text.splitlines()) <= LONG_MODULE:
+        return
+    doc = ast.get_docstring(ast.parse(text)) or ""
+    assert any(p.startswith("Size: ") for p in doc.split("\n\n")), (
+        f"{path.relative_to(ROOT)} has {len(text.splitlines())} lines and no 'Size:' reason")

@@ -22,6 +22,10 @@ names the candidates so the user can pass the file they mean.
 
 Ollama's manifests (JSON in Ollama's own store) are read here too: the tag
 grammar and the model layer's digest.
+
+Size: the file-name rules of four model formats (GGUF split sets, projectors,
+tokenizers, the Hugging Face cache) and the two document writers: the pure half
+of ``models add``.
 """
 
 from __future__ import annotations

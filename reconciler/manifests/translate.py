@@ -19,6 +19,10 @@ What cannot be carried (a flag that reaches the network, an unknown flag, a posi
 argument) is a ``Note`` with ``kept=False`` and the reason; a line whose notes are all kept
 is *expressed*. Nothing here reads a file or runs a shell: the argv is already split, as the
 server would receive it.
+
+Size: one translation per kind of flag (weight files, owned fields, server-read
+files, extra_args), each with the reason a flag is carried, rewritten or
+dropped.
 """
 
 from __future__ import annotations

@@ -32,6 +32,9 @@ Why ``http.client`` and not httpx or ``huggingface_hub``: measured on loopback,
 httpx reads a body 4× slower than ``readinto`` (and ``huggingface_hub`` reads
 through httpx), which cannot keep up with ``curl``; docs/behaviour.md §1.6 has
 the figures.
+
+Size: one download's whole protocol (resume, hashing beside the reader, bounds,
+redirects, retries, the lock): each step guards the cache, so they stay together.
 """
 
 from __future__ import annotations

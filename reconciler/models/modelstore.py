@@ -27,6 +27,9 @@ BEHAVIOUR §1.1: a model is usable only when every file exists inside its
   that exists but is not a directory is a mismatch.
 * **Ollama** models have no files here: Ollama keeps and checks its own
   blobs, and the runtime checks the tag is pulled. They verify trivially.
+
+Size: one safety rule (a model file is what its manifest says): hashing,
+stamps, containment and the Verifier share the same careful opening of files.
 """
 
 from __future__ import annotations

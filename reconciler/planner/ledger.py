@@ -17,6 +17,10 @@ decisions are exactly those of the quadratic ledger it replaced, which
 
 A ``Ledger`` lives only inside one ``place()`` call (built from values and
 thrown away), so it is mutable without being shared state.
+
+Size: the linear-time ledger (its running totals and two-way exclusion index)
+and the fixpoint that drives it, with device claims beside the host's: one
+accounting, kept whole so it stays differential-tested against its oracle.
 """
 
 from __future__ import annotations

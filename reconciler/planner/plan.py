@@ -58,6 +58,9 @@ Choices where the contract is silent:
   to fail is refused now, not told to wait.
 * An orphan (a server of ours by proof that no record holds, §4) is
   stopped; under the empty-manifest guard it is kept, unless exposed.
+
+Size: the ladder is read top to bottom in one place on purpose; the Ollama, on-
+demand and liveness rungs are already modules of their own.
 """
 
 from __future__ import annotations

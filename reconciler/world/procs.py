@@ -7,6 +7,10 @@ time matches the recorded one, and its environment carries our
 foreign server on our port fails all three. This module reads the facts
 (``ownership.Seen``); the rules themselves are ``core/ownership.py``'s
 (``owned``, and ``proven`` for a process no record names).
+
+Size: the only owner of psutil, with the /proc parsing of listeners: every
+process-table fact (listeners, markers, the facts the ownership proof reads)
+comes through here.
 """
 
 from __future__ import annotations
