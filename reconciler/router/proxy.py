@@ -39,6 +39,12 @@ llama-server, 1,000 sequential requests): a proxy on aiohttp's server and
 client added 0.5 ms at p50; uvicorn (httptools) with an httpx client added
 2.8 ms at p50 and 223 ms at p99. aiohttp is also both sides in one library,
 with a C HTTP parser and streaming in both directions.
+
+Size: aiohttp may be imported by this one module (the import test's owner rule), so both
+HTTP sides live here: the server's handlers with every check above in request order, and
+the upstream client with its streaming, retry-once and usage reading. The pure decisions are
+in ``rules.py``, the connection limits and quiet logging in ``guard.py``, keys and CORS in
+``clients.py``.
 """
 
 from __future__ import annotations
