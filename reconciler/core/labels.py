@@ -11,7 +11,9 @@ by them. The semantics are Kubernetes' label selectors (``match_labels`` and
 ``Exists``     the label is present (``values`` must be empty)
 ``DoesNotExist``  the label is absent (``values`` must be empty)
 ``Gt`` / ``Lt``   the label is present, its value reads as an integer, and it
-               is greater / less than the one integer in ``values``
+               is greater / less than the one integer in ``values`` (which
+               must be a label value too: ``-1`` is not one, as in
+               Kubernetes' ``labels.NewRequirement``)
 =============  ===========================================================
 
 ``match_labels {k: v}`` is ``k In [v]``. Every requirement must hold (AND);
@@ -36,7 +38,7 @@ import attrs
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_INTEGER = re.compile(r"^[+-]?[0-9]{1,19}$")
+_INTEGER = re.compile(r"^[+-]?[0-9]+$")  # strconv.ParseInt's decimal form (range checked apart)
 
 
 class Operator(enum.StrEnum):
@@ -150,6 +152,9 @@ def requirement_problem(operator: Operator, values: tuple[str, ...]) -> tuple[in
         return (None, f"{operator} takes no values") if values else None
     if len(values) != 1:
         return None, f"{operator} takes exactly one value, an integer"
+    problem = value_problem(values[0])
+    if problem is not None:  # as Kubernetes: the bound is a label value too (so never negative)
+        return 0, f"{operator} compares integers written as label values: {problem}"
     if int64(values[0]) is None:
         return 0, f"{operator} compares integers: {values[0]!r} is not a 64-bit integer"
     return None

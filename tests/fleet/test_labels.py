@@ -102,6 +102,10 @@ def test_a_selector_is_the_and_of_its_requirements_in_any_order(labels, terms, r
     ("Gt", (), "Gt takes exactly one value, an integer"),
     ("Lt", ("1", "2"), "Lt takes exactly one value, an integer"),
     ("Gt", ("4.5",), "Gt compares integers: '4.5' is not a 64-bit integer"),
+    ("Gt", ("9223372036854775808",), "Gt compares integers: '9223372036854775808' is not a 64-bit integer"),
+    ("Lt", ("-9223372036854775809",), "Lt compares integers written as label values: label value "
+     "'-9223372036854775809' must be at most 63 characters, letters, digits, '-', '_' or '.', "
+     "beginning and ending with a letter or digit"),
 ])
 def test_operator_values_are_checked(op, values, problem) -> None:
     """Operators get the values Kubernetes requires of them, or a message saying why not."""
@@ -111,7 +115,8 @@ def test_operator_values_are_checked(op, values, problem) -> None:
 
 @pytest.mark.parametrize("op, values", [
     ("In", ("a", "")), ("NotIn", ("b",)), ("Exists", ()), ("DoesNotExist", ()),
-    ("Gt", ("-1",)), ("Lt", ("48",)),
+    ("Gt", ("0",)), ("Lt", ("48",)), ("Gt", ("9223372036854775807",)), ("Lt", ("007",)),
+    ("Gt", ("0000000000000000000001",)),  # strconv.ParseInt reads leading zeros
 ])
 def test_operator_values_that_are_fine(op, values) -> None:
     """Well-formed operator values raise no problem."""
@@ -135,3 +140,24 @@ def test_label_keys(key, ok) -> None:
 def test_label_values(value, ok) -> None:
     """Label values are empty or 1-63 characters, alphanumeric at both ends."""
     assert (value_problem(value) is None) is ok
+
+
+@pytest.mark.parametrize("bound", ["-1", "+1", "-0", "1 ", "1-"])
+def test_a_gt_lt_bound_must_be_a_label_value(bound) -> None:
+    """Rule (Kubernetes' labels.NewRequirement): a Gt/Lt bound is an integer that is also a
+    valid label value; ``-1`` parses as an integer but is no label value, so it is refused."""
+    found = requirement_problem(Operator.GT, (bound,))
+    assert found is not None and found[0] == 0
+    assert "label value" in found[1]
+
+
+@pytest.mark.parametrize("bound, ok", [
+    ("9223372036854775807", True), ("9223372036854775808", False),  # 2^63 - 1, 2^63
+    ("99999999999999999999", False),
+])
+def test_a_gt_lt_bound_is_a_64_bit_signed_integer(bound, ok) -> None:
+    """Rule: Gt/Lt compare 64-bit signed integers: 2^63 - 1 is one, 2^63 is not (refused as a
+    bound, and a node label of 2^63 never matches)."""
+    assert (requirement_problem(Operator.LT, (bound,)) is None) is ok
+    assert req("pool", "Gt", "0").matches({"pool": bound}) is ok
+    assert req("pool", "Lt", bound).matches({"pool": "1"}) is ok

@@ -115,3 +115,18 @@ def test_model_roots_name_models_with_roots() -> None:
         "$.spec.model_roots.nope: no Model named 'nope'",
         "$.spec.model_roots.ol: Model 'ol' is an Ollama model: Ollama keeps its files, "
         "there is no root to move"]
+
+
+def test_a_negative_gt_bound_is_refused_at_its_file_and_line() -> None:
+    """Rule (labels.NewRequirement): ``values: ["-1"]`` under Gt is no label value; the set is
+    refused with FILE:LINE: $.path, and nothing is placed on a node labelled "0"."""
+    expressions = [{"key": "vram", "operator": "Gt", "values": ["-1"]}]
+    docs = (node("gpu-1", labels={"vram": "0"}), model(),
+            role("x", 8001, placement={"node_selector": {"match_expressions": expressions}}))
+    result = loader.load(files(*docs))
+    assert result.desired is None
+    [problem] = result.problems
+    assert problem.file and problem.line > 0
+    assert f"{problem.path}: {problem.message}".startswith(
+        "$.spec.placement.node_selector.match_expressions[0].values[0]: Gt compares integers "
+        "written as label values: label value '-1' must be")

@@ -66,6 +66,7 @@ _TESTS = {
     "fetch": ("tests/models",),  # the downloader's bounds (shell, but safety rules)
     "loopback": ("tests/safety", "tests/observe", "tests/manifests", "tests/execute"),
     "ownership": ("tests/safety", "tests/plan", "tests/loop", "tests/execute"),
+    "labels": ("tests/fleet", "tests/manifests"),
 }
 
 
@@ -734,4 +735,11 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("fetch", "token-to-any-host",
        "if job.token and fetchpolicy.same_origin(url, job.token_origin):",
        "if job.token:", "§1.6: the Hub token is sent to the CDN (another host)"),
+    # ------------------------------------------------------------ §10 labels (issue 17)
+    _m("labels", "gt-bound-any-text", "    problem = value_problem(values[0])\n    if problem is not None:  # as",
+       "    problem = None\n    if problem is not None:  # as",
+       "§10: a Gt/Lt bound that is no label value (-1) is accepted"),
+    _m("labels", "int64-two-to-the-63", "return number if -(1 << 63) <= number < (1 << 63) else None",
+       "return number if -(1 << 63) <= number <= (1 << 63) else None",
+       "§10: 2^63 reads as a 64-bit integer"),
 )
