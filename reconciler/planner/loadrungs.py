@@ -108,11 +108,14 @@ def ollama(r: Role, models, now: float) -> Draft:
                      holds=r.reserved or None)
     ours = ownership.loaded_by_us(rec)
     # A changed tag: unload the old tag we loaded first; the new one loads next pass.
+    # If the new tag is resident already (whoever loaded it), it serves this role
+    # now: the role still holds, and what it excludes stays out (§7).
     if (ownership.our_load(rec) and not spec_of(spec.runtime).same(rec.model_tag, tag)
             and not r.sharing and spec_of(spec.runtime).lists(probe.resident_models, rec.model_tag)):
+        resident = spec_of(spec.runtime).lists(probe.resident_models, tag)
         return draft(r, Verb.UNLOAD, Reason.SPEC_CHANGED, Status.RUNNING, f"tag changed to {tag}",
                      why=f"tag {rec.model_tag} → {tag}", model_tag=rec.model_tag,
-                     release=rec.reserved)
+                     release=rec.reserved, holds=spec.memory.footprint if resident else None)
     # §2 never pull: a tag that is not pulled is refused.
     if not spec_of(spec.runtime).lists(probe.listed_models, tag):
         msg = f"{tag} is not pulled; the reconciler never pulls"

@@ -742,4 +742,17 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("labels", "int64-two-to-the-63", "return number if -(1 << 63) <= number < (1 << 63) else None",
        "return number if -(1 << 63) <= number <= (1 << 63) else None",
        "§10: 2^63 reads as a 64-bit integer"),
+    # ------------------------------------------------------------ Ollama ownership (issue 17)
+    _m(LR, "tag-change-to-resident-holds-nothing",
+       "release=rec.reserved, holds=spec.memory.footprint if resident else None)",
+       "release=rec.reserved, holds=None)",
+       "§7: a role whose new tag is resident already is counted as holding nothing (what excludes it starts)"),
+    _m(LR, "tag-change-unloads-shared",
+       "            and not r.sharing and spec_of(spec.runtime).lists(probe.resident_models, rec.model_tag)):",
+       "            and spec_of(spec.runtime).lists(probe.resident_models, rec.model_tag)):",
+       "§2: a changed tag unloads a model another wanted role still serves"),
+    _m(LR, "keep-alive-reloads-client-copy",
+       "if r.fresh and _our_load_live(rec) and spec_of(spec.runtime).same(rec.model_tag, tag):",
+       "if r.fresh and spec_of(spec.runtime).same(rec.model_tag, tag):",
+       "§2: a keep_alive edit re-loads a client's resident copy as ours"),
 )

@@ -40,6 +40,7 @@ except ``expect`` or ``steps``)::
               liveness: {failures: 2, since: 990, checked_at: 995, detail: "…"},
               restarted_at: "a", started_at: 990,  # the generation's restarted_at
               devices: {"cuda:1": 12GB},             # §7.1 the last launch's devices
+              loaded: {tag: "llama3:8b", keep_alive: 300},  # an Ollama record's generation
               intent: {verb: restart, reason: spec_changed, instance_id: …, stops: 100}}
     now: 1000
     expect:
@@ -310,11 +311,20 @@ def record(name: str, data: dict[str, Any], want: Desired) -> RoleRecord:
         liveness=Liveness(**data.get("liveness", {})),
         # generation: the launch's own unless the record names restarted_at (§4).
         generation=(identity.generation(digest, data["restarted_at"])
-                    if digest is not None and data.get("restarted_at") else None),
+                    if digest is not None and data.get("restarted_at")
+                    else _load_generation(data["loaded"], data.get("restarted_at"))
+                    if "loaded" in data else None),
         restarted_at=data.get("restarted_at"),
         intent=Intent(**data["intent"]) if data.get("intent") else None,
         devices=held_devices(data.get("devices")),
     )
+
+
+def _load_generation(loaded: dict[str, Any], restarted_at: str | None) -> str:
+    """An Ollama record's generation: the tag and keep_alive it loaded (``loaded: {tag, keep_alive}``)."""
+    keep = loaded.get("keep_alive")
+    return identity.generation(identity.load_runs(loaded["tag"], float(keep) if keep is not None else None),
+                               restarted_at)
 
 
 def remembered(case: dict[str, Any], want: Desired) -> Remembered:
