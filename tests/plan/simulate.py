@@ -9,7 +9,11 @@ given the facts the executor would report, exactly as the shell's pass does.
 
 ``failing`` names roles whose action fails this pass (a spawn that dies, a
 stop that does not take, a load or unload Ollama refuses): the world stays as
-it was for them, and the executor reports the failure.
+it was for them, and the executor reports the failure. As the executor does
+(``world/execute.apply``, BEHAVIOUR §7), once a stop, restart or unload has not
+freed its memory, every later start or load that reserves memory, and every
+later restart that grows its footprint, is skipped: nothing happens, and the
+store is told so.
 """
 
 from __future__ import annotations
@@ -74,6 +78,40 @@ def _act(d: Decision, obs: dict[str, RoleObservation], pid: int, now: float,
     return None
 
 
+_FREES_MEMORY = frozenset({Verb.STOP, Verb.RESTART, Verb.UNLOAD})
+
+
+def _claims(d: Decision) -> bool:
+    """The executor's rule: a start or load that reserves memory, or a restart that grows."""
+    if d.verb in (Verb.START, Verb.LOAD):
+        return d.reserve > 0
+    return d.verb is Verb.RESTART and d.reserve > d.release
+
+
+def _freed(d: Decision, fails: bool) -> bool:
+    """Did this stop, restart or unload really free its memory (as the executor judges)?
+
+    Here a failing unload is refused and a failing stop lingers; a failing
+    restart stopped the old server (its successor died), so it freed.
+    """
+    if d.verb is Verb.RESTART:
+        return True
+    return not fails
+
+
+def skipped(plan: Plan, failing: frozenset[str] = frozenset()) -> frozenset[str]:
+    """The roles whose action the executor skips: claims after a stop that did not free."""
+    out, memory_held = set(), False
+    for d in plan.decisions:
+        if not d.acts:
+            continue
+        if memory_held and _claims(d):
+            out.add(d.role)
+        elif d.verb in _FREES_MEMORY and not _freed(d, d.role in failing):
+            memory_held = True
+    return frozenset(out)
+
+
 def simulate(
     plan: Plan, desired: Desired, observed: Observed, remembered: Remembered, now: float,
     failing: frozenset[str] = frozenset(),
@@ -84,8 +122,12 @@ def simulate(
     recs = {r.name: r for r in remembered.roles}
     specs = {r.name: r for r in desired.roles}
     pid = _next_pid(observed, remembered)
+    skip = skipped(plan, failing)
     for d in plan.decisions:
-        facts = _act(d, obs, pid, now, d.role in failing)
+        if d.role in skip:
+            facts: ActionFacts | None = ActionFacts(ok=False, skipped=True)
+        else:
+            facts = _act(d, obs, pid, now, d.role in failing)
         if facts is not None and facts.pid is not None:
             pid += 1
         after = after_decision(recs.get(d.role), specs.get(d.role), d,

@@ -43,7 +43,7 @@ from reconciler.core.observed import (
 )
 from reconciler.planner.plan import plan
 from reconciler.runtimes import spec_of
-from tests.plan.simulate import simulate
+from tests.plan.simulate import simulate, skipped
 from tests.plan.test_properties import check_safety
 from tests.plan.worlds import CTX, GB, MODELS, OLLAMA_PORT, SERVE_PROGRAMS, World
 
@@ -274,8 +274,12 @@ class Reconciling(RuleBasedStateMachine):
         observed, self.remembered = simulate(p, w.desired, w.observed, w.remembered, w.now,
                                              failing)
         self.observed = {o.name: o for o in observed.roles if o.process is not None or o.exposed}
+        skip = skipped(p, failing)
         for d in p.decisions:
-            event(f"{d.verb} ({d.reason})" + (" failed" if d.role in failing else ""))
+            event(f"{d.verb} ({d.reason})" + (" failed" if d.role in failing else "")
+                  + (" skipped" if d.role in skip else ""))
+            if d.role in skip:
+                continue  # the executor never tried it: an earlier stop did not free memory
             if d.role in failing:
                 if d.verb is Verb.RESTART:
                     self.listening.pop(d.role, None)  # the old one stopped, the new one died
@@ -289,7 +293,7 @@ class Reconciling(RuleBasedStateMachine):
                 self.listening[d.role] = d.port
             elif d.verb is Verb.STOP:
                 self.listening.pop(d.role, None)
-        self.failing -= failing
+        self.failing -= failing - skip  # a skipped action was not tried: its fault waits
         self.operator.clear()
         self.last = p
         return p
