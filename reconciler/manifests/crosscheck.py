@@ -160,6 +160,10 @@ def _role_warnings(draft: RoleDraft, declared: Declared) -> list[Problem]:
         # is never launched, so nothing of a role's own could be restarted.
         out.append(doc.problem(("spec", "liveness"), f"ignored: {rt.title} serves many roles "
                                "from one server the reconciler never launches or restarts"))
+    if (doc.value.get("spec") or {}).get("idle_after") is not None and not spec.on_demand:  # type: ignore[union-attr]
+        # §1.5 a field a role ignores is a warning: only on-demand roles idle out (§9).
+        out.append(doc.problem(("spec", "idle_after"), f"ignored: only a role with state: "
+                               f"on-demand is stopped when idle (this one is {spec.state})"))
     return out
 
 

@@ -116,3 +116,22 @@ def test_on_demand_example_is_valid_and_cannot_hold_both_roles() -> None:
     assert all(r.on_demand for r in roles)
     sizes = [r.memory.weights + r.memory.kv for r in roles]
     assert max(sizes) <= desired.node.memory_budget < sum(sizes)
+
+
+def test_idle_after_on_a_role_that_is_not_on_demand_is_a_warning() -> None:
+    """Rule (§1.5: an ignored field is a warning): idle_after on a running role is ignored,
+    so it is warned at its line; on an on-demand role it is taken, without a warning."""
+    head = (NODE + "spec: {allowed_ports: {from: 1, to: 65535}, router: {listen: '127.0.0.1:9000'}}\n"
+            "---\napiVersion: reconciler/v1\nkind: Model\nmetadata: {name: m}\n"
+            "spec: {format: gguf, root: /m, shards: [{path: w, size: 1, sha256: " + "a" * 64 + "}]}\n"
+            "---\napiVersion: reconciler/v1\nkind: InferenceSpec\nmetadata: {name: v}\n"
+            "spec: {runtime: llamacpp, mode: managed, model: m, serve: {port: 9}, idle_after: 5m")
+    result = _load_text(head + "}\n")
+    assert result.problems == ()
+    assert [(w.path, w.message) for w in result.warnings if "idle" in w.path] == [
+        ("$.spec.idle_after", "ignored: only a role with state: on-demand is stopped when idle "
+                              "(this one is running)")]
+    result = _load_text(head + ", state: on-demand}\n")
+    assert result.problems == ()
+    assert [w for w in result.warnings if "idle" in w.path] == []
+    assert result.desired.role("v").idle_after == 300.0

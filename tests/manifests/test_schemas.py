@@ -97,3 +97,30 @@ def test_serve_programs_only_for_launched_runtimes(rt) -> None:  # type: ignore[
     node = {"apiVersion": "reconciler/v1", "kind": "NodeConfig", "metadata": {"name": "n"},
             "spec": {"serve_programs": {str(rt.runtime): "/opt/server"}}}
     assert _valid("NodeConfig", node) == rt.launched
+
+
+_CONTROL = [chr(c) for c in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0))]
+
+
+@pytest.mark.parametrize("char", _CONTROL, ids=[f"U+{ord(c):04X}" for c in _CONTROL])
+def test_free_text_refuses_c0_and_c1_control_characters(char: str) -> None:
+    """Rule: text the reconciler prints refuses C1 control characters (U+0080-U+009F) as it
+    does C0 and DEL: a CSI (U+009B) in restarted_at would reach an operator's terminal in a
+    plan's details. restarted_at and every absolute path are checked alike."""
+    role = _role("llamacpp", model="m", serve={"port": 8090}, restarted_at="2026-12-01T07:00Z")
+    assert _valid("InferenceSpec", role)
+    role["spec"]["restarted_at"] = f"2026{char}2J"
+    assert not _valid("InferenceSpec", role)
+    model = {"apiVersion": "reconciler/v1", "kind": "Model", "metadata": {"name": "m"},
+             "spec": {"format": "gguf", "root": f"/srv/{char}m",
+                      "shards": [{"path": "m.gguf", "size": 1, "sha256": "a" * 64}]}}
+    assert not _valid("Model", model)
+    model["spec"]["root"] = "/srv/m"
+    assert _valid("Model", model)  # the same document without the character is fine
+
+
+@pytest.mark.parametrize("text", ["2026-12-01T07:00Z", "a\u00a0b", "réglé", "a b"])
+def test_free_text_keeps_printable_characters(text: str) -> None:
+    """Printable text, non-ASCII included (U+00A0 is the first character after C1), is fine."""
+    assert _valid("InferenceSpec", _role("llamacpp", model="m", serve={"port": 8090},
+                                         restarted_at=text))

@@ -755,4 +755,9 @@ MUTANTS: tuple[Mutant, ...] = (
        "if r.fresh and _our_load_live(rec) and spec_of(spec.runtime).same(rec.model_tag, tag):",
        "if r.fresh and spec_of(spec.runtime).same(rec.model_tag, tag):",
        "§2: a keep_alive edit re-loads a client's resident copy as ours"),
+    # ------------------------------------------------------------ validation (issue 17)
+    _m(C, "idle-after-silent",
+       'if (doc.value.get("spec") or {}).get("idle_after") is not None and not spec.on_demand:',
+       'if (doc.value.get("spec") or {}).get("idle_after") is not None and spec.on_demand:',
+       "§1.5: idle_after on a role that is not on-demand is ignored without a warning"),
 )
