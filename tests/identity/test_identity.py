@@ -192,3 +192,16 @@ def test_llamacpp_draft_flag_names_the_draft_model():
     argv = identity.launch_argv(role, MODEL, draft)
     assert argv[argv.index("--model-draft") + 1] == "/d/s.gguf"
     assert argv[argv.index("--model") + 1] == "/m/a.gguf"
+
+
+def test_an_explicit_nodeconfig_path_wins_over_the_default():
+    """Rule (§6): a PATH set in NodeConfig env replaces the default PATH in the child; a
+    passed-through PATH that is set wins over both; the default is only the fallback."""
+    import attrs
+
+    node = attrs.evolve(NODE, env=(("PATH", "/opt/cuda/bin:/usr/bin"),), env_passthrough=())
+    assert dict(launch(node=node, environ={"PATH": "/home/op/bin"}).env)["PATH"] == \
+        "/opt/cuda/bin:/usr/bin"
+    node = attrs.evolve(node, env_passthrough=("PATH",))
+    assert dict(launch(node=node, environ={"PATH": "/home/op/bin"}).env)["PATH"] == "/home/op/bin"
+    assert dict(launch(node=node, environ={}).env)["PATH"] == "/opt/cuda/bin:/usr/bin"

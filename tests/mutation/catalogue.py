@@ -760,4 +760,13 @@ MUTANTS: tuple[Mutant, ...] = (
        'if (doc.value.get("spec") or {}).get("idle_after") is not None and not spec.on_demand:',
        'if (doc.value.get("spec") or {}).get("idle_after") is not None and spec.on_demand:',
        "§1.5: idle_after on a role that is not on-demand is ignored without a warning"),
+    # ------------------------------------------------------------ render (issue 17)
+    _m(RE, "json-release-is-reserve", '"release": d.release,', '"release": d.reserve,',
+       "plan --json `release` shows the reservation, not the bytes released"),
+    _m(RE, "give-up-symbol", '    Verb.GIVE_UP: "!",', '    Verb.GIVE_UP: "=",',
+       "a give-up is drawn like a keep (`=`), not `!`"),
+    # ------------------------------------------------------------ launch environment (issue 17)
+    _m(I, "default-path-wins", "    env.update(dict(node.env))\n",
+       "    env.update(dict(node.env))\n    env[\"PATH\"] = DEFAULT_PATH\n",
+       "§6: an explicit NodeConfig PATH is replaced by the default"),
 )

@@ -116,3 +116,19 @@ def test_a_decision_is_found_by_its_exact_role() -> None:
     found = plan.decision("coder")
     assert found is not None and found.verb is Verb.STOP
     assert plan.decision("code") is None
+
+
+def test_json_release_is_the_bytes_released_not_the_reservation() -> None:
+    """Rule: plan --json `release` is what the decision frees and `reserve` what it claims,
+    each its own figure (a restart that releases 4 GB and reserves 6 GB says both)."""
+    d = Decision(role="a", verb=Verb.RESTART, reason=Reason.SPEC_CHANGED, port=8090,
+                 reserve=6_000_000_000, release=4_000_000_000)
+    [out] = render.as_json(Plan(decisions=(d,)))["decisions"]
+    assert (out["release"], out["reserve"]) == (4_000_000_000, 6_000_000_000)
+
+
+def test_give_up_is_drawn_with_a_bang() -> None:
+    """Rule: a give-up line is drawn `!` like a refusal: it needs an operator."""
+    d = Decision(role="coder", verb=Verb.GIVE_UP, reason=Reason.MAX_RESTARTS,
+                 status=Status.GAVE_UP, port=8090)
+    assert render.line(d).startswith("! give-up coder :8090")
