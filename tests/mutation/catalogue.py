@@ -769,4 +769,15 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(I, "default-path-wins", "    env.update(dict(node.env))\n",
        "    env.update(dict(node.env))\n    env[\"PATH\"] = DEFAULT_PATH\n",
        "§6: an explicit NodeConfig PATH is replaced by the default"),
+    # ------------------------------------------------------------ restart counting (issue 17)
+    _m(R, "exit-margin-shrunk", "EXIT_MARGIN = 10.0", "EXIT_MARGIN = 1.0",
+       "§4: a server a killed pass signalled has only stop_grace + 1 s to exit before its exit is a crash"),
+    _m(R, "exit-margin-no-grace", "until=now + stop_grace + EXIT_MARGIN if decision.pid is not None else now)",
+       "until=now + EXIT_MARGIN if decision.pid is not None else now)",
+       "§4: the killed-pass stop window ignores stop_grace"),
+    _m(PO, "answering-unhealthy", "return health is Health.UP", "return health in (Health.UP, Health.UNHEALTHY)",
+       "§4: an unhealthy server counts as answering and wins its restart count back"),
+    _m(R, "hang-keeps-healthy", "if decision.reason in (Reason.UNKNOWN, Reason.UNHEALTHY, Reason.LOADING,\n                           Reason.UNRESPONSIVE):",
+       "if decision.reason in (Reason.UNKNOWN, Reason.UNHEALTHY, Reason.LOADING):",
+       "§4.1: a hang does not restart the stable_after clock"),
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 
 import attrs
+import pytest
 from hypothesis import event, example, given
 from hypothesis import strategies as st
 
@@ -296,3 +297,19 @@ def test_a_crash_restart_counts_exactly_one(
         assert d.retry_in == exited + wait - NOW
     else:
         assert (d.verb, d.reason, d.restarts) == (Verb.RESTART, Reason.CRASHED, restarts + 1)
+
+
+@pytest.mark.parametrize("health", list(Health))
+def test_only_a_server_that_answers_up_counts_as_answering(health) -> None:
+    """Rule (§4 restart counting): only `up` is answering for stable_after; an unhealthy,
+    loading or unreachable server never wins its restart count back."""
+    from reconciler.core.desired import RestartPolicy
+    from reconciler.core.observed import RoleRecord
+    from reconciler.planner import policy
+
+    assert policy.answering(health) is (health is Health.UP)
+    record = RoleRecord(name="a", instance_id="a-1", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED,
+                        port=8090, restarts=2, healthy_since=0.0)
+    count = policy.restart_count(record, RestartPolicy(stable_after=60), 1000.0,
+                                 answering=policy.answering(health), operator_start=False)
+    assert count == (0 if health is Health.UP else 2)

@@ -126,3 +126,17 @@ def test_a_start_intent_drops_the_dead_pid_it_was_planned_over():
     assert (again.pid, again.exited_at, again.restarts) == (None, None, 1)
     restart = decide(Verb.RESTART, Reason.SPEC_CHANGED, launch=LAUNCH, pid=10)
     assert with_intent(RUNNING, restart, 30.0, 5.0).pid == 10, "a restart's target stays named"
+
+
+def test_a_killed_pass_gives_its_stop_stop_grace_plus_ten_seconds():
+    """Rule (§4, the killed-pass stop margin): a server a killed pass sent SIGTERM may take
+    stop_grace + 10 s to exit and its exit is still ours (no crash counted); alive after that,
+    the stop never took and the intent is dropped. Checked by behaviour, in seconds."""
+    intent = intent_of(decide(Verb.STOP, Reason.REMOVED, pid=10), 20.0, stop_grace=5.0)
+    left = attrs.evolve(RUNNING, intent=intent)
+    assert finish_interrupted(left, LIVE, 34.9) == left  # 14.9 s later: maybe still exiting
+    assert finish_interrupted(left, LIVE, 35.0) == RUNNING  # 15 s: the stop never took
+    exited = finish_interrupted(finish_interrupted(left, LIVE, 34.9), GONE, 60.0)
+    assert (exited.pid, exited.exited_at, exited.restarts) == (None, None, 1), "not a crash"
+    longer = intent_of(decide(Verb.STOP, Reason.REMOVED, pid=10), 20.0, stop_grace=30.0)
+    assert finish_interrupted(attrs.evolve(RUNNING, intent=longer), LIVE, 59.9).intent == longer

@@ -260,3 +260,14 @@ def test_an_evicted_model_waiting_out_its_backoff_keeps_its_clock():
     first = after_decision(LOADED, OLLAMA_SPEC, d, NOTHING, None, 100.0)
     assert first.exited_at == 100.0
     assert after_decision(first, OLLAMA_SPEC, d, NOTHING, None, 103.0).exited_at == 100.0
+
+
+def test_a_hang_restarts_the_stable_after_clock():
+    """Rule (§4/§4.1): a hang (liveness failing, though /health still says up) restarts the
+    stable_after clock, so a hung server cannot win its restart count back by waiting."""
+    stable = attrs.evolve(RUNNING, healthy_since=20.0)
+    up = RoleObservation(name="chat",
+                         process=ProcessFacts(pid=10, create_time=1.0, alive=True, owned=True),
+                         probe=ProbeFacts(health=Health.UP))
+    d = decide(Verb.KEEP, Reason.UNRESPONSIVE, status=Status.DEGRADED, restarts=1)
+    assert after_decision(stable, SPEC, d, up, None, 30.0).healthy_since is None
