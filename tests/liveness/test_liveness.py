@@ -215,3 +215,20 @@ def test_liveness_on_a_shared_ollama_role_is_a_warning_not_a_check():
     assert [str(w) for w in result.warnings] == [
         "m.yaml:14: $.spec.liveness: ignored: Ollama serves many roles from one server the "
         "reconciler never launches or restarts"]
+
+
+def test_no_progress_only_after_the_counter_is_flat_for_a_whole_period():
+    """Rule (§4.1): "no progress" fails a check only once the decode counter has been flat
+    for a whole period with requests in flight; flat for half a period is no failure."""
+    assert _run([(100.0, _busy(50)), (105.0, _busy(50))]).failures == 0
+    assert _run([(100.0, _busy(50)), (108.0, _busy(50))]).failures == 0
+    assert _run([(100.0, _busy(50)), (110.0, _busy(50))]).failures == 1
+
+
+def test_the_first_busy_check_after_an_idle_spell_does_not_fail_at_once():
+    """Rule (§4.1): an idle server makes all the progress asked of it, so a request arriving
+    after a long idle spell with the counter unchanged is not "flat for 95 s": the first busy
+    check passes, and the counter is flat only from the last look that saw it idle."""
+    idle = [(100.0 + 10 * i, _busy(50, in_flight=0)) for i in range(10)]  # the last at 190
+    assert _run(idle + [(195.0, _busy(50))]).failures == 0
+    assert _run(idle + [(195.0, _busy(50)), (200.0, _busy(50))]).failures == 1  # 10 s since 190

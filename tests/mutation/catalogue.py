@@ -780,4 +780,10 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(R, "hang-keeps-healthy", "if decision.reason in (Reason.UNKNOWN, Reason.UNHEALTHY, Reason.LOADING,\n                           Reason.UNRESPONSIVE):",
        "if decision.reason in (Reason.UNKNOWN, Reason.UNHEALTHY, Reason.LOADING):",
        "§4.1: a hang does not restart the stable_after clock"),
+    # ------------------------------------------------------------ liveness (issue 17)
+    _m(LV, "flat-any-time", "    if flat >= spec.period * _SLACK:\n", "    if flat > 0:\n",
+       "§4.1: a counter flat for a moment with requests in flight fails a check"),
+    _m(LV, "idle-spell-counts-as-flat", "            or progress.in_flight <= 0 or counters.decoded_at is None):",
+       "            or counters.decoded_at is None):",
+       "§4.1: the first busy check after an idle spell fails at once (the idle time counts as flat)"),
 )
