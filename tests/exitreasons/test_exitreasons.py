@@ -118,3 +118,19 @@ def test_oom_line_ignores_what_user_space_wrote_and_older_kills():
     assert exitreasons.oom_line(KMSG, 6161) != ""
     assert exitreasons.oom_line(KMSG, 6161, after_us=1000) == ""
     assert exitreasons.oom_line(KMSG, 7) == ""
+
+
+def test_only_lines_since_the_last_spawn_mark_are_this_runs():
+    """Rule (§4: every exit says why, about this run): a log appended to across restarts holds
+    several spawn marks (the literal line spawn writes); only lines after the LAST one are this
+    run's, so an earlier run's error never explains this exit."""
+    data = (b"E first cause\n"
+            b"--- reconciler: 2026-12-01T07:00:00Z: starting llama-server ---\n"
+            b"E second cause\nsecond end\n"
+            b"--- reconciler: 2026-12-01T07:05:00Z: starting llama-server ---\n"
+            b"third\nE third cause\n")
+    assert exitreasons.tail_lines(data) == ("third", "E third cause")
+    assert exitreasons.tail_lines(b"a\n--- reconciler: t: starting x ---\n") == ()
+    # A line that merely quotes a mark, not at its start, is no mark.
+    assert exitreasons.tail_lines(b"x\nE echo --- reconciler: y\nz\n") == (
+        "x", "E echo --- reconciler: y", "z")

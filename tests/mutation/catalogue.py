@@ -67,6 +67,7 @@ _TESTS = {
     "loopback": ("tests/safety", "tests/observe", "tests/manifests", "tests/execute"),
     "ownership": ("tests/safety", "tests/plan", "tests/loop", "tests/execute"),
     "labels": ("tests/fleet", "tests/manifests"),
+    "exitreasons": ("tests/exitreasons",),
 }
 
 
@@ -786,4 +787,9 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(LV, "idle-spell-counts-as-flat", "            or progress.in_flight <= 0 or counters.decoded_at is None):",
        "            or counters.decoded_at is None):",
        "§4.1: the first busy check after an idle spell fails at once (the idle time counts as flat)"),
+    # ------------------------------------------------------------ exit reasons (issue 17)
+    _m("exitreasons", "first-mark", "        lines = lines[marks[-1] + 1:]", "        lines = lines[marks[0] + 1:]",
+       "§4: an earlier run's log lines (after the first spawn mark) explain this exit"),
+    _m("exitreasons", "mark-anywhere", "if line.startswith(RUN_MARK)]", "if RUN_MARK in line]",
+       "§4: a log line quoting a spawn mark cuts this run's lines"),
 )
