@@ -130,3 +130,17 @@ def test_a_negative_gt_bound_is_refused_at_its_file_and_line() -> None:
     assert f"{problem.path}: {problem.message}".startswith(
         "$.spec.placement.node_selector.match_expressions[0].values[0]: Gt compares integers "
         "written as label values: label value '-1' must be")
+
+
+def test_footprints_exactly_equal_to_the_budget_fit_without_a_warning() -> None:
+    """Rule (§7: exactly the budget fits): always-on roles whose footprints add up to the
+    memory_budget exactly are no warning; one byte more is. So is an on-demand role's own
+    footprint exactly equal to the budget (it can start)."""
+    docs = (node("gpu-1", budget="3000000000"), model(size=1_000_000_000),
+            role("a", 8001, kv="1GB"), role("b", 8002))
+    assert warnings(*docs) == []
+    over = (node("gpu-1", budget="2999999999"), model(size=1_000_000_000),
+            role("a", 8001, kv="1GB"), role("b", 8002))
+    assert [w.split(":")[0] for w in warnings(*over)] == ["$.spec.memory_budget"]
+    router = node("gpu-1", budget="2000000000", extra={"router": {"listen": "127.0.0.1:9000"}})
+    assert warnings(router, model(size=1_000_000_000), role("a", 8001, kv="1GB", state="on-demand")) == []

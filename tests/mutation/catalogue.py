@@ -792,4 +792,10 @@ MUTANTS: tuple[Mutant, ...] = (
        "§4: an earlier run's log lines (after the first spawn mark) explain this exit"),
     _m("exitreasons", "mark-anywhere", "if line.startswith(RUN_MARK)]", "if RUN_MARK in line]",
        "§4: a log line quoting a spawn mark cuts this run's lines"),
+    _m("nodecheck", "always-on-exact-warns", "    if need > config.memory_budget:\n        held = ",
+       "    if need >= config.memory_budget:\n        held = ",
+       "§7: always-on footprints exactly equal to the budget are warned as not fitting"),
+    _m("nodecheck", "on-demand-exact-warns", "if config.memory_budget is not None and need > config.memory_budget:\n            warnings",
+       "if config.memory_budget is not None and need >= config.memory_budget:\n            warnings",
+       "§7/§9: an on-demand role exactly the size of the budget is warned it can never start"),
 )
