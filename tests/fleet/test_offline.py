@@ -146,3 +146,32 @@ def test_the_fleet_view_names_the_models_each_node_must_fetch() -> None:
         "n1": [{"model": "src", "bytes": 4_400_000_000}],
         "n2": [{"model": "src", "bytes": 4_400_000_000}], "n3": []}
     assert "  > fetch src  4.4 GB" in fleetview.text(fleetview.view(whole))
+def test_a_reason_only_change_of_the_offline_plan_is_shown() -> None:
+    """Rule (§10 fleet --diff): a role whose offline decision keeps its verb but changes its
+    reason (refused for memory → refused for an exclusion) is a ~ line saying so."""
+    before = (node("gpu-1", budget="1.5GB"), model(), role("a", 8002), role("b", 8001))
+    excluding = role("b", 8001)
+    excluding["spec"]["excludes"] = ["a"]
+    after = (node("gpu-1", budget="1.5GB"), model(), role("a", 8002), excluding)
+    assert diff(before, after) == ["~ gpu-1 a (refuse → refuse (excluded))",
+                                   "~ gpu-1 b (excludes - → a)"]
+
+
+def test_an_ollama_roles_model_and_address_changes_are_shown() -> None:
+    """Rule (§10 fleet --diff): an Ollama role has no launch whose argv would say it, so a
+    change of its model or of its address is named field by field."""
+    other = {"apiVersion": "reconciler/v1", "kind": "Model", "metadata": {"name": "l70"},
+             "spec": {"format": "ollama", "source": {"ollama_tag": "llama3:70b"}}}
+    base = (node("gpu-1", ports=(8000, 12000)), model(), OLLAMA_MODEL, other)
+    moved = {**OLLAMA_ROLE, "spec": {**OLLAMA_ROLE["spec"], "model": "l70"}}
+    assert diff(base + (OLLAMA_ROLE,), base + (moved,)) == ["~ gpu-1 ol (model l3 → l70)"]
+    readdressed = {**OLLAMA_ROLE, "spec": {**OLLAMA_ROLE["spec"], "serve": {"port": 11435}}}
+    assert diff(base + (OLLAMA_ROLE,), base + (readdressed,)) == [
+        "~ gpu-1 ol (address 127.0.0.1:11434 → 127.0.0.1:11435)"]
+
+
+def test_an_allowed_ports_change_is_shown_on_the_node() -> None:
+    """Rule (§10 fleet --diff): a node whose allowed_ports change has a ~ line saying so."""
+    before = (node("gpu-1", ports=(8000, 8999)), model(), role("a", 8001))
+    after = (node("gpu-1", ports=(8000, 9999)), model(), role("a", 8001))
+    assert diff(before, after) == ["~ gpu-1 (allowed_ports 8000-8999 → 8000-9999)"]

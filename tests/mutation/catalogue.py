@@ -68,6 +68,7 @@ _TESTS = {
     "ownership": ("tests/safety", "tests/plan", "tests/loop", "tests/execute"),
     "labels": ("tests/fleet", "tests/manifests"),
     "exitreasons": ("tests/exitreasons",),
+    "fleetdiff": ("tests/fleet",),
 }
 
 
@@ -798,4 +799,12 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("nodecheck", "on-demand-exact-warns", "if config.memory_budget is not None and need > config.memory_budget:\n            warnings",
        "if config.memory_budget is not None and need >= config.memory_budget:\n            warnings",
        "§7/§9: an on-demand role exactly the size of the budget is warned it can never start"),
+    # ------------------------------------------------------------ fleet --diff (issue 17)
+    _m("fleetdiff", "reason-only-hidden", "if (da.verb, da.reason) != (db.verb, db.reason):", "if da.verb != db.verb:",
+       "§10: fleet --diff hides a change of the offline plan's reason (refuse → refuse (excluded))"),
+    _m("fleetdiff", "ollama-model-address-hidden", "    if not launched:\n        fields += [(\"model\"",
+       "    if False:\n        fields += [(\"model\"",
+       "§10: fleet --diff hides an Ollama role's model or address change"),
+    _m("fleetdiff", "allowed-ports-hidden", "    if ports[0] != ports[1]:\n", "    if False:\n",
+       "§10: fleet --diff hides an allowed_ports change"),
 )
