@@ -228,8 +228,11 @@ def _decide(r: Role, node: NodeConfig, models, checks, guard: bool, now: float,
     spec, rec = r.spec, r.record
     managed = spec.managed if spec is not None else rec is not None and rec.mode is Mode.MANAGED
     # §5 loopback only: our own server reachable beyond loopback is stopped
-    # first of all (even under the empty-manifest guard); terminal afterwards.
-    if r.running and r.obs.exposed and managed:
+    # first of all (even under the empty-manifest guard, and even once its role
+    # was switched to adopted: the process is still the one we started, proven
+    # ours); terminal afterwards.
+    ours = managed or (rec is not None and rec.mode is Mode.MANAGED)
+    if r.running and r.obs.exposed and ours:
         where = ", ".join(r.obs.exposed)
         return draft(r, Verb.STOP, Reason.EXPOSED, Status.STOPPED_EXPOSED,
                      f"reachable beyond loopback on {where}; stopped until `reconcile start "

@@ -122,8 +122,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("loopback", "mapped", "        ip = ip.ipv4_mapped", "        pass",
        "§5: ::ffff:127.0.0.1 (loopback only) counts as exposed"),
     # ------------------------------------------------------------ plan: safety
-    _m(P, "exposed-adopted", "if r.running and r.obs.exposed and managed:",
-       "if r.running and r.obs.exposed and not managed:",
+    _m(P, "exposed-adopted", "if r.running and r.obs.exposed and ours:",
+       "if r.running and r.obs.exposed and not ours:",
        "§5: our exposed server is not stopped"),
     _m(P, "exposed-keeps-memory", 'why=f"listening on {where}", release=r.reserved)',
        'why=f"listening on {where}", release=0)',
@@ -807,4 +807,14 @@ MUTANTS: tuple[Mutant, ...] = (
        "§10: fleet --diff hides an Ollama role's model or address change"),
     _m("fleetdiff", "allowed-ports-hidden", "    if ports[0] != ports[1]:\n", "    if False:\n",
        "§10: fleet --diff hides an allowed_ports change"),
+    # ------------------------------------------------------------ §5 loopback (issue 17)
+    _m(P, "exposed-switched-adopted", "    ours = managed or (rec is not None and rec.mode is Mode.MANAGED)\n",
+       "    ours = managed\n",
+       "§5: our exposed server is left running once its role is switched to adopted"),
+    _m(O, "exposed-kept-under-guard", "    if guard and not exposed:\n        return Draft(",
+       "    if guard:\n        return Draft(",
+       "§5/§6: an exposed orphan is kept under the empty-manifest guard"),
+    _m(O, "any-ipv6-loopback", "    return host.startswith(\"127.\") or host == \"::1\"",
+       "    return host.startswith(\"127.\") or host in (\"::1\", \"::\")",
+       "§5: an orphan listening on [::] (every interface) is taken for loopback-only"),
 )

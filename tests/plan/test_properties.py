@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import ipaddress
 
 import attrs
 import pytest
@@ -25,6 +26,7 @@ from reconciler.core.observed import (
     ModelCheck,
     ModelState,
     Observed,
+    Orphan,
     ProbeFacts,
     ProcessFacts,
     Remembered,
@@ -43,6 +45,7 @@ from tests.plan.worlds import (
     World,
     converged,
     desireds,
+    exposure_worlds,
     launch_of,
     restart_policies,
     worlds,
@@ -81,7 +84,10 @@ def check_safety(w: World, p: Plan) -> None:
         spec, rec = w.desired.role(d.role), w.remembered.role(d.role)
         adopted = spec.mode is Mode.ADOPTED if spec is not None else rec is not None and rec.mode is Mode.ADOPTED
         if adopted:
-            assert not d.acts, "no action targets an adopted role"
+            ours_exposed = (d.verb is Verb.STOP and d.reason is Reason.EXPOSED
+                            and rec is not None and rec.mode is Mode.MANAGED)
+            assert not d.acts or ours_exposed, \
+                "no action targets an adopted role (but our own exposed server is stopped, §5)"
         if d.verb is Verb.UNLOAD:  # §2: only a load of ours no pass has seen leave /api/ps
             assert rec is not None and rec.we_loaded and rec.exited_at is None
             assert OLLAMA.same(rec.model_tag, d.model_tag)
@@ -313,3 +319,48 @@ def test_only_a_server_that_answers_up_counts_as_answering(health) -> None:
     count = policy.restart_count(record, RestartPolicy(stable_after=60), 1000.0,
                                  answering=policy.answering(health), operator_start=False)
     assert count == (0 if health is Health.UP else 2)
+
+
+def _loopback_oracle(address: str) -> bool:
+    """Is ``host:port`` (``[v6]:port``) a loopback listener? Python's own answer, as an oracle."""
+    host = address.rsplit(":", 1)[0].strip("[]")
+    return ipaddress.ip_address(host).is_loopback
+
+
+def guarded_wildcard_orphan_world() -> World:
+    """No manifests, the guard up, one orphan of ours listening on [::] (every interface)."""
+    node = NodeConfig(serve_programs=SERVE_PROGRAMS)
+    orphan = Orphan(pid=700, create_time=1.0, instance_id="old-1234abcd", listen=("[::]:8090",))
+    return World(desired=Desired(models=MODELS, node=node),
+                 observed=Observed(orphans=(orphan,)), remembered=Remembered())
+
+
+@given(exposure_worlds())
+@example(guarded_wildcard_orphan_world())
+def test_servers_of_ours_beyond_loopback_are_always_stopped(w: World) -> None:
+    """Rule (§5 loopback only, §4 orphans): every server of ours found listening beyond loopback
+    is stopped — an orphan even under the empty-manifest guard, and a server we started whose
+    role was switched to adopted. `[::]` / `::` is every interface, never loopback; an orphan
+    listening on loopback only (127/8, ::1) is kept under the guard, stopped otherwise."""
+    p = run(w)
+    guard = not w.desired.roles and not w.desired.placed_elsewhere and not w.ctx.allow_empty
+    for o in w.observed.orphans:
+        d = p.decision(o.instance_id)
+        assert d is not None
+        exposed = [a for a in o.listen if not _loopback_oracle(a)]
+        event("orphan " + ("exposed" if exposed else "on loopback") + (" under the guard" if guard else "")
+              + (" (IPv6)" if any(a.startswith("[") for a in o.listen) else ""))
+        if exposed or not guard:
+            assert (d.verb, d.reason, d.pid) == (Verb.STOP, Reason.ORPHAN, o.pid), (o, d)
+        else:
+            assert (d.verb, d.reason) == (Verb.KEEP, Reason.EMPTY_MANIFESTS), (o, d)
+    for obs in w.observed.roles:
+        proc, spec, rec = obs.process, w.desired.role(obs.name), w.remembered.role(obs.name)
+        ours = (spec is not None and spec.mode is Mode.MANAGED) or (
+            rec is not None and rec.mode is Mode.MANAGED)
+        if proc is None or not (proc.owned and proc.alive) or not obs.exposed or not ours:
+            continue
+        event("our server exposed" + (", its role now adopted" if spec is not None and
+                                       spec.mode is Mode.ADOPTED else ""))
+        d = p.decision(obs.name)
+        assert d is not None and (d.verb, d.reason, d.pid) == (Verb.STOP, Reason.EXPOSED, proc.pid), d

@@ -35,6 +35,7 @@ from reconciler.core.observed import (
     ModelCheck,
     ModelState,
     Observed,
+    Orphan,
     ProbeFacts,
     ProcessFacts,
     Remembered,
@@ -61,6 +62,10 @@ MODELS = (
 )
 MODELS_BY_NAME = {m.name: m for m in MODELS}
 TAGS = ("llama3:8b", "phi3:mini")
+#: Where a server may be found listening (§5), IPv4 and IPv6: every interface and
+#: one address each, none of them loopback; and loopback ones, which are fine.
+EXPOSED = ("0.0.0.0:{}", "[::]:{}", "192.168.1.5:{}", "[2001:db8::5]:{}")
+LOOPBACK = ("127.0.0.1:{}", "127.0.0.9:{}", "[::1]:{}")
 SERVE_PROGRAMS = ((Runtime.LLAMACPP, "/opt/llama-server"), (Runtime.MLX_LM, "/opt/mlx_lm.server"))
 
 
@@ -153,8 +158,21 @@ def observation(draw, name: str, pid: int, port: int) -> RoleObservation:
     return RoleObservation(
         name=name, process=process, probe=probe,
         port_taken=draw(st.sampled_from([False, False, False, True])),
-        exposed=draw(st.sampled_from([(), (), (), (f"0.0.0.0:{port}",)])),
+        exposed=() if draw(st.integers(0, 3)) else (draw(st.sampled_from(EXPOSED)).format(port),),
     )
+
+
+@st.composite
+def orphans(draw, min_size: int = 0) -> tuple[Orphan, ...]:
+    """Servers of ours no role wants (§4), listening on loopback, beyond it, or not at all."""
+    count = draw(st.integers(min_size, 3))
+    # mostly one listener (so that one wildcard alone decides), sometimes none or two
+    listeners = st.lists(st.sampled_from(EXPOSED + LOOPBACK), min_size=1, max_size=1) | \
+        st.lists(st.sampled_from(EXPOSED + LOOPBACK), max_size=2)
+    return tuple(
+        Orphan(pid=700 + i, create_time=1.0, instance_id=f"old{i}-1234abcd",
+               listen=tuple(dict.fromkeys(a.format(8090 + i) for a in draw(listeners))))
+        for i in range(count))
 
 
 @st.composite
@@ -257,7 +275,20 @@ def worlds(draw, min_roles: int = 1) -> World:
 
 def _story(draw, name: str, pid: int, spec: RoleSpec | None, node: NodeConfig,
            resident: dict[str, bool]) -> tuple[RoleObservation, RoleRecord] | None:
-    """A coherent record and observation for a managed role, or None: chaos."""
+    """A coherent record and observation for a managed role, or None: chaos.
+
+    An adopted role of a launched runtime is, half the time, one we started
+    and then switched to adopted: its record says managed, its process is
+    ours and alive, and it listens beyond loopback (§5 still stops it).
+    """
+    if spec is not None and spec.mode is Mode.ADOPTED and spec_of(spec.runtime).launched \
+            and (name == "z" or draw(st.booleans())):
+        proc = ProcessFacts(pid=pid, create_time=1.0, alive=True, owned=True)
+        return (RoleObservation(name=name, process=proc, probe=ProbeFacts(health=Health.UP),
+                                exposed=(draw(st.sampled_from(EXPOSED)).format(spec.serve.port),)),
+                RoleRecord(name=name, instance_id=identity.instance_id(spec), runtime=spec.runtime,
+                           mode=Mode.MANAGED, port=spec.serve.port, pid=pid, create_time=1.0,
+                           reserved=spec.memory.footprint))
     if spec is None or spec.mode is not Mode.MANAGED:
         return None
     story = draw(st.sampled_from(STORIES["ollama" if spec.runtime is Runtime.OLLAMA else "server"]))
@@ -352,3 +383,29 @@ def converged(desired: Desired) -> World:
     checks = tuple(ModelCheck(name=m.name, state=ModelState.VERIFIED) for m in MODELS)
     return World(desired=desired, observed=Observed(roles=tuple(observations), models=checks),
                  remembered=Remembered(roles=tuple(records)))
+
+
+@st.composite
+def exposure_worlds(draw) -> World:
+    """Worlds where §5 decides: orphans of ours (some listening beyond loopback, IPv4 and
+    IPv6); a third with no InferenceSpec at all (the empty-manifest guard, mostly not
+    lifted); a third with a role ``z`` switched to adopted whose server, ours, is exposed."""
+    w = draw(worlds(min_roles=0))
+    kind = draw(st.sampled_from(["guard", "guard", "switched", "plain"]))
+    desired, observed, remembered = w.desired, w.observed, w.remembered
+    if kind == "guard":
+        desired = attrs.evolve(desired, roles=())
+    if kind == "switched":
+        runtime = draw(st.sampled_from([Runtime.LLAMACPP, Runtime.MLX_LM]))
+        spec = RoleSpec(name="z", runtime=runtime, mode=Mode.ADOPTED,
+                        model="qwen" if runtime is Runtime.LLAMACPP else "mlxq",
+                        serve=ServeSpec(port=8087),
+                        memory=MemorySpec(weights=GB))
+        obs, rec = _story(draw, "z", 199, spec, desired.node, {}) or (None, None)
+        assert obs is not None and rec is not None  # (the switched story, drawn again until told)
+        desired = attrs.evolve(desired, roles=(*desired.roles, spec))
+        observed = attrs.evolve(observed, roles=(*observed.roles, obs))
+        remembered = attrs.evolve(remembered, roles=(*remembered.roles, rec))
+    ctx = attrs.evolve(w.ctx, allow_empty=draw(st.sampled_from([False, False, False, True])))
+    return attrs.evolve(w, ctx=ctx, desired=desired, remembered=remembered,
+                        observed=attrs.evolve(observed, orphans=draw(orphans(1))))

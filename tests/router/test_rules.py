@@ -197,3 +197,14 @@ def test_routes_follow_what_the_pass_did_not_what_it_planned() -> None:
     planned = _table(*zip(roles, plan.decisions))  # without outcomes: the plan's own words
     assert {r.role: r.status for r in planned.routes} == {
         "a": "running", "b": "running", "c": "stopped"}
+
+
+def test_every_interface_is_never_loopback_to_the_router() -> None:
+    """Rule (§5): `::` (and 0.0.0.0) is every interface, never loopback: a role whose host
+    says so is refused, while ::1 is loopback and forwarded to."""
+    keep = dict(verb=Verb.KEEP, reason=Reason.IN_SYNC, status=Status.RUNNING)
+    table = _table((_role("any6", 8080, host="::"), Decision(role="any6", **keep)),
+                   (_role("any4", 8081, host="0.0.0.0"), Decision(role="any4", **keep)),
+                   (_role("lo6", 8082, host="::1"), Decision(role="lo6", **keep)))
+    assert [r.state for r in table.routes] == [RouteState.REFUSED, RouteState.REFUSED,
+                                               RouteState.READY]
