@@ -69,6 +69,7 @@ _TESTS = {
     "labels": ("tests/fleet", "tests/manifests"),
     "exitreasons": ("tests/exitreasons",),
     "fleetdiff": ("tests/fleet",),
+    "demand": ("tests/plan", "tests/router", "tests/watch"),
 }
 
 
@@ -817,4 +818,16 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(O, "any-ipv6-loopback", "    return host.startswith(\"127.\") or host == \"::1\"",
        "    return host.startswith(\"127.\") or host in (\"::1\", \"::\")",
        "§5: an orphan listening on [::] (every interface) is taken for loopback-only"),
+    # ------------------------------------------------------------ §9 demand (issue 17)
+    _m("demand", "in-flight-not-busy", "return self.waiting > 0 or self.in_flight > 0", "return self.waiting > 0",
+       "§9: a role forwarding requests (none waiting) is stopped for idleness or evicted"),
+    _m("demand", "in-flight-wants-start", "        return self.waiting > 0\n\n\n@frozen",
+       "        return self.waiting > 0 or self.in_flight > 0\n\n\n@frozen",
+       "§9: a request in flight (none waiting) starts a stopped role"),
+    _m("demand", "daemon-restart-forgets-grace", "for t in (demand.last_request, started_at, since, 0.0) if t is not None)",
+       "for t in (demand.last_request, started_at, 0.0) if t is not None)",
+       "§9: a restarted daemon stops roles at once (the requests it forgot count as none)"),
+    _m("demand", "start-not-use", "for t in (demand.last_request, started_at, since, 0.0) if t is not None)",
+       "for t in (demand.last_request, since, 0.0) if t is not None)",
+       "§9: a role just started is idle at once if its last request is old"),
 )
