@@ -31,18 +31,27 @@ def json_path(parts: Iterable[str | int]) -> str:
     """``("spec", "shards", 0, "path")`` → ``$.spec.shards[0].path``.
 
     Keys that are not identifier-like are written ``["…"]`` so a key with a
-    dot or a space cannot be mistaken for two steps.
+    dot or a space cannot be mistaken for two steps; a control character in
+    a key is written as an escape (``["pool\\n"]``), never sent raw to a terminal.
     """
     out = "$"
     for part in parts:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif _PLAIN_KEY.match(part):
+        elif _PLAIN_KEY.fullmatch(part):
             out += f".{part}"
         else:
-            escaped = part.replace("\\", "\\\\").replace('"', '\\"')
-            out += f'["{escaped}"]'
+            out += f'["{_escaped(part)}"]'
     return out
+
+
+def _escaped(key: str) -> str:
+    """``key`` inside ``["…"]``: quotes and backslashes escaped, and every character that is
+    not printable (C0, DEL, C1 controls and the like) written as an escape, never raw."""
+    return "".join(
+        "\\" + c if c in '"\\' else c if c.isprintable()
+        else c.encode("unicode_escape").decode("ascii")
+        for c in key)
 
 
 @attrs.frozen(kw_only=True, order=True)

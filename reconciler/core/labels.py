@@ -109,7 +109,7 @@ def selector(match_labels: Mapping[str, str] | None = None,
 
 def int64(text: str) -> int | None:
     """``text`` as Kubernetes reads an integer (a signed 64-bit decimal), or None."""
-    if not _INTEGER.match(text):
+    if not _INTEGER.fullmatch(text):
         return None
     number = int(text)
     return number if -(1 << 63) <= number < (1 << 63) else None
@@ -121,10 +121,10 @@ def int64(text: str) -> int | None:
 def key_problem(key: str) -> str | None:
     """Why ``key`` is not a label key, or None."""
     prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _PREFIX.match(prefix)):
+    if slash and (not prefix or len(prefix) > 253 or not _PREFIX.fullmatch(prefix)):
         return (f"label key {key!r}: the prefix before '/' must be a DNS subdomain "
                 "(lower-case letters, digits, '-' and '.', at most 253 characters)")
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         return (f"label key {key!r}: the name must be 1-63 characters, letters, digits, "
                 "'-', '_' or '.', beginning and ending with a letter or digit")
     return None
@@ -132,7 +132,7 @@ def key_problem(key: str) -> str | None:
 
 def value_problem(value: str) -> str | None:
     """Why ``value`` is not a label value, or None (the empty string is a value)."""
-    if _VALUE.match(value):
+    if _VALUE.fullmatch(value):
         return None
     return (f"label value {value!r} must be at most 63 characters, letters, digits, "
             "'-', '_' or '.', beginning and ending with a letter or digit")

@@ -96,7 +96,7 @@ def is_safe_relpath(path: object) -> bool:
     """BEHAVIOUR §1.1 shard paths: relative; no empty, ``.`` or ``..``; plain components ≤128."""
     if not isinstance(path, str) or not path:
         return False
-    return all(_COMPONENT.match(c) and ".." not in c for c in path.split("/"))
+    return all(_COMPONENT.fullmatch(c) and ".." not in c for c in path.split("/"))
 
 
 def split_gguf_parts(name: str) -> tuple[str, ...] | None:
@@ -254,7 +254,7 @@ def model_document(
     for f in [*shard_list, *(x for x in (tokenizer, template) if x is not None)]:
         if not is_safe_relpath(f.path):
             raise ValueError(f"{f.path!r} cannot be named in a manifest (not a safe relative path)")
-        if not _HEX64.match(f.sha256):
+        if not _HEX64.fullmatch(f.sha256):
             raise ValueError(f"{f.path}: {f.sha256!r} is not a sha256 digest")
     spec: dict = {
         "format": str(fmt),
@@ -324,10 +324,10 @@ def parse_ollama_name(text: str) -> OllamaName:
         raise ValueError(f"{text!r} is not an Ollama name (one ':' at most)")
     name, _, tag = text.partition(":")
     parts = name.split("/")
-    if len(parts) > 3 or not all(_OLLAMA_PART.match(p) and ".." not in p for p in parts):
+    if len(parts) > 3 or not all(_OLLAMA_PART.fullmatch(p) and ".." not in p for p in parts):
         raise ValueError(f"{text!r} is not an Ollama name like 'llama3.2:3b'")
     tag = tag or "latest"
-    if not _OLLAMA_PART.match(tag) or ".." in tag:
+    if not _OLLAMA_PART.fullmatch(tag) or ".." in tag:
         raise ValueError(f"{tag!r} is not an Ollama tag")
     host = parts[-3] if len(parts) == 3 else OLLAMA_DEFAULT_HOST
     namespace = parts[-2] if len(parts) >= 2 else OLLAMA_DEFAULT_NAMESPACE
@@ -346,7 +346,7 @@ def ollama_model_blob(manifest_text: str) -> tuple[str, int]:
             digest = layer.get("digest")
             size = layer.get("size")
             algo, _, hexpart = digest.partition(":") if isinstance(digest, str) else ("", "", "")
-            if algo != "sha256" or not _HEX64.match(hexpart) or not isinstance(size, int):
+            if algo != "sha256" or not _HEX64.fullmatch(hexpart) or not isinstance(size, int):
                 raise ValueError(f"the model layer's digest {digest!r} is malformed")
             return f"sha256-{hexpart}", size
     raise ValueError(f"the manifest has no {OLLAMA_MODEL_MEDIA_TYPE} layer")

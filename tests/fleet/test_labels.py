@@ -161,3 +161,12 @@ def test_a_gt_lt_bound_is_a_64_bit_signed_integer(bound, ok) -> None:
     assert (requirement_problem(Operator.LT, (bound,)) is None) is ok
     assert req("pool", "Gt", "0").matches({"pool": bound}) is ok
     assert req("pool", "Lt", bound).matches({"pool": "1"}) is ok
+
+
+@pytest.mark.parametrize("text", ["a\n", "gpu\n", "a\x85", "48\n"])
+def test_label_syntax_is_anchored_at_both_ends(text) -> None:
+    """Rule: a label key, value or Gt/Lt bound is the whole text: a trailing newline (which a
+    regex `$` lets through) or a control character makes it none."""
+    assert value_problem(text) is not None
+    assert key_problem(text) is not None
+    assert requirement_problem(Operator.GT, (text,)) is not None

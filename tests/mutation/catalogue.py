@@ -70,6 +70,7 @@ _TESTS = {
     "exitreasons": ("tests/exitreasons",),
     "fleetdiff": ("tests/fleet",),
     "demand": ("tests/plan", "tests/router", "tests/watch"),
+    "errors": ("tests/manifests",),
 }
 
 
@@ -79,7 +80,7 @@ _PACKAGE_OF = {
                      "records", "intents", "render", "identity", "eviction", "liveness", "generations",
                      "orphans", "exitreasons", "memoryview", "placement"), "planner/"),
     **dict.fromkeys(("decisions", "labels", "demand", "events", "desired", "observed", "loopback",
-                     "ownership"),
+                     "ownership", "errors"),
                     "core/"),
     **dict.fromkeys(("extra_args", "crosscheck", "nodecheck", "fleet", "documents", "roleextras"),
                     "manifests/"),
@@ -830,4 +831,10 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("demand", "start-not-use", "for t in (demand.last_request, started_at, since, 0.0) if t is not None)",
        "for t in (demand.last_request, since, 0.0) if t is not None)",
        "§9: a role just started is idle at once if its last request is old"),
+    # ------------------------------------------------------------ control characters (issue 17)
+    _m("labels", "value-unanchored", "    if _VALUE.fullmatch(value):", "    if _VALUE.match(value):",
+       "§10: a label value with a trailing newline is accepted (and printed raw)"),
+    _m("errors", "path-key-raw", "        \"\\\\\" + c if c in '\"\\\\' else c if c.isprintable()",
+       "        \"\\\\\" + c if c in '\"\\\\' else c if True",
+       "§1.5: a control character in a manifest key reaches the terminal raw in a problem's path"),
 )
