@@ -117,6 +117,11 @@ def test_free_text_refuses_c0_and_c1_control_characters(char: str) -> None:
     assert not _valid("Model", model)
     model["spec"]["root"] = "/srv/m"
     assert _valid("Model", model)  # the same document without the character is fine
+    node = {"apiVersion": "reconciler/v1", "kind": "NodeConfig", "metadata": {"name": "n"},
+            "spec": {"version_probe": {"llamacpp": ["/opt/llama-server", "--version"]}}}
+    assert _valid("NodeConfig", node)
+    node["spec"]["version_probe"]["llamacpp"][1] = f"--version{char}"
+    assert not _valid("NodeConfig", node)
 
 
 @pytest.mark.parametrize("text", ["2026-12-01T07:00Z", "a\u00a0b", "réglé", "a b"])
