@@ -120,7 +120,7 @@ def test_free_text_refuses_c0_and_c1_control_characters(char: str) -> None:
     node = {"apiVersion": "reconciler/v1", "kind": "NodeConfig", "metadata": {"name": "n"},
             "spec": {"version_probe": {"llamacpp": ["/opt/llama-server", "--version"]}}}
     assert _valid("NodeConfig", node)
-    node["spec"]["version_probe"]["llamacpp"][1] = f"--version{char}"
+    node["spec"]["version_probe"]["llamacpp"][1] = f"--ver{char}sion"
     assert not _valid("NodeConfig", node)
 
 
