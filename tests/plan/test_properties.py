@@ -235,8 +235,25 @@ def shared_tag_world() -> World:
     return World(desired=desired, observed=observed, remembered=Remembered())
 
 
+def tag_changed_to_resident_world() -> World:
+    """Issue 17's planner defect: chat's tag changes to one already resident (loaded for a
+    stopped role); its old tag unloads; coder excludes chat and must not start beside it."""
+    from pathlib import Path
+
+    import yaml
+
+    from tests.plan import golden
+
+    case = yaml.safe_load((Path(__file__).parent / "golden" /
+                           "ollama-tag-changed-to-resident.yaml").read_text())
+    [s] = golden.steps(case, "tag-changed-to-resident")
+    return World(desired=s.desired, observed=s.observed, remembered=s.remembered, ctx=s.ctx,
+                 now=s.now)
+
+
 @given(worlds())
 @example(shared_tag_world())
+@example(tag_changed_to_resident_world())
 def test_a_placed_claim_never_sits_beside_an_exclusion(w: World) -> None:
     """After a pass, a role we just started/loaded shares residency with nobody it excludes or who excludes it."""
     p = run(w)
