@@ -183,9 +183,13 @@ def apply(
 
 
 def _claims(decision: Decision) -> bool:
-    """Does this action need memory the plan counted as freed by an earlier one?"""
+    """Does this action need memory the plan counted as freed by an earlier one?
+
+    Host memory (``reserve``) or memory on devices (§7.1 ``devices``): a start
+    placed on a GPU that a failed stop still occupies must wait too.
+    """
     if decision.verb in _CLAIMS_MEMORY:
-        return decision.reserve > 0
+        return decision.reserve > 0 or bool(decision.devices)
     # A restart that grows its footprint (a bigger ctx or kv) claims the difference.
     return decision.verb is Verb.RESTART and decision.reserve > decision.release
 

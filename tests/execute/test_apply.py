@@ -218,6 +218,21 @@ def test_refused_restart_of_a_crashed_server_blocks_no_later_start(world):
     assert started.ok and not started.skipped and alive(started.pid)
 
 
+def test_a_start_on_devices_is_skipped_after_a_failed_stop(world):
+    """§7.1: a start that reserves only device memory (no host bytes) waits too when an earlier
+    stop did not free: the plan counted that stop's GPU memory as free for it."""
+    foreign = world.spawn(world.launch(SLEEPER, instance="someone-else"))
+    assert foreign.ok
+    stop = Decision(role="old", verb=Verb.STOP, reason=Reason.REMOVED, pid=foreign.pid,
+                    create_time=foreign.create_time, instance_id="old-00000000")
+    gpu = _start(world, role="gpu", instance="gpu-00000000", reserve=0,
+                 devices=(("cuda:1", 10_000_000_000),))
+    stopped, skipped = _apply([stop, gpu], Recorder(world))
+    assert not stopped.exited
+    assert skipped.skipped and not skipped.ok
+    assert alive(foreign.pid)
+
+
 def test_growing_restart_is_skipped_after_a_failed_stop(world):
     """A restart that claims more than it frees waits when an earlier stop freed nothing."""
     stranger = world.spawn(world.launch(SLEEPER, instance="other-00000000"))

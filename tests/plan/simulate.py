@@ -82,9 +82,10 @@ _FREES_MEMORY = frozenset({Verb.STOP, Verb.RESTART, Verb.UNLOAD})
 
 
 def _claims(d: Decision) -> bool:
-    """The executor's rule: a start or load that reserves memory, or a restart that grows."""
+    """The executor's rule: a start or load that reserves memory (host or on devices), or a
+    restart that grows."""
     if d.verb in (Verb.START, Verb.LOAD):
-        return d.reserve > 0
+        return d.reserve > 0 or bool(d.devices)
     return d.verb is Verb.RESTART and d.reserve > d.release
 
 
