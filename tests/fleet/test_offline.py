@@ -146,6 +146,8 @@ def test_the_fleet_view_names_the_models_each_node_must_fetch() -> None:
         "n1": [{"model": "src", "bytes": 4_400_000_000}],
         "n2": [{"model": "src", "bytes": 4_400_000_000}], "n3": []}
     assert "  > fetch src  4.4 GB" in fleetview.text(fleetview.view(whole))
+
+
 def test_a_reason_only_change_of_the_offline_plan_is_shown() -> None:
     """Rule (§10 fleet --diff): a role whose offline decision keeps its verb but changes its
     reason (refused for memory → refused for an exclusion) is a ~ line saying so."""
