@@ -6,7 +6,7 @@ one class. Here a role's list is read as the server would read it: an entry
 must be a spelling of a flag in the table (any spelling; ``--flag=value`` is
 split; prefixes are not flags); a flag that takes a value takes the next
 entry; the value is type-checked (one argv element, never a shell word: any
-character but NUL and line breaks, at most 4 KiB). Flags of the classes the
+character but NUL, line breaks and other C0/DEL/C1 controls, at most 4 KiB). Flags of the classes the
 reconciler owns, writes as Model references, refuses for reaching the network
 or for changing what it expects of the server, are refused with what to write
 instead. A ``FILE`` flag's value is a path relative to the manifest's own

@@ -172,8 +172,11 @@ def value_problem(f: Flag, spelling: str, value: object) -> str | None:
     """Why ``value`` cannot follow ``spelling`` (one argv element, typed), or None."""
     if not isinstance(value, str):
         return f"the value of {spelling} must be a string (quote numbers: \"4\")"
-    if "\x00" in value or "\n" in value or "\r" in value:
-        return f"the value of {spelling} must not hold NUL or line breaks"
+    if any(c != "\t" and (c < " " or "\x7f" <= c <= "\x9f") for c in value):
+        # NUL, line breaks, and every other C0/DEL/C1 control (ESC, CSI, NEL): the
+        # plan prints argv, and a terminal would obey them. A tab is harmless.
+        return (f"the value of {spelling} must not hold NUL, line breaks or other control "
+                f"characters (C0, DEL, C1)")
     if len(value) > MAX_VALUE_CHARS:
         return f"the value of {spelling} must be at most {MAX_VALUE_CHARS} characters"
     kind = f.value

@@ -183,3 +183,16 @@ def test_old_and_foreign_spellings_say_what_this_server_takes() -> None:
             "(or `-lm mlock`)")]
     assert "ik_llama.cpp" in check(LLAMA, ["-fmoe"])[0][1]
     assert any("(on, off, auto" in m for _, m in check(LLAMA, ["-fa", "-t", "1"]))
+
+
+_CONTROLS = [chr(c) for c in (*range(0x00, 0x09), *range(0x0A, 0x20), 0x7F, *range(0x80, 0xA0))]
+
+
+@pytest.mark.parametrize("char", _CONTROLS, ids=[f"U+{ord(c):04X}" for c in _CONTROLS])
+def test_a_free_text_value_refuses_control_characters(char: str) -> None:
+    """Rule (issue 17's hidden corpus): a free-text extra_args value reaches the plan's argv
+    lines, so like every printed manifest text it refuses C0, DEL and C1 controls (ESC, CSI,
+    NEL) as well as NUL and line breaks; a tab and any printable text stay fine."""
+    [(index, message)] = check(LLAMA, ["--chat-template", f"{{{{ x }}}}{char}[2J"])
+    assert index == 1 and "control characters" in message
+    assert check(LLAMA, ["--chat-template", "{{ x }}\t{{ y }} é ☃"]) == []

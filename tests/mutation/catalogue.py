@@ -837,4 +837,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("errors", "path-key-raw", "        \"\\\\\" + c if c in '\"\\\\' else c if c.isprintable()",
        "        \"\\\\\" + c if c in '\"\\\\' else c if True",
        "§1.5: a control character in a manifest key reaches the terminal raw in a problem's path"),
+    _m(RU, "flags.c1-in-values", 'if any(c != "\\t" and (c < " " or "\\x7f" <= c <= "\\x9f") for c in value):',
+       'if any(c in "\\x00\\n\\r" for c in value):',
+       "§1.4: an extra_args value may hold ESC, CSI or NEL (printed raw in a plan's argv)"),
 )
