@@ -757,7 +757,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "            and spec_of(spec.runtime).lists(probe.resident_models, rec.model_tag)):",
        "§2: a changed tag unloads a model another wanted role still serves"),
     _m(LR, "keep-alive-reloads-client-copy",
-       "if r.fresh and _our_load_live(rec) and spec_of(spec.runtime).same(rec.model_tag, tag):",
+       "if r.fresh and ownership.our_load(rec) and spec_of(spec.runtime).same(rec.model_tag, tag):",
        "if r.fresh and spec_of(spec.runtime).same(rec.model_tag, tag):",
        "§2: a keep_alive edit re-loads a client's resident copy as ours"),
     # ------------------------------------------------------------ validation (issue 17)
@@ -775,9 +775,9 @@ MUTANTS: tuple[Mutant, ...] = (
        "    env.update(dict(node.env))\n    env[\"PATH\"] = DEFAULT_PATH\n",
        "§6: an explicit NodeConfig PATH is replaced by the default"),
     # ------------------------------------------------------------ restart counting (issue 17)
-    _m(R, "exit-margin-shrunk", "EXIT_MARGIN = 10.0", "EXIT_MARGIN = 1.0",
+    _m("intents", "exit-margin-shrunk", "EXIT_MARGIN = 10.0", "EXIT_MARGIN = 1.0",
        "§4: a server a killed pass signalled has only stop_grace + 1 s to exit before its exit is a crash"),
-    _m(R, "exit-margin-no-grace", "until=now + stop_grace + EXIT_MARGIN if decision.pid is not None else now)",
+    _m("intents", "exit-margin-no-grace", "until=now + stop_grace + EXIT_MARGIN if decision.pid is not None else now)",
        "until=now + EXIT_MARGIN if decision.pid is not None else now)",
        "§4: the killed-pass stop window ignores stop_grace"),
     _m(PO, "answering-unhealthy", "return health is Health.UP", "return health in (Health.UP, Health.UNHEALTHY)",
@@ -817,9 +817,6 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(O, "exposed-kept-under-guard", "    if guard and not exposed:\n        return Draft(",
        "    if guard:\n        return Draft(",
        "§5/§6: an exposed orphan is kept under the empty-manifest guard"),
-    _m(O, "any-ipv6-loopback", "    return host.startswith(\"127.\") or host == \"::1\"",
-       "    return host.startswith(\"127.\") or host in (\"::1\", \"::\")",
-       "§5: an orphan listening on [::] (every interface) is taken for loopback-only"),
     # ------------------------------------------------------------ §9 demand (issue 17)
     _m("demand", "in-flight-not-busy", "return self.waiting > 0 or self.in_flight > 0", "return self.waiting > 0",
        "§9: a role forwarding requests (none waiting) is stopped for idleness or evicted"),
