@@ -69,6 +69,10 @@ def run_swap(g: GlobalOptions, o: ImportSwapOptions) -> int:
     except (OSError, ValueError, yaml.YAMLError) as e:
         print(f"reconcile: error: {e}", file=sys.stderr)
         return Exit.ERROR
+    if not drafts:
+        print(f"reconcile: error: no model of {o.config} could be imported (above: why); "
+              "nothing written", file=sys.stderr)
+        return Exit.ERROR
     return _write(drafts, router, config_notes, out=o.output or ".")
 
 

@@ -213,3 +213,12 @@ def test_older_spellings_are_written_as_this_server_says_them():
            "llama-server" in said
     assert any(s.startswith("-fa: an older spelling: written as `-fa on`") for s in said)
     assert any(s.startswith("-cd: the draft model's context") for s in said)
+
+
+def test_a_config_with_nothing_importable_writes_nothing(tmp_path):
+    """Every model's cmd an undefined macro (as posted in llama-swap #571): exit 1, no file."""
+    src = CORPUS / "llama-swap" / "issue571-groups.yaml"
+    done = _reconcile("import", "llama-swap", str(src), "-o", str(tmp_path / "out"),
+                      cwd=tmp_path)
+    assert done.returncode == 1 and "nothing written" in done.stderr
+    assert not (tmp_path / "out").exists()
