@@ -365,6 +365,7 @@ class Proxy:
         if upstream.content_length is not None:
             answer.content_length = upstream.content_length
         tail: collections.deque[bytes] = collections.deque(maxlen=_TAIL)
+        counted = False  # a client holding its whole answer must find it counted
         content = upstream.content
         write = answer.write
         try:
@@ -372,8 +373,13 @@ class Proxy:
             await answer.prepare(request)
             if self.metrics is not None:
                 self.metrics.first_byte(role, time.monotonic() - arrived)
+            left = upstream.content_length  # None: chunked, ended by write_eof
             while chunk:
                 tail.append(chunk)
+                if left is not None:
+                    left -= len(chunk)
+                    if left <= 0:  # the last bytes: counted before the client can have them
+                        counted = self._count(role, upstream.status, client, tail)
                 await write(chunk)
                 chunk = await content.readany()
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
@@ -386,11 +392,17 @@ class Proxy:
             if self.metrics is not None:
                 self.metrics.request(role, 502)
             return answer
+        if not counted:  # a chunked answer ends with write_eof: count it first
+            counted = self._count(role, upstream.status, client, tail)
         await answer.write_eof()
-        if self.metrics is not None:
-            self.metrics.request(role, upstream.status)
-            self.metrics.client(role, client, clients.usage(b"".join(tail)))
         return answer
+
+    def _count(self, role: str, status: int, client: str, tail) -> bool:
+        """One answered request in the metrics, with the client's token usage when known."""
+        if self.metrics is not None:
+            self.metrics.request(role, status)
+            self.metrics.client(role, client, clients.usage(b"".join(tail)))
+        return True
 
     # ------------------------------------------------------------ readiness
 
