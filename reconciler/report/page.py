@@ -130,7 +130,14 @@ def _values(snapshot, *, role_filter: str | None, log_role: str | None,
                    + [h.role for b in snapshot.bars for h in b.holdings])
     return {"s": snapshot, "bars": [draw(b, colours) for b in snapshot.bars], "events": events,
             "roles": roles, "role_filter": role_filter or "", "log_role": log_role or "",
-            "log_lines": log_lines, "units": BAR_UNITS}
+            "log_lines": log_lines, "units": BAR_UNITS,
+            "fetches": [dict(f, width=fetch_width(f)) for f in snapshot.fetches]}
+
+
+def fetch_width(fetch: dict[str, Any]) -> float:
+    """A fetch's progress bar, in bar units: the share of its bytes already in the cache."""
+    total = fetch["total"]
+    return BAR_UNITS * min(fetch["done"], total) / total if total > 0 else 0.0
 
 
 def render(snapshot, *, live: bool = True, role_filter: str | None = None,

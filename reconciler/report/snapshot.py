@@ -34,6 +34,7 @@ class Snapshot:
     rows: tuple[dict[str, Any], ...] = ()
     bars: tuple[MemoryBar, ...] = ()
     events: tuple[dict[str, Any], ...] = ()
+    fetches: tuple[dict[str, Any], ...] = ()  # §1.6 Models on their way: model, state, bytes
     version: int = 0  # bumped by each publish (the page's live updates compare it)
 
 
@@ -122,7 +123,19 @@ def take(result, store, *, problems=(), applied: bool, version: int = 0,
         node=(result.desired.node.name if result.desired is not None else "") or result.node,
         git_commit=result.git_commit, taken_at=result.started or wall(),
         problems=tuple(str(p) for p in problems), rows=tuple(rows), bars=(bar,),
-        events=tuple(event_json(e) for e in reversed(events)), version=version)
+        events=tuple(event_json(e) for e in reversed(events)),
+        fetches=fetch_rows(result.observed), version=version)
+
+
+def fetch_rows(observed) -> tuple[dict[str, Any], ...]:
+    """Each Model this node fetches and is not done with: how far it is (§1.6)."""
+    out = []
+    for f in observed.fetches if observed is not None else ():
+        if str(f.state) == "done":
+            continue
+        out.append({"model": f.model, "state": str(f.state), "total": f.total,
+                    "done": f.total - f.missing, "rate": f.rate, "detail": f.detail})
+    return tuple(out)
 
 
 def log_dirs(result, store, state_dir: str) -> dict[str, str]:

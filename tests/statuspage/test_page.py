@@ -131,3 +131,25 @@ def test_no_text_can_add_markup(text: str) -> None:
         return tuple(html_text.count(c) for c in '<>"\'')
 
     assert shape(page_of(text)) == shape(page_of("plain"))
+
+
+def test_a_fetch_on_its_way_is_drawn_as_its_share_of_bytes() -> None:
+    """§1.6 on the page: a Model being fetched is a bar as long as its bytes in the cache;
+    a done one is not drawn; its name and failure are text, escaped."""
+    from reconciler.core.observed import FetchObservation, FetchState
+    from reconciler.report.snapshot import fetch_rows
+
+    class Seen:
+        fetches = (FetchObservation(model="qwen", generation="g", state=FetchState.RUNNING,
+                                    total=4000, missing=1000, rate=2.0e6),
+                   FetchObservation(model="done", generation="g", state=FetchState.DONE,
+                                    total=10, missing=0),
+                   FetchObservation(model=EVIL, generation="g", state=FetchState.FAILED,
+                                    total=10, missing=10, detail=EVIL))
+
+    out = page.render(_snapshot(fetches=fetch_rows(Seen)))
+    drawn = dict(re.findall(r'<figure class="bar fetch" data-model="([^"]*)"[^>]*>.*?'
+                            r'<rect class="fetched" x="0" y="1" width="([\d.]+)"', out, re.S))
+    assert {html.unescape(k) for k in drawn} == {"qwen", EVIL}
+    assert float(drawn["qwen"]) == page.BAR_UNITS * 3000 / 4000
+    assert EVIL not in out and html.escape(EVIL) in out
