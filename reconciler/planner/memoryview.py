@@ -17,6 +17,7 @@ import attrs
 
 from reconciler.core.decisions import Plan
 from reconciler.core.desired import Desired
+from reconciler.planner import placement
 
 HOST_RAM = "host RAM"
 
@@ -72,6 +73,20 @@ def host_ram(plan: Plan, reserved: Mapping[str, int], desired: Desired | None, *
         holdings=tuple(Holding(role=d.role, held=held[d.role], evictable=d.role in on_demand,
                                observed=observed.get(d.role))
                        for d in plan.decisions if d.role in held))
+
+
+def device_bars(plan: Plan, desired: Desired | None) -> tuple[MemoryBar, ...]:
+    """One bar per declared device (§7.1): its memory, and what each role holds on it once
+    the plan's actions are done, in plan order."""
+    if desired is None or not desired.node.devices:
+        return ()
+    on_demand = {r.name for r in desired.roles if r.on_demand}
+    held = {d.role: dict(placement.held_after(d)) for d in plan.decisions}
+    return tuple(
+        MemoryBar(name=device.id, budget=device.memory, holdings=tuple(
+            Holding(role=d.role, held=held[d.role][device.id], evictable=d.role in on_demand)
+            for d in plan.decisions if held[d.role].get(device.id)))
+        for device in sorted(desired.node.devices, key=lambda x: placement.device_order(x.id)))
 
 
 def as_json(bar: MemoryBar) -> dict[str, Any]:

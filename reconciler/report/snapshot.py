@@ -122,7 +122,8 @@ def take(result, store, *, problems=(), applied: bool, version: int = 0,
     return Snapshot(
         node=(result.desired.node.name if result.desired is not None else "") or result.node,
         git_commit=result.git_commit, taken_at=result.started or wall(),
-        problems=tuple(str(p) for p in problems), rows=tuple(rows), bars=(bar,),
+        problems=tuple(str(p) for p in problems), rows=tuple(rows),
+        bars=(bar, *memoryview.device_bars(result.plan, result.desired)),
         events=tuple(event_json(e) for e in reversed(events)),
         fetches=fetch_rows(result.observed), version=version)
 

@@ -41,3 +41,22 @@ def test_the_host_ram_bar_and_its_json() -> None:
     over = memoryview.host_ram(PLAN, BEFORE, Desired(node=NodeConfig(memory_budget=600)),
                                applied=False)
     assert over.scale == 900  # over its budget, the bar's width is what is held
+
+
+def test_one_bar_per_declared_device_with_what_each_role_holds_there() -> None:
+    """§7.1 on the page: each device is a bar of its memory; a role's share of a device is
+    what its decision holds there once done; a stopped role holds nothing; no devices, no bars."""
+    from reconciler.core.devices import Device, DeviceKind
+
+    node = NodeConfig(devices=(Device(id="cuda:1", kind=DeviceKind.CUDA, memory=2000),
+                               Device(id="cuda:0", kind=DeviceKind.CUDA, memory=1000)))
+    plan = Plan(decisions=(
+        Decision(role="a", verb=Verb.KEEP, reason=Reason.IN_SYNC, devices=(("cuda:0", 600),)),
+        Decision(role="b", verb=Verb.START, reason=Reason.MISSING,
+                 devices=(("cuda:0", 100), ("cuda:1", 700))),
+        Decision(role="c", verb=Verb.STOP, reason=Reason.REMOVED, devices=(("cuda:1", 900),)),
+    ))
+    bars = memoryview.device_bars(plan, Desired(node=node))
+    assert [(b.name, b.budget, [(h.role, h.held) for h in b.holdings]) for b in bars] == [
+        ("cuda:0", 1000, [("a", 600), ("b", 100)]), ("cuda:1", 2000, [("b", 700)])]
+    assert memoryview.device_bars(plan, Desired(node=NodeConfig())) == ()
