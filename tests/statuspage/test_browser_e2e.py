@@ -75,10 +75,25 @@ def browser(tmp_path):
 
 
 def _until(driver, predicate, timeout: float = 20.0, message: str = ""):
+    """Wait for ``predicate``; an element gone stale meanwhile (a pass's publish swaps the
+    live part of the page, §11) is looked for again, not a failure."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(
+    return WebDriverWait(driver, timeout, poll_frequency=0.1,
+                         ignored_exceptions=(StaleElementReferenceException,)).until(
         lambda d: predicate(d), message)
+
+
+def _select(driver, element_id: str, value: str) -> None:
+    """Choose ``value`` in a select that a live update may replace while we do."""
+    from selenium.webdriver.support.ui import Select
+
+    def choose(d) -> bool:
+        Select(d.find_element("id", element_id)).select_by_value(value)
+        return True
+
+    _until(driver, choose, timeout=10, message=f"could not choose {value} in #{element_id}")
 
 
 def _rows(driver) -> dict[str, str]:
@@ -150,9 +165,7 @@ def test_the_page_of_a_live_daemon_in_a_real_browser(world, browser, tmp_path): 
               + f"; plan --json ledger: {ledger}")
 
         # A log line holding <script> is text, followed live.
-        from selenium.webdriver.support.ui import Select
-
-        Select(browser.find_element("id", "log-role")).select_by_value("chat")
+        _select(browser, "log-role", "chat")
         log = Path(world.record("chat").instance_id)
         where = world.state / "instances" / log / "server.log"
         _until(browser, lambda d: "following" in d.find_element("id", "log-state").text)
@@ -179,14 +192,15 @@ def test_the_page_of_a_live_daemon_in_a_real_browser(world, browser, tmp_path): 
             shutil.copy(tmp_path / "status-page.png", DOCS_PNG)
 
         # The events filter keeps one role's lines.
-        Select(browser.find_element("id", "event-role")).select_by_value("coder")
-        shown = {tr.get_attribute("data-role") for tr in browser.find_elements(
+        _select(browser, "event-role", "coder")
+        shown = lambda d: {tr.get_attribute("data-role") for tr in d.find_elements(  # noqa: E731
             "css selector", "#events tr.event") if tr.is_displayed()}
-        assert shown == {"coder"}, shown
+        _until(browser, lambda d: shown(d) == {"coder"}, timeout=10,
+               message="the role filter did not keep coder's events only")
 
         # Killing a server changes its row without a reload; its log is followed across
         # the restart (the new server's lines follow the old one's).
-        Select(browser.find_element("id", "log-role")).select_by_value("coder")
+        _select(browser, "log-role", "coder")
         listening = f"listening on http://127.0.0.1:{coder}"
         _until(browser, lambda d: d.find_element("id", "log-lines").text.count(listening) == 1,
                message="coder's log never showed its first run")
@@ -208,7 +222,7 @@ def test_the_page_of_a_live_daemon_in_a_real_browser(world, browser, tmp_path): 
                     .replace("ctx: 512", f"ctx: \"{EVIL}\""))
         _until(browser, lambda d: d.find_elements("id", "problems"), timeout=15,
                message="no problems section")
-        problems = browser.find_element("id", "problems").text
+        problems = _until(browser, lambda d: d.find_element("id", "problems").text, timeout=10)
         assert "manifests invalid: showing the last recorded state" in problems
         assert "role-coder.yaml" in problems
         assert set(_rows(browser)) == {"coder", "chat", "lazy"}
