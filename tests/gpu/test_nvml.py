@@ -25,7 +25,7 @@ pytestmark = pytest.mark.gpu
 def _nvml_or_skip():
     reader, why = devices.nvml_reader()
     if reader is None:
-        pytest.skip(f"no NVIDIA GPU through NVML here: {why}")
+        pytest.skip(reason=f"no NVIDIA GPU through NVML here: {why}")
     if not reader.devices():
         pytest.skip("NVML answers but reports no GPU")
     return reader

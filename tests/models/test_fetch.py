@@ -199,7 +199,7 @@ def test_a_full_cache_filesystem_gives_a_clear_reason_and_serves_nothing(tmp_pat
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
                           capture_output=True, text=True)
     if done.returncode:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        pytest.skip(reason=f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
         out = fetch.download(job(mnt, server.url("m.gguf")), sleep=no_sleep)
         assert not out.ok and out.failure is Failure.NO_SPACE, out.detail

@@ -55,7 +55,7 @@ def test_a_watched_server_exit_names_its_role(wakeups):
     try:
         assert wakeups.watch_exits({"chat": (child.pid, procs.create_time(child.pid))}) == ()
         if not wakeups.exits.supported:
-            pytest.skip("no pidfds here")
+            pytest.skip(reason="no pidfds here")
         child.kill()
         wake = wakeups.wait(soon())
         assert wake.exited == ("chat",) and wake.reasons == ("chat exited",)
