@@ -27,7 +27,7 @@ def _nvml_or_skip():
     if reader is None:
         pytest.skip(reason=f"no NVIDIA GPU through NVML here: {why}")
     if not reader.devices():
-        pytest.skip("NVML answers but reports no GPU")
+        pytest.skip(reason="NVML answers but reports no GPU")
     return reader
 
 
@@ -47,7 +47,7 @@ def test_nvidia_smi_agrees_with_nvml_on_the_devices() -> None:
     _nvml_or_skip()
     via_smi = devices.from_nvidia_smi()
     if isinstance(via_smi, str):
-        pytest.skip(f"nvidia-smi: {via_smi}")
+        pytest.skip(reason=f"nvidia-smi: {via_smi}")
     via_nvml = devices.from_nvml(devices.nvml_reader()[0])
     assert [(d.id, d.uuid) for d in via_smi.devices] == [(d.id, d.uuid) for d in via_nvml.devices]
     for a, b in zip(via_smi.devices, via_nvml.devices):
@@ -81,7 +81,7 @@ def test_the_memory_of_a_real_process_is_observed_by_pid() -> None:
     reader = _nvml_or_skip()
     runtime = _cuda_runtime()
     if runtime is None:
-        pytest.skip("no CUDA runtime library (libcudart) to allocate device memory with")
+        pytest.skip(reason="no CUDA runtime library (libcudart) to allocate device memory with")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     child = subprocess.Popen([sys.executable, "-c", CHILD, runtime], stdout=subprocess.PIPE,
                              text=True, env=env)
