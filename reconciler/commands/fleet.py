@@ -11,6 +11,7 @@ line per node or role that changes (``fleetdiff``). Exit codes as ``plan
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 
@@ -41,6 +42,10 @@ def run(g: GlobalOptions, o: FleetOptions) -> int:
         return common.report_problems(loaded.problems)
     common.report_warnings(loaded.warnings)
     implicit = common.node_choice(g).name
+    # The loaded fleet lives until the process ends: out of the cyclic collector's
+    # reach, planning 10,000 nodes does not rescan it on every collection
+    # (bench/bench_fleet.py --devices: ~25 % of the planning time at 10,000 nodes).
+    gc.freeze()
     now = fleetview.view(loaded.fleet, implicit=implicit)
     if o.diff:
         return _diff(o, paths, now, implicit)

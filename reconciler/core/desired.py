@@ -23,6 +23,9 @@ import attrs
 from reconciler.core.devices import Device, DeviceRequest
 
 frozen = attrs.frozen(kw_only=True)
+#: The values the planner keys its launches by (planner/launches.py) keep their hash:
+#: a deep hash of a role declaration on every pass would cost more than the lookup saves.
+keyed = attrs.frozen(kw_only=True, cache_hash=True)
 
 
 # ---------------------------------------------------------------- enums
@@ -89,7 +92,7 @@ class ModelSourceInfo:
     revision: str | None = None  # … at this commit (40 hex: a branch or tag moves)
 
 
-@frozen
+@keyed
 class ModelSpec:
     """A ``kind: Model`` document: the only source of weight paths."""
 
@@ -245,7 +248,7 @@ class MemorySpec:
 DEFAULT_IDLE_AFTER = 600.0
 
 
-@frozen
+@keyed
 class RoleSpec:
     """A ``kind: InferenceSpec`` document: one server role.
 

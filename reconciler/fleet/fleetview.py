@@ -108,9 +108,10 @@ def view(whole: Fleet, *, implicit: str = "") -> FleetView:
     nodes = fleets.members(whole, implicit)
     placed = fleets.placements(whole.roles, nodes)
     shares = fleets.by_node(whole.roles, placed, nodes)
-    views = []
+    views, merged = [], {}
     for node in nodes:
-        desired = fleets.desired_for(whole, node, placed=placed, roles=shares[node.name])
+        desired = fleets.desired_for(whole, node, placed=placed, roles=shares[node.name],
+                                     merged=merged)
         the_plan = offline.plan(desired)
         decisions = {d.role: d for d in the_plan.decisions}
         views.append(NodeView(node=node, roles=tuple(

@@ -106,17 +106,24 @@ def choose(fleet: Fleet, choice: NodeChoice) -> NodeConfig | None:
 
 def placements(roles: Sequence[FleetRole], nodes: Sequence[NodeConfig]) -> dict[str, tuple[str, ...]]:
     """Role name → the names of the nodes it is placed on, in node order."""
-    labels = [(n.name, dict(n.labels)) for n in nodes]
     names = [n.name for n in nodes]
+    # A fleet's nodes share a few label sets: each selector is matched once per set.
+    sets: dict[tuple, list[str]] = {}
+    for n in nodes:
+        sets.setdefault(n.labels, []).append(n.name)
     out: dict[str, tuple[str, ...]] = {}
     for role in roles:
         where = role.placement
         if where is None:
             out[role.spec.name] = tuple(names)
-        elif where.selector is None and where.nodes is not None:
-            out[role.spec.name] = tuple(n for n in names if n in where.nodes)
+        elif where.selector is None:
+            out[role.spec.name] = tuple(n for n in names
+                                        if where.nodes is None or n in where.nodes)
         else:
-            out[role.spec.name] = tuple(n for n, lab in labels if where.admits(n, lab))
+            admitted = {n for labels, members in sets.items()
+                        if where.selector.matches(dict(labels)) for n in members}
+            out[role.spec.name] = tuple(n for n in names if n in admitted and (
+                where.nodes is None or n in where.nodes))
     return out
 
 
@@ -132,8 +139,14 @@ def by_node(roles: Sequence[FleetRole], placed: Mapping[str, tuple[str, ...]],
 
 def desired_for(fleet: Fleet, node: NodeConfig, *,
                 placed: Mapping[str, tuple[str, ...]] | None = None,
-                roles: Sequence[FleetRole] | None = None) -> Desired:
-    """This node's share of the fleet (pass ``placed``/``roles`` when already known)."""
+                roles: Sequence[FleetRole] | None = None,
+                merged: dict | None = None) -> Desired:
+    """This node's share of the fleet (pass ``placed``/``roles`` when already known).
+
+    ``merged``: a dict kept across the nodes of one fleet, so that nodes with the
+    same defaults share one merged RoleSpec per role (one object: the planner's
+    launches are then worked out once, not once per node).
+    """
     if placed is None:
         placed = placements(fleet.roles, members(fleet, node.name))
     if roles is None:
@@ -142,7 +155,7 @@ def desired_for(fleet: Fleet, node: NodeConfig, *,
     by_name = {m.name: m for m in models}
     mine = {r.spec.name for r in roles}
     return Desired(
-        roles=tuple(role_on(r, by_name.get(r.spec.model or ""), node) for r in roles),
+        roles=tuple(_merged(r, by_name.get(r.spec.model or ""), node, merged) for r in roles),
         models=models,
         node=node,
         placed_elsewhere=tuple((r.spec.name, placed.get(r.spec.name, ()))
@@ -172,6 +185,18 @@ def cache_tree(cache: str, model: str, generation: str) -> str:
     """Where a fetched Model's files are linked under the node's cache (§1.6): one tree
     per generation, so that a new one changes the role's launch (and restarts it)."""
     return f"{cache.rstrip('/')}/models/{model}/{generation}"
+
+
+def _merged(role: FleetRole, model: ModelSpec | None, node: NodeConfig,
+            merged: dict | None) -> RoleSpec:
+    if merged is None:
+        return role_on(role, model, node)
+    # role_on reads the role, its model and these two of the node's defaults.
+    key = (id(role), model, node.restart, node.keep_alive)
+    got = merged.get(key)
+    if got is None or got[0] is not role:  # the role itself is kept: its id stays its own
+        got = merged[key] = (role, role_on(role, model, node))
+    return got[1]
 
 
 def role_on(role: FleetRole, model: ModelSpec | None, node: NodeConfig) -> RoleSpec:

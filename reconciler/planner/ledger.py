@@ -25,7 +25,7 @@ accounting, kept whole so it stays differential-tested against its oracle.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import attrs
 
@@ -235,13 +235,16 @@ def place(
     drafts: list[Draft], budget: int | None, excludes: Mapping[str, frozenset[str]],
     together: Mapping[str, frozenset[str]] | None = None,
     devices: Sequence[Device] = (), broken: Mapping[str, str] | None = None,
+    placed: Callable[[Decision, Assignment], Decision] | None = None,
 ) -> list[Decision]:
     """§7: count every holder (planned releases already gone), then fit the claims.
 
     ``together`` maps a role to the roles resident whenever it is (Ollama
     roles sharing one model on one server); none by default. ``devices``: the
     node's declared devices, ``broken`` those discovery found missing or
-    smaller (§7.1): a claim with a device request gets its devices here.
+    smaller (§7.1): a claim with a device request gets its devices here, and
+    ``placed(decision, assignment)`` makes its final decision (the planner's
+    builds the launch on those devices too); by default the devices are set.
     """
     ledger = Ledger(budget, excludes, together,
                     DeviceLedger(devices, broken) if devices else None)
@@ -292,8 +295,11 @@ def place(
     out = []
     for dr in drafts:
         d = refused.get(dr.decision.role, dr.decision)
-        if d.verb in CLAIMS and (d.role in assigned or d.devices):
-            d = attrs.evolve(d, devices=assigned[d.role].pairs() if d.role in assigned else ())
+        if d.verb in CLAIMS and d.role in assigned:
+            got = assigned[d.role]
+            d = placed(d, got) if placed is not None else attrs.evolve(d, devices=got.pairs())
+        elif d.verb in CLAIMS and d.devices:
+            d = attrs.evolve(d, devices=())
         out.append(d)
     return out
 

@@ -158,18 +158,32 @@ class DeviceLedger:
                 and all(self.free(d, name) >= n for d, n in zip(prefer, need))):
             return Assignment(ids=prefer, bytes=need, split=req.split)
         for kind in sorted(claim.kinds):
+            if count == 1:  # the common case: the fullest device that still fits
+                found = self._fullest(name, claim, kind, most)
+                if found is not None:
+                    return Assignment(ids=(found,), bytes=need, split=req.split)
+                continue
             fitting = [d for d in self.order
                        if self.kinds[d] == kind and self._usable(d, claim)
                        and self.free(d, name) >= most]
             if len(fitting) >= count:
-                if count == 1:  # the common case: the fullest device that still fits
-                    free = {d: self.free(d, name) for d in fitting}
-                    ids = (min(fitting, key=lambda d: (free[d], self.rank[d])),)
-                    return Assignment(ids=ids, bytes=need, split=req.split)
                 best = sorted(fitting, key=lambda d: (self.free(d, name), self.rank[d]))[:count]
                 ids = tuple(sorted(best, key=self.rank.__getitem__))
                 return Assignment(ids=ids, bytes=need, split=req.split)
         return None
+
+    def _fullest(self, name: str, claim: Claim, kind: DeviceKind, need: int) -> str | None:
+        """The usable device of ``kind`` with the least free memory that still holds
+        ``need`` (ties: the first in device order), or None. One pass, each device's
+        free memory worked out once: this runs for every count-1 claim of every node."""
+        best, least = None, 0
+        for device in self.order:  # device order: a tie keeps the first
+            if self.kinds[device] != kind or not self._usable(device, claim):
+                continue
+            free = self.free(device, name)
+            if free >= need and (best is None or free < least):
+                best, least = device, free
+        return best
 
     def _usable(self, device: str, claim: Claim) -> bool:
         return (device in self.capacity and device not in self.broken

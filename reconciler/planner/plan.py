@@ -71,7 +71,7 @@ import attrs
 
 from reconciler.core import demand as demands
 from reconciler.core import ownership
-from reconciler.planner import demandrungs, eviction, exitreasons, fetchrungs, generations, identity, intents, ledger, livenessrungs, loadrungs, orphans, placement, policy
+from reconciler.planner import demandrungs, eviction, exitreasons, fetchrungs, generations, intents, launches, ledger, livenessrungs, loadrungs, orphans, placement, policy
 from reconciler.core.decisions import Plan, PlanContext, Reason, Status, Verb
 from reconciler.core.demand import Demand
 from reconciler.core.desired import Desired, Mode, NodeConfig, RouterConfig, WantedState
@@ -107,7 +107,8 @@ def plan(
     # roles placed on other nodes make a set that is not empty.
     elsewhere = dict(desired.placed_elsewhere)
     guard = not specs and not elsewhere and not ctx.allow_empty
-    launcher = identity.Launcher(desired.node, dict(ctx.environ), ctx.data_root)
+    launcher = launches.for_node(desired.node, dict(ctx.environ), ctx.data_root).bind(
+        desired.models, models)
     served = loadrungs.served(desired.roles, models)
     drafts = []
     roles: dict[str, Role] = {}  # the roles placed on devices, for their launches after placement
@@ -144,8 +145,11 @@ def plan(
     devices = desired.node.devices
     broken = placement.unusable(devices, observed.devices) if devices else None
 
+    def placed(d, got):  # §7.1 a claim on devices: its launch follows them
+        return placed_launch(roles[d.role], d, got)
+
     def place(ds: list[Draft]) -> list:
-        return ledger.place(ds, budget, excludes, together, devices, broken)
+        return ledger.place(ds, budget, excludes, together, devices, broken, placed)
 
     decisions = place(drafts)
     if idle:
@@ -155,9 +159,6 @@ def plan(
         # §9 … and waits for the ones that may go later, rather than being refused.
         decisions = eviction.contended(drafts, decisions, {**later, **{n: 0.0 for n in idle}},
                                        claimants, place)
-    if roles:
-        decisions = [placed_launch(roles[d.role], d, models) if d.role in roles else d
-                     for d in decisions]
     if observed.device_use:
         # §7.1 a server over its reservation on a device is degraded (observed by pid).
         uses = placement.uses_by_pid(observed.device_use)
@@ -180,13 +181,12 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
         record = finished
     rpolicy = spec.restart if spec is not None else node.restart
     operator = name in ctx.operator_starts
-    instance = identity.instance_id(spec) if spec is not None else record.instance_id
-    # §7.1 the devices the launch is built with: fixed ids, or those it last ran on.
-    assignment = (placement.preferred(spec, record, launcher.devices)
-                  if spec is not None and spec.devices else None)
-    argv = launcher.argv(spec, models, assignment) if spec is not None else None
-    digest = (launcher.digest(argv, instance, device_env(spec.runtime, assignment), spec)
-              if argv is not None else None)
+    # §3 the launch, and (§7.1) the devices it is built with: fixed ids, or those it last ran on.
+    prepared = launcher.prepare(spec, record) if spec is not None else None
+    instance = prepared.instance_id if prepared is not None else record.instance_id
+    assignment = prepared.assignment if prepared is not None else None
+    argv = prepared.argv if prepared is not None else None
+    digest = prepared.digest if prepared is not None else None
     generation = generations.current(spec, digest,
                                      loadrungs.tag_of(spec, models) if spec else None)
     fresh = generations.is_new(generation, record)
@@ -205,7 +205,7 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
                                     spec_of(record.runtime)) - {name}
     return Role(
         name=name, spec=spec, record=record, obs=obs, argv=argv, digest=digest,
-        launcher=launcher, policy=rpolicy,
+        launcher=launcher, prepared=prepared, policy=rpolicy,
         running=running, restarts=restarts, operator=operator, sharing=sharing,
         runtime=spec.runtime if spec is not None else record.runtime,
         port=spec.serve.port if spec is not None else record.port,
@@ -218,7 +218,7 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
         owner_id=record.instance_id if running and record is not None else None,
         generation=generation, fresh=fresh, interrupted=interrupted,
         assignment=assignment,
-        claim=placement.claim_of(spec, assignment) if spec is not None and spec.devices else None,
+        claim=prepared.claim if prepared is not None else None,
     )
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import attrs
 
-from reconciler.planner import generations, identity, policy
+from reconciler.planner import generations, policy
+from reconciler.planner.launches import Bound, Prepared
 from reconciler.core.decisions import Decision, Reason, Status, Verb
 from reconciler.core.desired import Launch, RestartPolicy, RoleSpec, Runtime
 from reconciler.core.devices import Assignment
@@ -48,7 +49,8 @@ class Role:
     obs: RoleObservation
     argv: tuple[str, ...] | None  # the launch of a managed server (None: never launched)
     digest: str | None  # … and its digest
-    launcher: identity.Launcher
+    launcher: Bound  # this pass's launches (kept across passes: launches.py)
+    prepared: Prepared | None  # this role's, before placement (None: a removed role)
     policy: RestartPolicy
     running: bool  # our own process: owned and alive
     restarts: int  # count carried into this pass (after resets)
@@ -73,9 +75,8 @@ class Role:
 
     def launch(self) -> Launch:
         """The whole launch, built only for the decisions that carry it (start/restart)."""
-        assert self.argv is not None
-        return self.launcher.launch(self.argv, self.instance_id, self.digest,
-                                    device_env(self.runtime, self.assignment), self.spec)
+        assert self.argv is not None and self.prepared is not None and self.spec is not None
+        return self.launcher.launch(self.spec, self.prepared)
 
     @property
     def resident_hold(self) -> int | None:
@@ -215,22 +216,18 @@ def model_refusal(r: Role, checks, *, release: int, kept: int | None) -> Draft |
 _BAD_MODEL = (ModelState.MISMATCH, ModelState.MISSING, ModelState.DETACHED)
 
 
-def placed_launch(r: Role, d: Decision, models) -> Decision:
-    """§7.1 a placed claim's launch follows the devices placement gave it.
+def placed_launch(r: Role, d: Decision, got: Assignment) -> Decision:
+    """§7.1 a placed claim's decision: its devices, and a launch that follows them.
 
     The launch (and so the generation) was built with the devices the role ran
     on; when placement picked others, both are built again with those.
     """
-    if d.verb not in CLAIMS or not d.devices or r.spec is None:
-        return d
-    ids = tuple(i for i, _ in d.devices)
-    if r.assignment is not None and r.assignment.ids == ids:
-        return d
-    assignment = Assignment(ids=ids, bytes=tuple(b for _, b in d.devices),
+    pairs = got.pairs()
+    if r.spec is None or not pairs or (r.assignment is not None and r.assignment.ids == got.ids):
+        return attrs.evolve(d, devices=pairs)
+    assignment = Assignment(ids=got.ids, bytes=got.bytes,
                             split=r.spec.devices.split if r.spec.devices else ())
-    argv = r.launcher.argv(r.spec, models, assignment)
-    assert argv is not None
-    launch = r.launcher.launch(argv, r.instance_id, None, device_env(r.runtime, assignment),
-                               r.spec)
+    prepared = r.launcher.placed(r.spec, assignment, r.instance_id)
+    launch = r.launcher.launch(r.spec, prepared)
     generation = generations.current(r.spec, launch.digest, None)
-    return attrs.evolve(d, launch=launch, generation=generation)
+    return attrs.evolve(d, devices=pairs, launch=launch, generation=generation)

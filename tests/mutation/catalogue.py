@@ -71,6 +71,7 @@ _TESTS = {
     "fleetdiff": ("tests/fleet",),
     "demand": ("tests/plan", "tests/router", "tests/watch"),
     "errors": ("tests/manifests",),
+    "launches": ("tests/plan", "tests/devices"),
 }
 
 
@@ -78,7 +79,7 @@ _TESTS = {
 _PACKAGE_OF = {
     **dict.fromkeys(("plan", "rungs", "loadrungs", "demandrungs", "livenessrungs", "ledger", "policy",
                      "records", "intents", "render", "identity", "eviction", "liveness", "generations",
-                     "orphans", "exitreasons", "memoryview", "placement"), "planner/"),
+                     "orphans", "exitreasons", "memoryview", "placement", "launches"), "planner/"),
     **dict.fromkeys(("decisions", "labels", "demand", "events", "desired", "observed", "loopback",
                      "ownership", "errors"),
                     "core/"),
@@ -105,7 +106,7 @@ EV, RR, DM = "eviction", "router/rules", "demand"
 D, RE, I, E, C, RU = "decisions", "render", "identity", "extra_args", "crosscheck", "runtimes"
 LV = "liveness"
 PR, G, O, OW = "procs", "generations", "orphans", "ownership"
-DS, PL = "desired", "placement"
+DS, PL, LA = "desired", "placement", "launches"
 
 MUTANTS: tuple[Mutant, ...] = (
     # ------------------------------------------------------------ the safety rules' owners
@@ -700,8 +701,8 @@ MUTANTS: tuple[Mutant, ...] = (
        "]", "§7.1: a count claim is placed on devices without room"),
     _m(PL, "prefer-ignores-free", "and all(self.free(d, name) >= n for d, n in zip(prefer, need))):",
        "):", "§7.1: a restart returns to its old devices even when they filled up"),
-    _m(PL, "worst-fit", "ids = (min(fitting, key=lambda d: (free[d], self.rank[d])),)",
-       "ids = (min(fitting, key=lambda d: (-free[d], self.rank[d])),)",
+    _m(PL, "worst-fit", "if free >= need and (best is None or free < least):",
+       "if free >= need and (best is None or free > least):",
        "§7.1: a count claim takes the emptiest device, not the best fit"),
     _m(PL, "broken-device-used", "return (device in self.capacity and device not in self.broken",
        "return (device in self.capacity", "§7.1: a device discovery found missing or smaller takes claims"),
@@ -716,8 +717,9 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(EV, "evict-from-any-device",
        "        for name in [n for n in pool if evicted.get(n) == claim.role and on_devices.get(n)]:",
        "        for name in []:", "§7.1: eviction stops on-demand roles on devices the claim does not need"),
-    _m(RG, "launch-ignores-placement", "    if r.assignment is not None and r.assignment.ids == ids:\n        return d",
-       "    if True:\n        return d", "§7.1: a server is launched without the devices placement gave it"),
+    _m(RG, "launch-ignores-placement",
+       "if r.spec is None or not pairs or (r.assignment is not None and r.assignment.ids == got.ids):",
+       "if True:", "§7.1: a server is launched without the devices placement gave it"),
     _m(RU, "llamacpp.no-visibility",
        'visibility={DeviceKind.CUDA: "CUDA_VISIBLE_DEVICES", DeviceKind.ROCM: "HIP_VISIBLE_DEVICES",',
        'visibility={DeviceKind.ROCM: "HIP_VISIBLE_DEVICES",',
@@ -838,4 +840,17 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(RU, "flags.c1-in-values", 'if any(c != "\\t" and (c < " " or "\\x7f" <= c <= "\\x9f") for c in value):',
        'if any(c in "\\x00\\n\\r" for c in value):',
        "§1.4: an extra_args value may hold ESC, CSI or NEL (printed raw in a plan's argv)"),
+    # The memo of launches answers only for the values its key names (§3: a stale launch
+    # would start the old argv, or compare against it and restart nothing).
+    _m(LA, "table-ignores-models", "tables = self._tables.get(models)",
+       "tables = next(iter(self._tables.values()), None)",
+       "§3: a Model moved to another root keeps the old --model path in the launch"),
+    _m(LA, "key-ignores-held-devices", "key = (spec, record.devices if (record is not None",
+       "key = (spec, () if (record is not None",
+       "§7.1: a count role restarts on the devices another role's record named"),
+    _m(LA, "key-ignores-passed-values",
+       "passed = tuple((name, environ.get(name)) for name in node.env_passthrough)",
+       "passed = ()", "§6: a server starts with the HOME of the shell that ran the pass before"),
+    _m(LA, "key-ignores-data-root", "node.devices, data_root)", "node.devices)",
+       "§6: a server's working directory stays under the previous data root"),
 )
