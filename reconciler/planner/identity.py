@@ -8,6 +8,7 @@ digest is reproducible in tests.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from json.encoder import encode_basestring_ascii as _json_string
 from typing import Mapping, Sequence
@@ -113,6 +114,7 @@ class Launcher:
             f", {_pair(k, '<passed through>' if k in passed else v)}" for k, v in after)
         self._pair_texts = {k: _pair(k, '<passed through>' if k in passed else v)
                             for k, v in (*before, *after)}
+        self._extra_texts: dict[tuple[tuple[str, str], ...], tuple[str, str]] = {}
         self._text_run_as = (f"[{int(self.run_as.uid)}, {int(self.run_as.gid)}]"
                              if self.run_as is not None else "null")
 
@@ -143,24 +145,31 @@ class Launcher:
         """
         extra_env = _with_role_env(role, extra_env)
         instance_text = _json_string(instance)
-        if extra_env:
-            # The base pairs' text is worked out once; the assignment's pairs replace or join them.
-            texts = dict(self._pair_texts)
-            texts.update((k, _pair(k, v)) for k, v in extra_env)
-            texts[MARKER_ENV] = (_pair(MARKER_ENV, "<passed through>") if self._marker_passed
-                                 else f"[{_json_string(MARKER_ENV)}, {instance_text}]")
-            text = (f'{{"argv": [{", ".join(map(_json_string, argv))}], '
-                    f'"cwd": {self._cwd_text}{instance_text[1:]}, '
-                    f'"env": [{", ".join(texts[k] for k in sorted(texts))}], '
-                    f'"run_as": {self._text_run_as}}}')
-            return hashlib.sha256(text.encode()).hexdigest()
+        before, after = self._env_texts(extra_env) if extra_env else (
+            self._text_before, self._text_after)
         marker = _pair(MARKER_ENV, "<passed through>") if self._marker_passed else (
             f"[{_json_string(MARKER_ENV)}, {instance_text}]")
         text = (f'{{"argv": [{", ".join(map(_json_string, argv))}], '
                 f'"cwd": {self._cwd_text}{instance_text[1:]}, '
-                f'"env": [{self._text_before}{marker}{self._text_after}], '
+                f'"env": [{before}{marker}{after}], '
                 f'"run_as": {self._text_run_as}}}')
         return hashlib.sha256(text.encode()).hexdigest()
+
+    def _env_texts(self, extra_env: tuple[tuple[str, str], ...]) -> tuple[str, str]:
+        """The digest text of the env pairs before and after the marker, with ``extra_env``
+        replacing or joining the base pairs (the marker is never among them: the
+        instance's own wins). Worked out once per ``extra_env``: a node's roles share a few."""
+        got = self._extra_texts.get(extra_env)
+        if got is None:
+            texts = dict(self._pair_texts)
+            texts.update((k, _pair(k, v)) for k, v in extra_env if k != MARKER_ENV)
+            keys = sorted(texts)
+            got = ("".join(f"{texts[k]}, " for k in keys if k < MARKER_ENV),
+                   "".join(f", {texts[k]}" for k in keys if k > MARKER_ENV))
+            if len(self._extra_texts) >= 4096:
+                self._extra_texts.clear()
+            self._extra_texts[extra_env] = got
+        return got
 
     def launch(self, argv: tuple[str, ...], instance: str, digest: str | None = None,
                extra_env: tuple[tuple[str, str], ...] = (), role: RoleSpec | None = None
@@ -216,10 +225,13 @@ def canonical(argv: Sequence[str], env: Sequence[tuple[str, str]], cwd: str,
             f'"env": [{env_text}], "run_as": {uid_gid}}}')
 
 
+@functools.lru_cache(maxsize=4096)
 def argv_changes(old: tuple[str, ...], new: tuple[str, ...]) -> str:
     """A short description of what changed between two launches' argv.
 
     ``ctx 4096 → 8192`` style, flag by flag; falls back to "launch changed".
+    Kept for the pairs seen lately: a role whose restart waits (on memory, a
+    fetch) is worded again on every pass.
     """
     def flags(argv: tuple[str, ...]) -> dict[str, str]:
         out: dict[str, str] = {"program": argv[0] if argv else ""}

@@ -21,6 +21,8 @@ Each operation costs O(devices of the node): linear in the roles.
 
 from __future__ import annotations
 
+import functools
+from types import MappingProxyType
 from typing import Iterable, Mapping, Sequence
 
 import attrs
@@ -110,10 +112,8 @@ class DeviceLedger:
     """Bytes held per device and per role for one ``place()`` call."""
 
     def __init__(self, devices: Sequence[Device], broken: Mapping[str, str] | None = None) -> None:
-        self.capacity = {d.id: d.memory for d in devices}
-        self.kinds = {d.id: d.kind for d in devices}
-        self.order = sorted(self.capacity, key=device_order)
-        self.rank = {d: i for i, d in enumerate(self.order)}
+        # What the declaration says is the same on every pass: worked out once per tuple.
+        self.capacity, self.kinds, self.order, self.rank = _declared(tuple(devices))
         self.broken = dict(broken or {})
         self.used: dict[str, int] = dict.fromkeys(self.capacity, 0)
         self.held: dict[str, Pairs] = {}
@@ -232,6 +232,16 @@ class DeviceLedger:
     def summary(self) -> dict[str, tuple[int, int]]:
         """device → (reserved, capacity)."""
         return {d: (self.used[d], self.capacity[d]) for d in self.order}
+
+
+@functools.lru_cache(maxsize=256)
+def _declared(devices: tuple[Device, ...]) -> tuple[Mapping[str, int], Mapping[str, DeviceKind],
+                                                     tuple[str, ...], Mapping[str, int]]:
+    """capacity and kind by id, the ids in device order, and each id's rank (read-only)."""
+    capacity = {d.id: d.memory for d in devices}
+    order = tuple(sorted(capacity, key=device_order))
+    return (MappingProxyType(capacity), MappingProxyType({d.id: d.kind for d in devices}),
+            order, MappingProxyType({d: i for i, d in enumerate(order)}))
 
 
 def over_reserved(d: Decision, uses: Mapping[int, Mapping[str, int]]) -> Decision:

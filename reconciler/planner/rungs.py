@@ -224,7 +224,7 @@ def placed_launch(r: Role, d: Decision, got: Assignment) -> Decision:
     """
     pairs = got.pairs()
     if r.spec is None or not pairs or (r.assignment is not None and r.assignment.ids == got.ids):
-        return attrs.evolve(d, devices=pairs)
+        return d if d.devices == pairs else attrs.evolve(d, devices=pairs)
     assignment = Assignment(ids=got.ids, bytes=got.bytes,
                             split=r.spec.devices.split if r.spec.devices else ())
     prepared = r.launcher.placed(r.spec, assignment, r.instance_id)
