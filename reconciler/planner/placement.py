@@ -113,7 +113,8 @@ class DeviceLedger:
 
     def __init__(self, devices: Sequence[Device], broken: Mapping[str, str] | None = None) -> None:
         # What the declaration says is the same on every pass: worked out once per tuple.
-        self.capacity, self.kinds, self.order, self.rank = _declared(tuple(devices))
+        self.capacity, self.kinds, self.order, self.rank, self.by_kind = _declared(
+            tuple(devices))
         self.broken = dict(broken or {})
         self.used: dict[str, int] = dict.fromkeys(self.capacity, 0)
         self.held: dict[str, Pairs] = {}
@@ -157,28 +158,28 @@ class DeviceLedger:
         if (len(prefer) == count and all(self._usable(d, claim) for d in prefer)
                 and all(self.free(d, name) >= n for d, n in zip(prefer, need))):
             return Assignment(ids=prefer, bytes=need, split=req.split)
-        for kind in sorted(claim.kinds):
+        for kind, ids in self.by_kind:  # the kinds the node declares, in kind order
+            if kind not in claim.kinds:
+                continue
             if count == 1:  # the common case: the fullest device that still fits
-                found = self._fullest(name, claim, kind, most)
+                found = self._fullest(name, claim, ids, most)
                 if found is not None:
                     return Assignment(ids=(found,), bytes=need, split=req.split)
                 continue
-            fitting = [d for d in self.order
-                       if self.kinds[d] == kind and self._usable(d, claim)
-                       and self.free(d, name) >= most]
+            fitting = [d for d in ids if self._usable(d, claim) and self.free(d, name) >= most]
             if len(fitting) >= count:
                 best = sorted(fitting, key=lambda d: (self.free(d, name), self.rank[d]))[:count]
                 ids = tuple(sorted(best, key=self.rank.__getitem__))
                 return Assignment(ids=ids, bytes=need, split=req.split)
         return None
 
-    def _fullest(self, name: str, claim: Claim, kind: DeviceKind, need: int) -> str | None:
-        """The usable device of ``kind`` with the least free memory that still holds
-        ``need`` (ties: the first in device order), or None. One pass, each device's
-        free memory worked out once: this runs for every count-1 claim of every node."""
+    def _fullest(self, name: str, claim: Claim, ids: tuple[str, ...], need: int) -> str | None:
+        """The usable device of ``ids`` (one kind, device order) with the least free
+        memory that still holds ``need`` (ties: the first), or None. One pass, each
+        device's free memory worked out once: this runs for every count-1 claim."""
         best, least = None, 0
-        for device in self.order:  # device order: a tie keeps the first
-            if self.kinds[device] != kind or not self._usable(device, claim):
+        for device in ids:  # device order: a tie keeps the first
+            if not self._usable(device, claim):
                 continue
             free = self.free(device, name)
             if free >= need and (best is None or free < least):
@@ -235,13 +236,18 @@ class DeviceLedger:
 
 
 @functools.lru_cache(maxsize=256)
-def _declared(devices: tuple[Device, ...]) -> tuple[Mapping[str, int], Mapping[str, DeviceKind],
-                                                     tuple[str, ...], Mapping[str, int]]:
-    """capacity and kind by id, the ids in device order, and each id's rank (read-only)."""
+def _declared(devices: tuple[Device, ...]) -> tuple[
+        Mapping[str, int], Mapping[str, DeviceKind], tuple[str, ...], Mapping[str, int],
+        tuple[tuple[DeviceKind, tuple[str, ...]], ...]]:
+    """capacity and kind by id, the ids in device order, each id's rank, and the ids of
+    each kind the node declares (kinds in order; read-only)."""
     capacity = {d.id: d.memory for d in devices}
+    kinds = {d.id: d.kind for d in devices}
     order = tuple(sorted(capacity, key=device_order))
-    return (MappingProxyType(capacity), MappingProxyType({d.id: d.kind for d in devices}),
-            order, MappingProxyType({d: i for i, d in enumerate(order)}))
+    by_kind = tuple((kind, tuple(d for d in order if kinds[d] == kind))
+                    for kind in sorted(set(kinds.values())))
+    return (MappingProxyType(capacity), MappingProxyType(kinds), order,
+            MappingProxyType({d: i for i, d in enumerate(order)}), by_kind)
 
 
 def over_reserved(d: Decision, uses: Mapping[int, Mapping[str, int]]) -> Decision:

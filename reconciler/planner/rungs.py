@@ -187,10 +187,12 @@ def start(r: Role, checks, verb: Verb, reason: Reason, status: Status, detail: s
         return refused
     # A crashed server keeps its reservation (its bytes, its devices).
     held = r.reserved if keeps else r.resident_hold
-    # §7.1 a claim whose devices placement picks gets its launch after placement.
+    # §7.1 a claim whose devices placement picks gets its launch after placement; one
+    # built on its devices already says them (placement keeps it as is when they fit).
     picks = r.claim is not None and r.assignment is None
+    on = {"devices": r.assignment.pairs()} if r.assignment else {}
     return draft(r, verb, reason, status, detail, why=why, launch=None if picks else r.launch(),
-                 claim=r.claim,
+                 claim=r.claim, **on,
                  reserve=spec.host_need, release=r.reserved, retry_in=policy.POLL,
                  restarts=r.restarts if restarts is None else restarts, holds=held, keeps=keeps,
                  generation=r.generation, restarted_at=spec.restarted_at)
@@ -200,6 +202,8 @@ def model_refusal(r: Role, checks, *, release: int, kept: int | None) -> Draft |
     """§1.1 only verified weights are served (unverified: the executor verifies first)."""
     spec = r.spec
     assert spec is not None
+    if not checks:
+        return None  # nothing hashed yet (a plan-only run): the executor verifies first
     for name in (spec.model, *spec.serve.weight_refs):
         check = checks.get(name) if name else None
         if check is None or check.state not in _BAD_MODEL:
