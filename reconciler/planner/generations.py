@@ -12,11 +12,19 @@ and ``is_new`` per role, and words the change with ``launch_changes`` /
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from reconciler.planner import identity
-from reconciler.core.desired import RoleSpec
+from reconciler.core.desired import ModelSpec, RoleSpec
 from reconciler.core.observed import RoleRecord
 from reconciler.runtimes import spec_of
 from reconciler.core.units import format_duration
+
+
+def tag_of(spec: RoleSpec, models: Mapping[str, ModelSpec]) -> str | None:
+    """The Ollama tag a role's Model names (None: none)."""
+    model = models.get(spec.model or "")
+    return model.ollama_tag if model is not None else None
 
 
 def current(spec: RoleSpec | None, digest: str | None, tag: str | None) -> str | None:

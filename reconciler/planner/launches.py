@@ -32,7 +32,7 @@ import attrs
 from reconciler.core.desired import Launch, ModelSpec, NodeConfig, RoleSpec
 from reconciler.core.devices import Assignment
 from reconciler.core.observed import RoleRecord
-from reconciler.planner import identity, placement
+from reconciler.planner import generations, identity, placement
 from reconciler.planner.placement import Claim
 from reconciler.runtimes import spec_of
 
@@ -52,6 +52,7 @@ class Prepared:
     digest: str | None
     extra_env: tuple[tuple[str, str], ...] = ()  # the assignment's visibility variables
     claim: Claim | None = None  # what it asks of the devices (None: host-only)
+    generation: str | None = None  # what it runs (§4): this launch, or the load it asks for
     whole: Launch | None = None
 
 
@@ -109,6 +110,8 @@ class Bound:
                           if request is not None else None)
             got = self._build(spec, assignment, identity.instance_id(spec))
             got.claim = placement.claim_of(spec, assignment) if request is not None else None
+            got.generation = generations.current(spec, got.digest,
+                                                 generations.tag_of(spec, self.models))
             _remember(self._tables.prepared, key, got)
         return got
 

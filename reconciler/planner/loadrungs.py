@@ -15,17 +15,13 @@ from typing import Mapping
 
 from reconciler.core import ownership
 from reconciler.planner import generations, policy
+from reconciler.planner.generations import tag_of
 from reconciler.core.decisions import Reason, Status, Verb
 from reconciler.core.desired import ModelSpec, RoleSpec, WantedState
 from reconciler.planner.ledger import Draft
 from reconciler.core.observed import Health
 from reconciler.planner.rungs import Role, backoff, draft, terminal
 from reconciler.runtimes import spec_of
-
-
-def tag_of(spec: RoleSpec, models: Mapping[str, ModelSpec]) -> str | None:
-    model = models.get(spec.model or "")
-    return model.ollama_tag if model is not None else None
 
 
 def served(roles, models) -> dict[tuple[str, int], list[tuple[str, set[str]]]]:

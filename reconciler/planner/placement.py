@@ -239,8 +239,7 @@ class DeviceLedger:
 def _declared(devices: tuple[Device, ...]) -> tuple[
         Mapping[str, int], Mapping[str, DeviceKind], tuple[str, ...], Mapping[str, int],
         tuple[tuple[DeviceKind, tuple[str, ...]], ...]]:
-    """capacity and kind by id, the ids in device order, each id's rank, and the ids of
-    each kind the node declares (kinds in order; read-only)."""
+    """capacity, kind, order, rank, and each declared kind's ids (read-only)."""
     capacity = {d.id: d.memory for d in devices}
     kinds = {d.id: d.kind for d in devices}
     order = tuple(sorted(capacity, key=device_order))

@@ -187,8 +187,7 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
     assignment = prepared.assignment if prepared is not None else None
     argv = prepared.argv if prepared is not None else None
     digest = prepared.digest if prepared is not None else None
-    generation = generations.current(spec, digest,
-                                     loadrungs.tag_of(spec, models) if spec else None)
+    generation = prepared.generation if prepared is not None else None
     fresh = generations.is_new(generation, record)
     probe = obs.probe
     answering = probe is not None and policy.answering(probe.health)
