@@ -1,6 +1,7 @@
 """The residency ledger as it was before round 2: the oracle of the linear one (test helper).
 
-Kept verbatim (``claim`` scans every holder; ``place`` re-runs every refused
+Kept verbatim but for one rule of round 3 (a refusal names at most ``NAMED``
+other holders, the largest, then a count) (``claim`` scans every holder; ``place`` re-runs every refused
 claim while anything changes) so that ``tests/plan/test_ledger.py`` can check,
 decision for decision, that ``reconciler.ledger.place`` decides exactly what
 this one did. Quadratic, and correct by long use: do not optimise it.
@@ -11,7 +12,7 @@ from __future__ import annotations
 import attrs
 
 from reconciler.core.decisions import Decision, Reason, Status, Verb
-from reconciler.planner.ledger import CLAIMS, Draft, order_key
+from reconciler.planner.ledger import CLAIMS, NAMED, Draft, order_key
 from reconciler.core.units import format_size
 
 
@@ -72,7 +73,13 @@ class Ledger:
     def _unplaceable(self, name: str, need: int, others: dict[str, int]) -> str:
         assert self.budget is not None
         free = max(self.budget - sum(others.values()), 0)
-        holders = ", ".join(f"{k} {format_size(v)}" for k, v in sorted(others.items()) if v > 0)
+        positive = sorted((k, v) for k, v in others.items() if v > 0)
+        holders = ", ".join(f"{k} {format_size(v)}" for k, v in positive)
+        if len(positive) > NAMED:  # round 3: the NAMED largest, then a count (§7)
+            big = sorted(positive, key=lambda p: (-p[1], p[0]))
+            holders = (", ".join(f"{k} {format_size(v)}" for k, v in big[:NAMED])
+                       + f" and {len(big) - NAMED:,} more "
+                       f"({format_size(sum(v for _, v in big[NAMED:]))})")
         held = f"held by {holders}" if holders else "nothing else is held"
         return (
             f"'{name}' needs {format_size(need)} but only {format_size(free)} "

@@ -10,6 +10,7 @@ from reconciler.planner import loadrungs
 from reconciler.core.decisions import Decision, Reason, Verb
 from reconciler.planner.ledger import Draft
 from reconciler.planner.plan import plan
+from reconciler.core.units import format_size
 from tests.plan import oracle_ledger
 from tests.plan.worlds import World, worlds
 
@@ -82,6 +83,34 @@ def test_an_unplaceable_message_names_every_other_holder() -> None:
     assert got[1].verb is Verb.REFUSE
     assert got[1].detail == ("'m' needs 9.0 GB but only 5.0 GB of the 10.0 GB budget is free "
                              "(held by a 2.0 GB, z 3.0 GB)")
+
+
+def test_a_refusal_among_thousands_names_the_largest_holders_and_counts_the_rest() -> None:
+    """§7 a line an operator can read: past NAMED others, the largest first, then a count."""
+    gb = 10**9
+    items = [Draft(decision=_d(f"h{i:04d}", Verb.KEEP, 0), holds=(i % 50 + 1) * gb)
+             for i in range(2000)]
+    items.append(Draft(decision=_d("claim", Verb.START, 10 * gb, port=1)))
+    budget = sum(d.holds for d in items if d.holds) + 5 * gb
+    got = ledger.place(items, budget, {})[-1]
+    assert got.verb is Verb.REFUSE
+    largest = ", ".join(f"h{i:04d} 50.0 GB" for i in range(49, 449, 50))
+    assert got.detail == (f"'claim' needs 10.0 GB but only 5.0 GB of the {format_size(budget)} "
+                          f"budget is free (held by {largest} and 1,992 more "
+                          f"({format_size(budget - 5 * gb - 8 * 50 * gb)}))"), got.detail
+    assert got.detail == oracle_ledger.place(items, budget, {})[-1].detail
+
+
+def test_a_claimant_among_the_largest_is_not_named_and_not_counted() -> None:
+    gb = 10**9
+    items = [Draft(decision=_d(f"h{i}", Verb.KEEP, 0), holds=gb) for i in range(9)]
+    items.append(Draft(decision=_d("big", Verb.RESTART, 20 * gb, port=1), holds=5 * gb,
+                       keeps_on_refusal=True))
+    got = ledger.place(items, 15 * gb, {})[-1]
+    assert got.verb is Verb.REFUSE
+    assert "big" not in got.detail.split("(held by ")[1]
+    assert got.detail.endswith("h7 1.0 GB and 1 more (1.0 GB))"), got.detail
+    assert got.detail == oracle_ledger.place(items, 15 * gb, {})[-1].detail
 
 
 @given(worlds())
