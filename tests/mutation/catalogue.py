@@ -72,6 +72,7 @@ _TESTS = {
     "demand": ("tests/plan", "tests/router", "tests/watch"),
     "errors": ("tests/manifests",),
     "launches": ("tests/plan", "tests/devices"),
+    "schemafast": ("tests/manifests",),
 }
 
 
@@ -83,7 +84,8 @@ _PACKAGE_OF = {
     **dict.fromkeys(("decisions", "labels", "demand", "events", "desired", "observed", "loopback",
                      "ownership", "errors"),
                     "core/"),
-    **dict.fromkeys(("extra_args", "crosscheck", "nodecheck", "fleet", "documents", "roleextras"),
+    **dict.fromkeys(("extra_args", "crosscheck", "nodecheck", "fleet", "documents", "roleextras",
+                     "schemafast"),
                     "manifests/"),
     **dict.fromkeys(("fleetdiff", "fleetview", "offline"), "fleet/"),
     "procs": "world/",
@@ -853,4 +855,11 @@ MUTANTS: tuple[Mutant, ...] = (
        "passed = ()", "§6: a server starts with the HOME of the shell that ran the pass before"),
     _m(LA, "key-ignores-data-root", "node.devices, data_root)", "node.devices)",
        "§6: a server's working directory stays under the previous data root"),
+    # ------------------------------------------------------------ the schemas' fast path (issue 20)
+    _m("schemafast", "required-ignored", "out.append(lambda v: all(k in v for k in required))",
+       "out.append(lambda v: True)",
+       "§1: a manifest missing a required key loads, its problem never reported"),
+    _m("schemafast", "bool-is-one", "        return False  # one of them is a boolean,",
+       "        return bool(one == two)  # one of them is a boolean,",
+       "§1: `true` passes for the number 1 in an enum or const (JSON Schema: it does not)"),
 )
