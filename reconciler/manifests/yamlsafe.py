@@ -2,9 +2,10 @@
 
 PyYAML is lenient where manifests must not be: it keeps the last of two
 duplicate keys, expands aliases without limit, and reads ``on:`` as ``True``.
-This module composes the YAML node graph itself (SafeLoader nodes carry
-``start_mark``) and builds plain values (dict, list, str, int, float, bool,
-None) from it, refusing:
+This module has PyYAML compose the YAML node graph (libyaml's composer in C
+where the file is clean, ``_FastLoader``; nodes carry ``start_mark``) and
+builds plain values (dict, list, str, int, float, bool, None) from it,
+refusing:
 
 * bytes that are not UTF-8, and files over ``MAX_FILE_BYTES``;
 * malformed YAML (reported at the line PyYAML points at);
@@ -22,7 +23,6 @@ from typing import Iterable, Mapping
 
 import attrs
 import yaml
-from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.resolver import Resolver
@@ -67,7 +67,7 @@ class Document:
                        message=message)
 
 
-try:  # libyaml: the scanner and parser in C; composing stays ours (below)
+try:  # libyaml: the scanner, parser and composer in C (_FastLoader)
     from yaml.cyaml import CParser as _CParser
 except ImportError:  # pragma: no cover - PyYAML built without libyaml
     _CParser = None
@@ -103,22 +103,29 @@ class _Loader(_Depth, yaml.SafeLoader):
 
 
 if _CParser is not None:
-    class _FastLoader(_Depth, Composer, Resolver, _CParser):  # type: ignore[misc, valid-type]
-        """libyaml's events, composed by PyYAML's (Python) composer with our depth limit.
+    class _FastLoader(Resolver, _CParser):  # type: ignore[misc, valid-type]
+        """libyaml's parser and composer (all in C), with PyYAML's tag resolution.
 
-        A large fleet repository is thousands of documents: PyYAML's scanner and
-        parser in Python were most of the time ``reconcile fleet`` took. Only
-        the event stream comes from C; nodes, marks and values are built as
-        ``_Loader`` builds them. Whatever libyaml refuses is parsed again by
-        ``_Loader``, so every message about broken YAML is PyYAML's own.
+        A large fleet repository is thousands of documents: PyYAML's scanner,
+        parser and composer in Python were most of the time YAML took. The C
+        composer builds the same nodes with the same marks, but knows nothing of
+        ``MAX_DEPTH`` (libyaml stops at 1,000 levels); ``_documents`` therefore
+        gives up on a file as soon as ``_Builder`` finds anything to report, or
+        goes as deep as ``_Loader``'s limit, and ``parse`` reads it again with
+        ``_Loader``: every message, about broken YAML or not, is the one the
+        Python path gives.
         """
 
         def __init__(self, stream: str) -> None:
             _CParser.__init__(self, stream)
-            Composer.__init__(self)
             Resolver.__init__(self)
 else:  # pragma: no cover
     _FastLoader = None
+
+
+class _GiveUp(yaml.YAMLError):
+    """``_FastLoader``'s file has something to report: ``_Loader`` tells it."""
+
 
 #: Characters PyYAML's reader refuses: such a file takes the Python path for its message.
 _NON_PRINTABLE = yaml.reader.Reader.NON_PRINTABLE
@@ -158,13 +165,17 @@ def _documents(file: str, text: str, make) -> tuple[list[Document], list[Problem
             node = loader.get_node()
             if node is None or _is_empty(node):
                 continue  # a stray `---` or a file of comments
-            builder = _Builder(file)
+            builder = _Builder(file, MAX_DEPTH - 1 if fast else MAX_DEPTH)
             try:
                 value = builder.build(node, (), 0)
             except _Abort as stop:
+                if fast:
+                    raise _GiveUp(stop.message) from None
                 problems.append(Problem(file=file, line=node.start_mark.line + 1,
                                         message=stop.message))
                 continue
+            if fast and builder.problems:
+                raise _GiveUp("told by _Loader")
             problems.extend(builder.problems)
             docs.append(Document(file=file, line=node.start_mark.line + 1, value=value,
                                  lines=builder.lines, broken=bool(builder.problems)))
@@ -204,8 +215,11 @@ def _yaml_problem(file: str, err: yaml.MarkedYAMLError) -> Problem:
 class _Builder:
     """Builds plain values from one document's nodes, counting every node visited."""
 
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, max_depth: int = MAX_DEPTH) -> None:
         self.file = file
+        #: ``_Loader`` refuses a node deeper than ``MAX_DEPTH`` as it composes; behind
+        #: ``_FastLoader``, a node built at that depth gives the file up to it.
+        self.max_depth = max_depth
         self.lines: dict[Path, int] = {}
         self.problems: list[Problem] = []
         self.count = 0
@@ -221,7 +235,7 @@ class _Builder:
         if self.count > MAX_NODES:
             raise _Abort(f"document expands to more than {MAX_NODES} YAML nodes "
                                "(aliases of aliases?); refused")
-        if depth > MAX_DEPTH:
+        if depth > self.max_depth:
             raise _Abort(f"document is nested more than {MAX_DEPTH} levels deep")
         self.lines.setdefault(path, line)
         if isinstance(node, MappingNode):
