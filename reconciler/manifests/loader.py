@@ -21,6 +21,8 @@ manifest set must never drive an action.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
@@ -76,6 +78,30 @@ def load(files: Sequence[tuple[str, bytes]], *, schema_checked: bool = False,
     stage — and importing jsonschema, a third of a cron run's start-up — is
     skipped. Every other stage still runs.
     """
+    with _collector_paused():
+        return _load(files, schema_checked=schema_checked, node=node, repo_files=repo_files)
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """No cyclic garbage collection while loading.
+
+    A fleet repository of 10,000 nodes is millions of new objects (nodes,
+    values, lines, problems' records), all alive until the load is done:
+    Python's collector, triggered by allocations, walked them again and again
+    for nothing (a fifth of the load's time). It is on again after, as it was.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _load(files: Sequence[tuple[str, bytes]], *, schema_checked: bool,
+          node: NodeChoice | None, repo_files: RepoFiles | None) -> LoadResult:
     if not schema_checked:
         from reconciler.manifests import schemacheck
     problems: list[Problem] = []
