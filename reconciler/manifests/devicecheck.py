@@ -23,8 +23,13 @@ from reconciler.runtimes import spec_of
 
 def check(config: NodeConfig, doc: Document | None, share: Sequence[RoleDraft],
           footprint: Callable[[RoleDraft], int], many: bool,
+          memo: dict[object, list[str]] | None = None,
           ) -> tuple[list[Problem], list[Problem]]:
-    """Problems and warnings of one node's device placements."""
+    """Problems and warnings of one node's device placements.
+
+    ``memo``: one dict for the nodes of one check (one ``footprint``): nodes
+    with the same devices and the same always-on roles are placed once.
+    """
     problems: list[Problem] = []
     warnings: list[Problem] = []
     node = f"node {config.name!r}" if many else "this node"
@@ -52,7 +57,12 @@ def check(config: NodeConfig, doc: Document | None, share: Sequence[RoleDraft],
             placeable.append(draft)
     if not placeable or doc is None:
         return problems, warnings
-    short = _unplaced(config, placeable, footprint)
+    key = (config.devices, tuple(map(id, placeable)))
+    short = memo.get(key) if memo is not None else None
+    if short is None:
+        short = _unplaced(config, placeable, footprint)
+        if memo is not None:
+            memo[key] = short
     if short:
         warnings.append(doc.problem(
             ("spec", "devices"), f"the always-on roles placed on {node} do not all fit its "

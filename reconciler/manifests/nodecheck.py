@@ -47,6 +47,8 @@ def check(drafts: Sequence[RoleDraft], nodes: Sequence[Node],
     collisions: dict[tuple[int, int], list[str]] = defaultdict(list)  # (draft, first) → nodes
     programs: dict[tuple[int, str], list[str]] = defaultdict(list)  # (draft, runtime) → nodes
     by_id = {id(d): d for d in drafts}
+    sizes = {id(d): _footprint(d, models) for d in drafts}  # each role's, once for every node
+    placed_once: dict[object, list[str]] = {}  # devicecheck's placements, per device set
     claims: dict[tuple[int, int], str] = {}  # (draft, alias index) → message
     for config, doc in nodes:
         share = shares[config.name]
@@ -61,12 +63,12 @@ def check(drafts: Sequence[RoleDraft], nodes: Sequence[Node],
             collisions[(id(later), id(first))].append(config.name)
         for key, message in _name_claims(share):
             claims.setdefault(key, message)
-        warnings += _node_warnings(config, doc, share, models, drafts)
-        placed_devices = devicecheck.check(config, doc, share,
-                                           lambda d: _footprint(d, models), many)
+        warnings += _node_warnings(config, doc, share, sizes, drafts)
+        placed_devices = devicecheck.check(config, doc, share, lambda d: sizes[id(d)], many,
+                                           placed_once)
         problems += placed_devices[0]
         warnings += placed_devices[1]
-        routed = _router_checks(config, doc, share, models, many)
+        routed = _router_checks(config, doc, share, sizes, many)
         problems += routed[0]
         warnings += routed[1]
     where = {n.name: d for n, d in nodes}
@@ -120,7 +122,7 @@ def _collisions(share: Sequence[RoleDraft]) -> list[tuple[RoleDraft, RoleDraft]]
 
 
 def _node_warnings(config: NodeConfig, doc: Document | None, share: Sequence[RoleDraft],
-                   models: Mapping[str, ModelSpec], drafts: Sequence[RoleDraft]) -> list[Problem]:
+                   sizes: Mapping[int, int], drafts: Sequence[RoleDraft]) -> list[Problem]:
     out: list[Problem] = []
     if share and config.allowed_ports is None:
         where = doc if doc is not None else drafts[0].doc
@@ -129,7 +131,7 @@ def _node_warnings(config: NodeConfig, doc: Document | None, share: Sequence[Rol
                                  "probed and served; set allowed_ports {from, to}"))
     if config.memory_budget is None or doc is None:
         return out
-    always = [(d.spec.name, _host(d, models)) for d in share
+    always = [(d.spec.name, _host(d, sizes)) for d in share
               if d.spec.state is WantedState.RUNNING]
     need = sum(size for _, size in always)
     if need > config.memory_budget:
@@ -144,7 +146,7 @@ def _node_warnings(config: NodeConfig, doc: Document | None, share: Sequence[Rol
 
 
 def _router_checks(config: NodeConfig, doc: Document | None, share: Sequence[RoleDraft],
-                   models: Mapping[str, ModelSpec], many: bool,
+                   sizes: Mapping[int, int], many: bool,
                    ) -> tuple[list[Problem], list[Problem]]:
     """§9: the router's port is no role's; on-demand roles need a router and must fit.
 
@@ -179,7 +181,7 @@ def _router_checks(config: NodeConfig, doc: Document | None, share: Sequence[Rol
             warnings.append(draft.doc.problem(
                 ("spec", "state"), f"state: on-demand, but NodeConfig{node} has no router: "
                 "nothing will ever ask for this role, so it never starts"))
-        need = _footprint(draft, models)
+        need = sizes[id(draft)]
         if config.memory_budget is not None and need > config.memory_budget:
             warnings.append(draft.doc.problem(
                 ("spec", "memory"), f"needs {format_size(need)}, more than the whole "
@@ -188,11 +190,11 @@ def _router_checks(config: NodeConfig, doc: Document | None, share: Sequence[Rol
     return problems, warnings
 
 
-def _host(draft: RoleDraft, models: Mapping[str, ModelSpec]) -> int:
+def _host(draft: RoleDraft, sizes: Mapping[int, int]) -> int:
     """What a role counts against ``memory_budget``: ``memory.host`` when on devices (§7.1)."""
     if draft.spec.devices is not None and spec_of(draft.spec.runtime).devices is not None:
         return draft.spec.memory.host
-    return _footprint(draft, models)
+    return sizes[id(draft)]
 
 
 def _name_claims(share: Sequence[RoleDraft]) -> list[tuple[tuple[int, int], str]]:

@@ -170,3 +170,31 @@ def test_label_syntax_is_anchored_at_both_ends(text) -> None:
     assert value_problem(text) is not None
     assert key_problem(text) is not None
     assert requirement_problem(Operator.GT, (text,)) is not None
+
+
+NODE_NAMES = st.sampled_from(["n1", "n2", "n3", "n4"])
+REQUIREMENTS = st.builds(
+    lambda key, op, values: req(key, op, *(values[:1] if op in ("Gt", "Lt") else
+                                          () if op in ("Exists", "DoesNotExist") else values)),
+    KEYS, st.sampled_from([str(o) for o in Operator]), st.lists(VALUES, min_size=1, max_size=2))
+
+
+@given(st.lists(st.tuples(NODE_NAMES, LABELS), max_size=8),
+       st.lists(st.tuples(st.none() | st.frozensets(NODE_NAMES),
+                          st.none() | st.lists(REQUIREMENTS, max_size=3)), max_size=4))
+def test_placements_are_each_nodes_own(nodes, placements) -> None:
+    """fleet.placements asks a selector once per label set: the same nodes as asking each node."""
+    from reconciler.core.desired import Mode, NodeConfig, RoleSpec, Runtime
+    from reconciler.manifests.fleet import FleetRole, Placement, placements as place
+
+    configs = [NodeConfig(name=name, labels=tuple(sorted(labels.items()))) for name, labels in nodes]
+    roles = [FleetRole(spec=RoleSpec(name=f"r{i}", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED),
+                       placement=None if only is None and terms is None else Placement(
+                           nodes=only, selector=None if terms is None else
+                           Selector(requirements=tuple(terms))))
+             for i, (only, terms) in enumerate(placements)]
+    placed = place(roles, configs)
+    for role in roles:
+        want = tuple(n.name for n in configs if role.placement is None
+                     or role.placement.admits(n.name, dict(n.labels)))
+        assert placed[role.spec.name] == want
