@@ -37,6 +37,8 @@ Path = tuple[str | int, ...]
 
 _TAG = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {f"{_TAG}{t}" for t in ("str", "null", "bool", "int", "float", "timestamp")}
+_STR, _TIMESTAMP, _NULL, _BOOL, _INT = (f"{_TAG}{t}" for t in ("str", "timestamp", "null", "bool", "int"))
+_MAP, _SEQ, _MERGE = f"{_TAG}map", f"{_TAG}seq", f"{_TAG}merge"
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -119,6 +121,27 @@ if _CParser is not None:
         def __init__(self, stream: str) -> None:
             _CParser.__init__(self, stream)
             Resolver.__init__(self)
+
+        def resolve(self, kind: type, value: str | None, implicit: tuple[bool, bool]) -> str:
+            """``Resolver.resolve`` for a scalar, its table of patterns built once.
+
+            libyaml's composer asks for every scalar; PyYAML's method joins two
+            lists each time. Same patterns in the same order, same answer.
+            """
+            if kind is ScalarNode and _IMPLICIT is not None:
+                if implicit[0]:
+                    for tag, regexp in _IMPLICIT.get(value[:1], _WILDCARD):  # type: ignore[index]
+                        if regexp.match(value):
+                            return tag
+                return self.DEFAULT_SCALAR_TAG
+            return super().resolve(kind, value, implicit)
+
+    #: First character → (tag, pattern) as ``Resolver.resolve`` tries them (None: path
+    #: resolvers are set, and the table would not be the whole answer).
+    _WILDCARD = tuple(Resolver.yaml_implicit_resolvers.get(None, []))
+    _IMPLICIT = None if Resolver.yaml_path_resolvers else {
+        first: tuple(found) + _WILDCARD
+        for first, found in Resolver.yaml_implicit_resolvers.items() if first is not None}
 else:  # pragma: no cover
     _FastLoader = None
 
@@ -231,20 +254,22 @@ class _Builder:
 
     def build(self, node: Node, path: Path, depth: int) -> object:
         self.count += 1
-        line = node.start_mark.line + 1
         if self.count > MAX_NODES:
             raise _Abort(f"document expands to more than {MAX_NODES} YAML nodes "
                                "(aliases of aliases?); refused")
         if depth > self.max_depth:
             raise _Abort(f"document is nested more than {MAX_DEPTH} levels deep")
-        self.lines.setdefault(path, line)
+        line = node.start_mark.line + 1
+        lines = self.lines
+        if path not in lines:
+            lines[path] = line
         if isinstance(node, MappingNode):
-            if node.tag != f"{_TAG}map":
+            if node.tag != _MAP:
                 self._problem(path, line, f"unsupported YAML tag {node.tag!r} on a mapping")
                 return None
             return self._mapping(node, path, depth)
         if isinstance(node, SequenceNode):
-            if node.tag != f"{_TAG}seq":
+            if node.tag != _SEQ:
                 self._problem(path, line, f"unsupported YAML tag {node.tag!r} on a sequence")
                 return None
             return [self.build(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
@@ -253,46 +278,48 @@ class _Builder:
     def _mapping(self, node: MappingNode, path: Path, depth: int) -> dict[str, object]:
         out: dict[str, object] = {}
         first_line: dict[str, int] = {}
+        lines = self.lines
         for key_node, value_node in node.value:
             key_line = key_node.start_mark.line + 1
             key = self._key(key_node, path, key_line)
             if key is None:
                 continue
+            here = path + (key,)
             if key in out:
-                self._problem(path + (key,), key_line,
+                self._problem(here, key_line,
                               f"duplicate key {key!r} (first at line {first_line[key]})")
                 continue
             first_line[key] = key_line
-            self.lines[path + (key,)] = key_line
-            out[key] = self.build(value_node, path + (key,), depth + 1)
+            lines[here] = key_line
+            out[key] = self.build(value_node, here, depth + 1)
         return out
 
     def _key(self, node: Node, path: Path, line: int) -> str | None:
-        if isinstance(node, ScalarNode) and node.tag == f"{_TAG}merge":
-            self._problem(path, line, "merge keys ('<<') are not supported; write the keys out")
-            return None
         if not isinstance(node, ScalarNode):
             self._problem(path, line, "a key must be a plain string, not a mapping or sequence")
             return None
-        if node.tag != f"{_TAG}str":
-            self._problem(path, line, f"key {node.value!r} is not a string to YAML "
-                                      f"({node.tag.removeprefix(_TAG)}); quote it")
+        if node.tag == _STR:
+            return str(node.value)
+        if node.tag == _MERGE:
+            self._problem(path, line, "merge keys ('<<') are not supported; write the keys out")
             return None
-        return str(node.value)
+        self._problem(path, line, f"key {node.value!r} is not a string to YAML "
+                                  f"({node.tag.removeprefix(_TAG)}); quote it")
+        return None
 
     def _scalar(self, node: Node, path: Path, line: int) -> object:
         tag = node.tag
+        if tag == _STR or tag == _TIMESTAMP:
+            return str(node.value)  # a date stays text; no field wants a datetime
         if tag not in _SCALAR_TAGS:
             self._problem(path, line, f"unsupported YAML tag {tag!r}")
             return None
-        if tag in (f"{_TAG}str", f"{_TAG}timestamp"):
-            return str(node.value)  # a date stays text; no field wants a datetime
         try:
-            if tag == f"{_TAG}null":
+            if tag == _NULL:
                 return None
-            if tag == f"{_TAG}bool":
+            if tag == _BOOL:
                 return self._ctor.construct_yaml_bool(node)
-            if tag == f"{_TAG}int":
+            if tag == _INT:
                 return self._ctor.construct_yaml_int(node)
             return self._ctor.construct_yaml_float(node)
         except (ValueError, yaml.YAMLError):

@@ -123,3 +123,17 @@ def test_a_clean_fleet_takes_the_fast_path(tmp_path: Path) -> None:
         text = path.read_text()
         fast = yamlsafe._documents(path.name, text, yamlsafe._FastLoader)
         assert fast[0] and shape(fast) == shape(yamlsafe._documents(path.name, text, yamlsafe._Loader))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=12), st.sampled_from(
+    ["", "~", "null", "Null", "true", "No", "on", "0x1f", "0o17", "1_000", "-.inf", ".NaN", "1e3",
+     "2021-01-01", "2021-01-01 10:00:00", "<<", "=", "1:20", "+1", "!x", "&a", "*a"])),
+       st.booleans(), st.booleans())
+def test_scalar_tags_resolve_alike(value: str, plain: bool, quoted: bool) -> None:
+    """_FastLoader's resolve (its table built once) tags every scalar as PyYAML's Resolver does."""
+    from yaml.nodes import ScalarNode
+    from yaml.resolver import Resolver
+    fast = yamlsafe._FastLoader("")
+    assert fast.resolve(ScalarNode, value, (plain, quoted)) == \
+        Resolver().resolve(ScalarNode, value, (plain, quoted))
