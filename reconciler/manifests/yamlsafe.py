@@ -25,13 +25,12 @@ import attrs
 import yaml
 from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
-from yaml.resolver import Resolver
 
 from reconciler.core.errors import Problem, json_path
+from reconciler.manifests.yamlloaders import MAX_DEPTH, FastLoader as _FastLoader, Loader as _Loader
 
 MAX_FILE_BYTES = 1 << 20  # 1 MiB
 MAX_NODES = 10_000  # per document, counting every alias expansion
-MAX_DEPTH = 64
 
 Path = tuple[str | int, ...]
 
@@ -69,81 +68,12 @@ class Document:
                        message=message)
 
 
-try:  # libyaml: the scanner, parser and composer in C (_FastLoader)
-    from yaml.cyaml import CParser as _CParser
-except ImportError:  # pragma: no cover - PyYAML built without libyaml
-    _CParser = None
-
-
 class _Abort(Exception):
     """Stop building this document: it is too big or too deep."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
-
-
-class _Depth:
-    """A composer that refuses deep nesting before Python's stack does."""
-
-    _depth = 0
-
-    def compose_node(self, parent: Node | None, index: object) -> Node:  # type: ignore[override]
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark  # type: ignore[attr-defined]
-                raise yaml.MarkedYAMLError(
-                    problem=f"nested more than {MAX_DEPTH} levels deep", problem_mark=mark)
-            return super().compose_node(parent, index)  # type: ignore[misc]
-        finally:
-            self._depth -= 1
-
-
-class _Loader(_Depth, yaml.SafeLoader):
-    """PyYAML's SafeLoader (all in Python) with the depth limit."""
-
-
-if _CParser is not None:
-    class _FastLoader(Resolver, _CParser):  # type: ignore[misc, valid-type]
-        """libyaml's parser and composer (all in C), with PyYAML's tag resolution.
-
-        A large fleet repository is thousands of documents: PyYAML's scanner,
-        parser and composer in Python were most of the time YAML took. The C
-        composer builds the same nodes with the same marks, but knows nothing of
-        ``MAX_DEPTH`` (libyaml stops at 1,000 levels); ``_documents`` therefore
-        gives up on a file as soon as ``_Builder`` finds anything to report, or
-        goes as deep as ``_Loader``'s limit, and ``parse`` reads it again with
-        ``_Loader``: every message, about broken YAML or not, is the one the
-        Python path gives.
-        """
-
-        def __init__(self, stream: str) -> None:
-            _CParser.__init__(self, stream)
-            Resolver.__init__(self)
-
-        def resolve(self, kind: type, value: str | None, implicit: tuple[bool, bool]) -> str:
-            """``Resolver.resolve`` for a scalar, its table of patterns built once.
-
-            libyaml's composer asks for every scalar; PyYAML's method joins two
-            lists each time. Same patterns in the same order, same answer.
-            """
-            if kind is ScalarNode and _IMPLICIT is not None:
-                if implicit[0]:
-                    for tag, regexp in _IMPLICIT.get(value[:1], _WILDCARD):  # type: ignore[index]
-                        if regexp.match(value):
-                            return tag
-                return self.DEFAULT_SCALAR_TAG
-            return super().resolve(kind, value, implicit)
-
-    #: First character → (tag, pattern) as ``Resolver.resolve`` tries them (None: path
-    #: resolvers are set, and the table would not be the whole answer).
-    _WILDCARD = tuple(Resolver.yaml_implicit_resolvers.get(None, []))
-    _IMPLICIT = None if Resolver.yaml_path_resolvers else {
-        first: tuple(found) + _WILDCARD
-        for first, found in Resolver.yaml_implicit_resolvers.items() if first is not None}
-else:  # pragma: no cover
-    _FastLoader = None
 
 
 class _GiveUp(yaml.YAMLError):
