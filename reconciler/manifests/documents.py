@@ -77,12 +77,12 @@ class _Reader:
     def get(self, *path: str | int) -> Any:
         value: Any = self.doc.value
         for step in path:
-            if isinstance(value, list) and isinstance(step, int) and 0 <= step < len(value):
+            if isinstance(value, dict):
+                value = value.get(step)  # missing: None, as a None value is
+            elif isinstance(value, list) and isinstance(step, int) and 0 <= step < len(value):
                 value = value[step]
-                continue
-            if not isinstance(value, dict) or step not in value:
+            else:
                 return None
-            value = value[step]
         return value
 
     def parsed(self, path: Path, parse: Callable[[Any], Any]) -> Any:

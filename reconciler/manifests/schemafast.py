@@ -36,6 +36,7 @@ _KNOWN = frozenset({"type", "$ref", "const", "enum", "allOf", "anyOf", "oneOf", 
 _PLAIN = frozenset({dict, list, str, int, float, bool, type(None)})
 _NUMBERS = (int, float)
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+_REFUSE: tuple[Check, ...] = (lambda v: False,)  # a value of any other type
 
 
 class Unsupported(Exception):
@@ -161,50 +162,58 @@ def _mapping(schema: dict[str, Any], node: Callable[[Any], Check], ref: Callable
         then = node(schema.get("then", True))
         other = node(schema.get("else", True))
         every.append(lambda v: then(v) if cond(v) else other(v))
-    by_type: dict[type, Check] = {}
+    by_type: dict[type, tuple[Check, ...]] = {}
     for kind, checks in ((dict, _object(schema, node)), (list, _array(schema, node)),
                          (str, _string(schema, pattern)), (int, _number(schema)),
                          (float, _number(schema))):
         if checks:
-            by_type[kind] = checks[0] if len(checks) == 1 else (
-                lambda v, cs=tuple(checks): all(c(v) for c in cs))
+            by_type[kind] = tuple(checks)
     if len(every) == 1 and not by_type:
         only = every[0]
         return lambda v: type(v) in _PLAIN and only(v)
-    every_t = tuple(every)
+    checks = {t: tuple(every) + by_type.get(t, ()) for t in _PLAIN}  # type → all its checks
 
     def check(v: Any) -> bool:
-        t = type(v)
-        if t not in _PLAIN:
-            return False
-        for c in every_t:
+        for c in checks.get(type(v), _REFUSE):
             if not c(v):
                 return False
-        specific = by_type.get(t)
-        return specific is None or specific(v)
+        return True
 
     return check
 
 
 def _object(schema: dict[str, Any], node: Callable[[Any], Check]) -> list[Check]:
+    """``properties`` and ``additionalProperties`` in one pass over the value's keys (a
+    schema may list thirty; a mapping holds a few), then the rest."""
     out: list[Check] = []
     props = {k: node(s) for k, s in schema.get("properties", {}).items()}
-    if props:
-        items = tuple(props.items())
-        out.append(lambda v: all(c(v[k]) for k, c in items if k in v))
+    extra = schema.get("additionalProperties", True)
+    if isinstance(extra, dict):
+        rest: Check | bool = node(extra)
+    elif extra is True or not extra:  # jsonschema: any other falsy value is false
+        rest = extra is True
+    else:
+        raise Unsupported(f"additionalProperties {extra!r}")
+    if props or rest is not True:
+        def members(v: dict[Any, Any]) -> bool:
+            for k, x in v.items():
+                c = props.get(k)
+                if c is not None:
+                    if not c(x):
+                        return False
+                elif rest is not True and (rest is False or not rest(x)):  # type: ignore[operator]
+                    return False
+            return True
+        out.append(members)
     if schema.get("required"):
         required = tuple(schema["required"])
-        out.append(lambda v: all(k in v for k in required))
-    extra = schema.get("additionalProperties", True)
-    if extra is not True:
-        known = frozenset(props)
-        if isinstance(extra, dict):
-            sub = node(extra)
-            out.append(lambda v: all(sub(x) for k, x in v.items() if k not in known))
-        else:  # false, or any other falsy value jsonschema treats as false
-            if extra:
-                raise Unsupported(f"additionalProperties {extra!r}")
-            out.append(lambda v: all(k in known for k in v))
+
+        def present(v: dict[Any, Any]) -> bool:
+            for k in required:
+                if k not in v:
+                    return False
+            return True
+        out.append(present)
     if "maxProperties" in schema:
         most = schema["maxProperties"]
         out.append(lambda v: not len(v) > most)
@@ -222,7 +231,13 @@ def _array(schema: dict[str, Any], node: Callable[[Any], Check]) -> list[Check]:
     if "items" in schema:
         start = len(schema.get("prefixItems", ()))
         sub = node(schema["items"])
-        out.append(lambda v: all(sub(x) for x in v[start:]))
+
+        def each(v: list[Any]) -> bool:
+            for x in v[start:] if start else v:
+                if not sub(x):
+                    return False
+            return True
+        out.append(each)
     if "minItems" in schema:
         least = schema["minItems"]
         out.append(lambda v: not len(v) < least)
