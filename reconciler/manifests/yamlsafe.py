@@ -221,7 +221,12 @@ class _Builder:
                 continue
             first_line[key] = key_line
             lines[here] = key_line
-            out[key] = self.build(value_node, here, depth + 1)
+            if (value_node.tag == _STR and isinstance(value_node, ScalarNode)
+                    and self.count < MAX_NODES and depth < self.max_depth):
+                self.count += 1  # what build does for a plain text value (its line is set)
+                out[key] = str(value_node.value)
+            else:
+                out[key] = self.build(value_node, here, depth + 1)
         return out
 
     def _key(self, node: Node, path: Path, line: int) -> str | None:

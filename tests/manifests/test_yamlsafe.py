@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from reconciler.manifests import yamlsafe
 from reconciler.manifests.yamlsafe import MAX_FILE_BYTES, parse
 
@@ -88,3 +90,30 @@ def test_huge_integer_is_a_problem() -> None:
 def test_limits_are_what_the_issue_says() -> None:
     """1 MiB per file, 10,000 nodes per document."""
     assert (yamlsafe.MAX_FILE_BYTES, yamlsafe.MAX_NODES) == (1 << 20, 10_000)
+
+
+@pytest.mark.parametrize("values", [yamlsafe.MAX_NODES - 1, yamlsafe.MAX_NODES])
+@pytest.mark.parametrize("aliased", [False, True], ids=["written", "aliased"])
+def test_node_limit_counts_every_text_value(values: int, aliased: bool) -> None:
+    """The root mapping and each of its values count (keys do not): MAX_NODES nodes pass,
+    one more is refused — text values as well as any other (the builder's short cut)."""
+    if aliased:  # the values behind one alias each: the same count, expanded
+        text = "a: &t x\n" + "".join(f"k{i}: *t\n" for i in range(values - 1))
+    else:
+        text = "".join(f"k{i}: x\n" for i in range(values))
+    docs, problems = yamlsafe.parse("f.yaml", text.encode())
+    if values < yamlsafe.MAX_NODES:
+        assert not problems and len(docs[0].value) == values
+        assert docs[0].lines[(list(docs[0].value)[-1],)] == values  # the last line
+    else:
+        assert [p.message for p in problems] == [
+            f"document expands to more than {yamlsafe.MAX_NODES} YAML nodes (aliases of aliases?); "
+            "refused"]
+
+
+@pytest.mark.parametrize("depth", [yamlsafe.MAX_DEPTH - 1, yamlsafe.MAX_DEPTH])
+def test_depth_limit_on_a_text_value(depth: int) -> None:
+    """A text value as deep as the limit allows passes; one level deeper is refused."""
+    text = "".join(f"{' ' * i}k:\n" for i in range(depth - 1)) + " " * (depth - 1) + "k: x\n"
+    docs, problems = yamlsafe.parse("f.yaml", text.encode())
+    assert bool(problems) == (depth == yamlsafe.MAX_DEPTH), problems
