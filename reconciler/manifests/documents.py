@@ -16,6 +16,8 @@ beside its parse.
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any, Callable
 
 import attrs
@@ -97,7 +99,7 @@ class _Reader:
             return None
 
     def size(self, *path: str) -> int | None:
-        return self.parsed(path, units.parse_size)
+        return self.parsed(path, _size)
 
     def duration(self, *path: str, negative: bool = False) -> float | None:
         return self.parsed(path, lambda v: units.parse_duration(v, allow_negative=negative))
@@ -108,6 +110,16 @@ class _Reader:
     @property
     def ref(self) -> SourceRef:
         return SourceRef(file=self.doc.file, line=self.doc.line)
+
+
+def _size(value: Any) -> int:
+    """``units.parse_size``; a text read once for every document that repeats it."""
+    return _size_of_text(value) if type(value) is str else units.parse_size(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _size_of_text(text: str) -> int:
+    return units.parse_size(text)
 
 
 def _file(raw: dict[str, Any] | None) -> ModelFile | None:

@@ -144,7 +144,11 @@ def _mapping(schema: dict[str, Any], node: Callable[[Any], Check], ref: Callable
         every.append(lambda v: equal(v, const))
     if "enum" in schema:
         enum = list(schema["enum"])
-        every.append(lambda v: any(equal(e, v) for e in enum))
+        if all(type(e) is str for e in enum):  # text equals only text: a set will do
+            texts = frozenset(enum)
+            every.append(lambda v: type(v) is str and v in texts)
+        else:
+            every.append(lambda v: any(equal(e, v) for e in enum))
     if "$ref" in schema:
         every.append(ref(schema["$ref"]))
     every += [node(s) for s in schema.get("allOf", ())]
@@ -153,7 +157,16 @@ def _mapping(schema: dict[str, Any], node: Callable[[Any], Check], ref: Callable
         every.append(lambda v: any(c(v) for c in anyof))
     if "oneOf" in schema:
         oneof = [node(s) for s in schema["oneOf"]]
-        every.append(lambda v: sum(1 for c in oneof if c(v)) == 1)
+
+        def exactly_one(v: Any) -> bool:
+            found = False
+            for c in oneof:
+                if c(v):
+                    if found:
+                        return False
+                    found = True
+            return found
+        every.append(exactly_one)
     if "not" in schema:
         negated = node(schema["not"])
         every.append(lambda v: not negated(v))

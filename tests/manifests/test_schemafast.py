@@ -138,6 +138,7 @@ SCHEMA = {
         "n": {"type": "number", "exclusiveMinimum": 0},
         "name": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 4},
         "mode": {"enum": ["a", 1]},
+        "texts": {"enum": ["x", "y"]},
         "flag": {"const": True},
         "ids": {"type": "array", "items": {"type": "string"}, "uniqueItems": True, "maxItems": 3},
         "mixed": {"type": "array", "uniqueItems": True},
@@ -163,6 +164,8 @@ CASES = [
     ({"one": 1}, False), ({"one": 1.5}, True), ({"tagged": {"xa": True}}, True),
     ({"tagged": {"ya": True}}, False), ({"tagged": {"xa": 1}}, False),
     ({"forbidden": 1}, False), ({"other": 1}, False), ([], False), ({}, True),
+    ({"texts": "x"}, True), ({"texts": "z"}, False), ({"texts": ["x"]}, False),
+    ({"texts": {"x": 1}}, False), ({"texts": None}, False),
     ({"ids": ("a",)}, False),  # not a plain value: never accepted (jsonschema: not an array)
 ]
 
