@@ -28,6 +28,7 @@ Rules where the contract is silent:
 
 from __future__ import annotations
 
+from itertools import compress
 from typing import Iterable, Mapping, Sequence
 
 import attrs
@@ -124,8 +125,8 @@ def placements(roles: Sequence[FleetRole], nodes: Sequence[NodeConfig]) -> dict[
         else:
             sel, only = where.selector, where.nodes
             admitted = {lab: sel.matches(d) for lab, d in as_dict.items()}
-            out[role.spec.name] = tuple(n for n, lab in zip(names, labels)
-                                        if (only is None or n in only) and admitted[lab])
+            picked = compress(names, map(admitted.__getitem__, labels))
+            out[role.spec.name] = tuple(picked if only is None else filter(only.__contains__, picked))
     return out
 
 
