@@ -35,12 +35,13 @@ def check(config: NodeConfig, doc: Document | None, share: Sequence[RoleDraft],
     node = f"node {config.name!r}" if many else "this node"
     declared = ", ".join(d.id for d in config.devices) or "none"
     placeable = []
+    have = {d.id for d in config.devices}
     for draft in share:
         req, rt = draft.spec.devices, spec_of(draft.spec.runtime).devices
         if req is None or rt is None:
             continue
         here = ("spec", "placement", "devices")
-        missing = [i for i in req.ids if config.device(i) is None]
+        missing = [i for i in req.ids if i not in have]
         if missing:
             problems.append(draft.doc.problem(
                 here + ("ids",), f"{', '.join(missing)}: not a device of {node} "

@@ -17,7 +17,7 @@ With a single node every message reads as it did before there were fleets.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 from reconciler.manifests import devicecheck, fleet
 from reconciler.core.desired import ModelSpec, NodeConfig, WantedState
@@ -50,8 +50,15 @@ def check(drafts: Sequence[RoleDraft], nodes: Sequence[Node],
     sizes = {id(d): _footprint(d, models) for d in drafts}  # each role's, once for every node
     placed_once: dict[object, list[str]] = {}  # devicecheck's placements, per device set
     claims: dict[tuple[int, int], str] = {}  # (draft, alias index) → message
+    same: dict[tuple[int, ...], _Share] = {}  # what depends on the roles alone, per role set
     for config, doc in nodes:
         share = shares[config.name]
+        key = tuple(map(id, share))
+        facts = same.get(key)
+        if facts is None:
+            facts = same[key] = _share(share, sizes)
+            for claim, message in _name_claims(share):
+                claims.setdefault(claim, message)
         for draft in share:
             if not config.port_allowed(draft.spec.serve.port):
                 ports[(id(draft), str(config.allowed_ports))].append(config.name)
@@ -59,11 +66,9 @@ def check(drafts: Sequence[RoleDraft], nodes: Sequence[Node],
             if spec.managed and spec_of(spec.runtime).launched and \
                     config.serve_program(spec.runtime) is None:
                 programs[(id(draft), str(spec.runtime))].append(config.name)
-        for later, first in _collisions(share):
+        for later, first in facts.collisions:
             collisions[(id(later), id(first))].append(config.name)
-        for key, message in _name_claims(share):
-            claims.setdefault(key, message)
-        warnings += _node_warnings(config, doc, share, sizes, drafts)
+        warnings += _node_warnings(config, doc, share, facts, drafts)
         placed_devices = devicecheck.check(config, doc, share, lambda d: sizes[id(d)], many,
                                            placed_once)
         problems += placed_devices[0]
@@ -121,8 +126,23 @@ def _collisions(share: Sequence[RoleDraft]) -> list[tuple[RoleDraft, RoleDraft]]
     return out
 
 
+class _Share(NamedTuple):
+    """What a node's checks need of its roles alone, worked out once per role set."""
+
+    collisions: list[tuple[RoleDraft, RoleDraft]]  # _collisions
+    always: list[tuple[str, int]]  # the always-on roles' names and host memory
+    need: int  # their sum
+
+
+def _share(share: Sequence[RoleDraft], sizes: Mapping[int, int]) -> _Share:
+    always = [(d.spec.name, _host(d, sizes)) for d in share
+              if d.spec.state is WantedState.RUNNING]
+    return _Share(collisions=_collisions(share), always=always,
+                  need=sum(size for _, size in always))
+
+
 def _node_warnings(config: NodeConfig, doc: Document | None, share: Sequence[RoleDraft],
-                   sizes: Mapping[int, int], drafts: Sequence[RoleDraft]) -> list[Problem]:
+                   facts: _Share, drafts: Sequence[RoleDraft]) -> list[Problem]:
     out: list[Problem] = []
     if share and config.allowed_ports is None:
         where = doc if doc is not None else drafts[0].doc
@@ -131,9 +151,7 @@ def _node_warnings(config: NodeConfig, doc: Document | None, share: Sequence[Rol
                                  "probed and served; set allowed_ports {from, to}"))
     if config.memory_budget is None or doc is None:
         return out
-    always = [(d.spec.name, _host(d, sizes)) for d in share
-              if d.spec.state is WantedState.RUNNING]
-    need = sum(size for _, size in always)
+    always, need = facts.always, facts.need
     if need > config.memory_budget:
         held = ", ".join(f"{name} {format_size(size)}" for name, size in
                          sorted(always, key=lambda item: (-item[1], item[0]))[:5])

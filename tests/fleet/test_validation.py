@@ -144,3 +144,23 @@ def test_footprints_exactly_equal_to_the_budget_fit_without_a_warning() -> None:
     assert [w.split(":")[0] for w in warnings(*over)] == ["$.spec.memory_budget"]
     router = node("gpu-1", budget="2000000000", extra={"router": {"listen": "127.0.0.1:9000"}})
     assert warnings(router, model(size=1_000_000_000), role("a", 8001, kv="1GB", state="on-demand")) == []
+
+
+def test_nodes_with_the_same_roles_are_each_checked() -> None:
+    """nodecheck works out a role set's collisions and footprints once, yet every node with
+    that set is named, and each node's budget is its own."""
+    docs = (node("a-1", labels={"pool": "a"}, budget="3GB"),
+            node("a-2", labels={"pool": "a"}, budget="1GB"),
+            node("a-3", labels={"pool": "a"}, budget="1GB"),
+            node("b-1", labels={"pool": "b"}, budget="1GB"), model(),
+            role("x", 8001, placement={"node_selector": {"match_labels": {"pool": "a"}}}),
+            role("y", 8001, placement={"node_selector": {"match_labels": {"pool": "a"}}}),
+            role("z", 8002, placement={"node_selector": {"match_labels": {"pool": "b"}}}))
+    [clash] = problems(*docs)
+    assert clash.startswith("$.spec.serve.port: 127.0.0.1:8001 is also the address of role 'x'")
+    assert "on nodes a-1, a-2, a-3;" in clash, clash
+    apart = docs[:-3] + (role("x", 8001, placement={"node_selector": {"match_labels": {"pool": "a"}}}),
+                         role("y", 8003, placement={"node_selector": {"match_labels": {"pool": "a"}}}),
+                         role("z", 8002, placement={"node_selector": {"match_labels": {"pool": "b"}}}))
+    over = [w for w in warnings(*apart) if "memory_budget" in w]
+    assert [w.split("node ")[1].split(" ")[0] for w in over] == ["'a-2'", "'a-3'"], over
