@@ -28,7 +28,7 @@ def node_devices(r) -> tuple[Device, ...]:
         if device_id in seen:
             r.add(here + ("id",), f"{device_id} is declared twice")
         seen.add(device_id)
-        memory = r.size("spec", "devices", i, "memory")
+        memory = r.size("spec", "devices", i, "memory", value=raw.get("memory"))
         if memory == 0:
             r.add(here + ("memory",), "must be more than 0 bytes")
         out.append(Device(id=device_id, kind=DeviceKind(kind), memory=memory or 0))

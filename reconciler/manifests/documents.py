@@ -87,19 +87,21 @@ class _Reader:
                 return None
         return value
 
-    def parsed(self, path: Path, parse: Callable[[Any], Any]) -> Any:
-        """``parse`` the value at ``path``; a ``ValueError`` becomes a problem."""
-        value = self.get(*path)
+    def parsed(self, path: Path, parse: Callable[[Any], Any], value: Any = None) -> Any:
+        """``parse`` the value at ``path`` (or ``value``, already read from there); a
+        ``ValueError`` becomes a problem."""
         if value is None:
-            return None
+            value = self.get(*path)
+            if value is None:
+                return None
         try:
             return parse(value)
         except ValueError as err:
             self.problems.append(self.doc.problem(path, str(err)))
             return None
 
-    def size(self, *path: str) -> int | None:
-        return self.parsed(path, _size)
+    def size(self, *path: str | int, value: Any = None) -> int | None:
+        return self.parsed(path, _size, value)
 
     def duration(self, *path: str, negative: bool = False) -> float | None:
         return self.parsed(path, lambda v: units.parse_duration(v, allow_negative=negative))
