@@ -8,7 +8,8 @@ needed, and a subschema's ``errorMessage`` (the keyword editors also show)
 replaces cryptic pattern / oneOf / not messages.
 
 A document ``schemafast``'s compiled check accepts has no problems and skips
-``jsonschema`` (ten times slower); the others go through it for the messages.
+``jsonschema`` (ten times slower; not even imported for a clean set); the
+others go through it for the messages.
 
 ``pattern`` is checked with ECMA-262 semantics (``$`` is the end of the
 text), as editors do, so ``"name\\n"`` does not pass for ``"name"``.
@@ -19,15 +20,14 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from typing import Any, Iterator
-
-import jsonschema
-import jsonschema.validators
-from jsonschema.exceptions import ValidationError
+from typing import TYPE_CHECKING, Any, Iterator
 
 from reconciler.manifests import schemafast, schemata
 from reconciler.core.errors import Problem
 from reconciler.manifests.yamlsafe import Document, Path
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
 
 #: Why a conditionally required key is required: (key, kind) → hint.
 _REQUIRED_WHY: dict[tuple[str, str], str] = {
@@ -48,6 +48,8 @@ _TYPE_NAMES = {
 
 
 def _ecma_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    from jsonschema.exceptions import ValidationError
+
     if not validator.is_type(instance, "string"):
         return
     compiled = _compile(pattern)
@@ -62,13 +64,20 @@ def _compile(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
-_Validator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator, {"pattern": _ecma_pattern})
+@functools.cache
+def _validator_class() -> Any:
+    """Draft 2020-12 with ECMA ``pattern``; jsonschema is imported only when a document
+    needs its messages (a clean set never does: ``schemafast``)."""
+    import jsonschema
+    import jsonschema.validators
+
+    return jsonschema.validators.extend(jsonschema.Draft202012Validator,
+                                        {"pattern": _ecma_pattern})
 
 
 @functools.cache
 def _validator(kind: str) -> Any:
-    return _Validator(schemata.schema(kind))
+    return _validator_class()(schemata.schema(kind))
 
 
 @functools.cache

@@ -174,7 +174,7 @@ CASES = [
 def test_json_schema_semantics(value: Any, valid: bool) -> None:
     """Edge cases of the keywords, against jsonschema itself and the expected answer."""
     check = schemafast.compile_schema(SCHEMA, lambda p: schemacheck._compile(p).search)
-    reference = schemacheck._Validator(SCHEMA)
+    reference = schemacheck._validator_class()(SCHEMA)
     assert reference.is_valid(value) == valid
     assert check(value) == valid
 
@@ -194,3 +194,21 @@ def test_recursive_reference() -> None:
               "$ref": "#/$defs/t"}
     check = schemafast.compile_schema(schema, lambda p: schemacheck._compile(p).search)
     assert check([[], [[]]]) and not check([[], [1]])
+
+
+def test_a_clean_set_never_imports_jsonschema(tmp_path: Path) -> None:
+    """jsonschema is imported for the messages of a document the fast check refuses only."""
+    import subprocess
+    bench_fleet.write_fleet(tmp_path / "fleet", 3, devices=True)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "m.yaml").write_text("apiVersion: reconciler/v1\nkind: Model\nmetadata: {name: m}\n"
+                                   "spec: {format: gguf, root: /srv, shardz: []}\n")
+    probe = ("import sys; from pathlib import Path; from reconciler.manifests import loader\n"
+             "files = [(str(p), p.read_bytes()) for p in sorted(Path(sys.argv[1]).glob('*.yaml'))]\n"
+             "result = loader.load(files)\n"
+             "print(result.ok, 'jsonschema' in sys.modules)")
+    for folder, want in ((tmp_path / "fleet", "True False"), (broken, "False True")):
+        done = subprocess.run([sys.executable, "-c", probe, str(folder)], capture_output=True,
+                              text=True, check=True, cwd=ROOT)
+        assert done.stdout.split() == want.split(), done.stderr
