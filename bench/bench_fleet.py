@@ -16,11 +16,13 @@ Run: ``.venv/bin/python bench/bench_fleet.py [--runs 5]``; ``--devices``: 1,000 
 10,000 nodes, each with 8 CUDA devices, every role placed on devices (goal
 ≤ 10 s at 10,000 nodes; issue 20).
 
-The load stage at 10,000 nodes with devices (in-process, CPU seconds, on the
-2-core development machine under load average ~4): 11–13 s before issue 20's
-loading work, 2.6–3.0 s after — libyaml composing in C, ``schemafast``'s
-compiled schema check before ``jsonschema``, the fleet checks per label set
-and role set, no cyclic garbage collection during the load (docs/architecture.md).
+The load stage with devices (in-process, on the 2-core development machine at
+load average ~1.7): 11.2–12.0 s at 10,000 nodes before issue 20's loading work,
+2.4–2.6 s after (1,000 nodes: 1.1–1.4 s, 0.26–0.28 s) — libyaml composing in
+C, ``schemafast``'s compiled schema check before ``jsonschema``, the fleet
+checks per label set and role set, no cyclic garbage collection during the
+load (docs/architecture.md). The whole ``--devices`` run at 10,000 nodes then
+took 6.5 s with the planner's work of the same issue.
 """
 
 from __future__ import annotations
