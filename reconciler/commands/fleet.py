@@ -42,10 +42,20 @@ def run(g: GlobalOptions, o: FleetOptions) -> int:
         return common.report_problems(loaded.problems)
     common.report_warnings(loaded.warnings)
     implicit = common.node_choice(g).name
-    # The loaded fleet lives until the process ends: out of the cyclic collector's
-    # reach, planning 10,000 nodes does not rescan it on every collection
-    # (bench/bench_fleet.py --devices: ~25 % of the planning time at 10,000 nodes).
-    gc.freeze()
+    # Planning 10,000 nodes makes a million long-lived values and next to no
+    # cycles: the cyclic collector would walk them (and the loaded fleet) again
+    # and again (bench/bench_fleet.py --devices: ~25 % of the planning time at
+    # 10,000 nodes). Paused while this command plans and prints, then as it was.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _show(o, paths, loaded, implicit)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _show(o: FleetOptions, paths: list[str], loaded, implicit: str) -> int:
     now = fleetview.view(loaded.fleet, implicit=implicit)
     if o.diff:
         return _diff(o, paths, now, implicit)

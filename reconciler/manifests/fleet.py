@@ -112,8 +112,9 @@ def placements(roles: Sequence[FleetRole], nodes: Sequence[NodeConfig]) -> dict[
     selector is matched once per set.
     """
     names = [n.name for n in nodes]
-    labels = [n.labels for n in nodes]
-    as_dict = {lab: dict(lab) for lab in set(labels)}
+    sets: dict[tuple, int] = {}  # each distinct label set → its index (hashed once per node)
+    which = [sets.setdefault(n.labels, len(sets)) for n in nodes]
+    as_dicts = [dict(lab) for lab in sets]
     out: dict[str, tuple[str, ...]] = {}
     for role in roles:
         where = role.placement
@@ -124,8 +125,8 @@ def placements(roles: Sequence[FleetRole], nodes: Sequence[NodeConfig]) -> dict[
                                         if where.nodes is None or n in where.nodes)
         else:
             sel, only = where.selector, where.nodes
-            admitted = {lab: sel.matches(d) for lab, d in as_dict.items()}
-            picked = compress(names, map(admitted.__getitem__, labels))
+            admitted = [sel.matches(d) for d in as_dicts]
+            picked = compress(names, map(admitted.__getitem__, which))
             out[role.spec.name] = tuple(picked if only is None else filter(only.__contains__, picked))
     return out
 

@@ -21,6 +21,8 @@ A fetch reserves no memory: the roles' claims are placed when they start.
 
 from __future__ import annotations
 
+import functools
+
 from typing import Mapping
 
 import attrs
@@ -50,7 +52,7 @@ def gate(drafts: list[Draft], specs: Mapping[str, RoleSpec], models: Mapping[str
          fetches: Mapping[str, FetchObservation],
          node: NodeConfig) -> tuple[list[Draft], tuple[Fetch, ...]]:
     """The drafts with waits and refusals for Models not here yet; the fetches to start."""
-    if not any(m.fetchable for m in models.values()):
+    if not any(map(_fetchable, models.values())):
         return drafts, ()  # most nodes: every Model was placed by hand
     planned: dict[str, Fetch] = {}
     out = []
@@ -61,6 +63,12 @@ def gate(drafts: list[Draft], specs: Mapping[str, RoleSpec], models: Mapping[str
             continue
         out.append(_gated(d, spec, models, fetches, node, planned))
     return out, tuple(planned.values())
+
+
+@functools.lru_cache(maxsize=1024)
+def _fetchable(model: ModelSpec) -> bool:
+    """``model.fetchable``, kept per Model: every pass of every node asks it."""
+    return model.fetchable
 
 
 def _gated(d: Draft, spec: RoleSpec, models: Mapping[str, ModelSpec],
