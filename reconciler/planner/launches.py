@@ -115,14 +115,16 @@ class Bound:
             _remember(self._tables.prepared, key, got)
         return got
 
-    def placed(self, spec: RoleSpec, assignment: Assignment, instance: str) -> Prepared:
-        """The role's launch on the devices placement gave it."""
-        key = (spec, assignment, instance)
-        got = self._tables.placed.get(key)
-        if got is None:
-            got = self._build(spec, assignment, instance)
-            _remember(self._tables.placed, key, got)
-        return got
+    def placed(self, spec: RoleSpec, got: Assignment, instance: str) -> Prepared:
+        """The role's launch on the devices placement gave it (``got``: their ids and bytes)."""
+        key = (spec, got.ids, got.bytes, instance)
+        found = self._tables.placed.get(key)
+        if found is None:
+            split = spec.devices.split if spec.devices else ()
+            found = self._build(spec, Assignment(ids=got.ids, bytes=got.bytes, split=split),
+                                instance)
+            _remember(self._tables.placed, key, found)
+        return found
 
     def launch(self, spec: RoleSpec, prepared: Prepared) -> Launch:
         """The whole launch of ``prepared`` (built once, then kept with it)."""
@@ -143,11 +145,17 @@ class Bound:
 
 
 _NODES: dict[tuple, Launches] = {}
+#: The same NodeConfig object pass after pass (``watch``): found without hashing its
+#: values again. id → (the node itself, passed, data root, its Launches).
+_SAME: dict[int, tuple[NodeConfig, tuple, str, Launches]] = {}
 
 
 def for_node(node: NodeConfig, environ: Mapping[str, str], data_root: str) -> Launches:
     """The ``Launches`` of ``node``'s launch settings, this environment and data root."""
     passed = tuple((name, environ.get(name)) for name in node.env_passthrough)
+    same = _SAME.get(id(node))
+    if same is not None and same[0] is node and same[1] == passed and same[2] == data_root:
+        return same[3]
     key = (node.serve_programs, node.env, node.env_passthrough, passed, node.run_as,
            node.devices, data_root)
     got = _NODES.get(key)
@@ -156,6 +164,9 @@ def for_node(node: NodeConfig, environ: Mapping[str, str], data_root: str) -> La
         if len(_NODES) >= NODES:
             _NODES.clear()
         _NODES[key] = got
+    if len(_SAME) >= NODES:
+        _SAME.clear()
+    _SAME[id(node)] = (node, passed, data_root, got)  # keeps the node: its id stays its own
     return got
 
 
@@ -168,3 +179,4 @@ def _remember(table: dict, key: tuple, value: Prepared) -> None:
 def forget() -> None:
     """Empty every table (benchmarks time a first pass with this; nothing else needs it)."""
     _NODES.clear()
+    _SAME.clear()

@@ -17,11 +17,14 @@ the host ledger for the pass:
 No device is ever planned over its declared memory; a declared device that
 discovery found missing or smaller takes no claim (``unusable``).
 Each operation costs O(devices of the node): linear in the roles.
+
+Size: the device ledger (its picks and refusals) beside what reads it back
+(observed use over the reservation, the table ``status`` and the metrics show):
+one vocabulary of devices and bytes, kept together.
 """
 
 from __future__ import annotations
 
-import functools
 from types import MappingProxyType
 from typing import Iterable, Mapping, Sequence
 
@@ -112,9 +115,7 @@ class DeviceLedger:
     """Bytes held per device and per role for one ``place()`` call."""
 
     def __init__(self, devices: Sequence[Device], broken: Mapping[str, str] | None = None) -> None:
-        # What the declaration says is the same on every pass: worked out once per tuple.
-        self.capacity, self.kinds, self.order, self.rank, self.by_kind = _declared(
-            tuple(devices))
+        self.capacity, self.kinds, self.order, self.rank, self.by_kind = _declared(devices)
         self.broken = dict(broken or {})
         self.used: dict[str, int] = dict.fromkeys(self.capacity, 0)
         self.held: dict[str, Pairs] = {}
@@ -235,18 +236,28 @@ class DeviceLedger:
         return {d: (self.used[d], self.capacity[d]) for d in self.order}
 
 
-@functools.lru_cache(maxsize=256)
-def _declared(devices: tuple[Device, ...]) -> tuple[
+_DECLARED: dict[int, tuple[Sequence[Device], tuple]] = {}  # id → (the devices, their tables)
+
+
+def _declared(devices: Sequence[Device]) -> tuple[
         Mapping[str, int], Mapping[str, DeviceKind], tuple[str, ...], Mapping[str, int],
         tuple[tuple[DeviceKind, tuple[str, ...]], ...]]:
-    """capacity, kind, order, rank, and each declared kind's ids (read-only)."""
+    """capacity, kind, order, rank, and each declared kind's ids (read-only), worked out
+    once per declaration: found by identity, the node's own tuple pass after pass."""
+    same = _DECLARED.get(id(devices))
+    if same is not None and same[0] is devices:
+        return same[1]
     capacity = {d.id: d.memory for d in devices}
     kinds = {d.id: d.kind for d in devices}
     order = tuple(sorted(capacity, key=device_order))
     by_kind = tuple((kind, tuple(d for d in order if kinds[d] == kind))
                     for kind in sorted(set(kinds.values())))
-    return (MappingProxyType(capacity), MappingProxyType(kinds), order,
-            MappingProxyType({d: i for i, d in enumerate(order)}), by_kind)
+    tables = (MappingProxyType(capacity), MappingProxyType(kinds), order,
+              MappingProxyType({d: i for i, d in enumerate(order)}), by_kind)
+    if len(_DECLARED) >= 256:
+        _DECLARED.clear()
+    _DECLARED[id(devices)] = (devices, tables)  # keeps the tuple: its id stays its own
+    return tables
 
 
 def over_reserved(d: Decision, uses: Mapping[int, Mapping[str, int]]) -> Decision:

@@ -229,9 +229,7 @@ def placed_launch(r: Role, d: Decision, got: Assignment) -> Decision:
     pairs = got.pairs()
     if r.spec is None or not pairs or (r.assignment is not None and r.assignment.ids == got.ids):
         return d if d.devices == pairs else attrs.evolve(d, devices=pairs)
-    assignment = Assignment(ids=got.ids, bytes=got.bytes,
-                            split=r.spec.devices.split if r.spec.devices else ())
-    prepared = r.launcher.placed(r.spec, assignment, r.instance_id)
+    prepared = r.launcher.placed(r.spec, got, r.instance_id)
     launch = r.launcher.launch(r.spec, prepared)
     generation = generations.current(r.spec, launch.digest, None)
     return attrs.evolve(d, devices=pairs, launch=launch, generation=generation)

@@ -51,7 +51,7 @@ def _plan(w: World):
 
 
 def _fresh(w: World):
-    launches._NODES.clear()
+    launches.forget()
     return _plan(w)
 
 
