@@ -57,8 +57,12 @@ def exchange(ctx: ProbeContext | None = None) -> Exchange:
 
 
 @functools.lru_cache(maxsize=4096)  # pure; the planner compares the same few tags per role
+@functools.lru_cache(maxsize=16_384)
 def normal_tag(tag: str) -> str:
-    """``Library/Llama3`` → ``library/llama3:latest`` → ``llama3:latest``."""
+    """``Library/Llama3`` → ``library/llama3:latest`` → ``llama3:latest``.
+
+    Kept for the names seen lately: the planner compares every Ollama role's tag
+    with what its server lists, on every pass."""
     name = tag.strip().lower()
     for prefix in ("registry.ollama.ai/", "library/"):
         if name.startswith(prefix):
@@ -70,6 +74,8 @@ def normal_tag(tag: str) -> str:
 
 def same_tag(a: str, b: str) -> bool:
     """Do two Ollama names mean one model? (``llama3`` is ``library/llama3:latest``.)"""
+    if a == b:
+        return bool(a.strip())
     return bool(a.strip()) and bool(b.strip()) and normal_tag(a) == normal_tag(b)
 
 
