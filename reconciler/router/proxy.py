@@ -18,6 +18,9 @@ session for the roles' servers. A request goes through, in order:
    names), with the body as the server must see it and without hop-by-hop
    headers; the answer streams back chunk by chunk as it arrives, so SSE is
    never buffered; the tail of the answer gives the client's token usage. A
+   streamed answer goes on a connection of its own through ``upstream.py``
+   (not aiohttp's client: it costs the router less CPU per stream and per
+   event, see there), any other on aiohttp's pooled keep-alive connections. A
    connection the server refuses before taking the request (it was just
    stopped) goes back to the queue once; a server that fails after taking it
    → 502 (or, once the answer has begun, the client's connection is cut, so a
@@ -42,7 +45,8 @@ with a C HTTP parser and streaming in both directions.
 
 Size: aiohttp may be imported by this one module (the import test's owner rule), so both
 HTTP sides live here: the server's handlers with every check above in request order, and
-the upstream client with its streaming, retry-once and usage reading. The pure decisions are
+the upstream client with its streaming, retry-once and usage reading (a stream's own
+connection and framing are in ``upstream.py``, which needs no aiohttp). The pure decisions are
 in ``rules.py``, the connection limits and quiet logging in ``guard.py``, keys and CORS in
 ``clients.py``.
 """
@@ -63,7 +67,7 @@ import attrs
 from aiohttp import web, web_protocol
 
 from reconciler.core.desired import RouterConfig
-from reconciler.router import clients, guard, rules
+from reconciler.router import clients, guard, rules, upstream
 from reconciler.router.queues import CLOSED, FULL, GO, Book, Refusal
 from reconciler.router.rules import Route, RouteState, Table
 from reconciler.world import probe
@@ -290,7 +294,8 @@ class Proxy:
 
     async def _body(self, request: web.Request) -> bytes | web.Response:
         try:
-            return await asyncio.wait_for(request.read(), self.config.body_timeout)
+            async with asyncio.timeout(self.config.body_timeout):  # no task, unlike wait_for
+                return await request.read()
         except web.HTTPRequestEntityTooLarge:
             return self._error(413, f"the request body is over max_body "
                                f"({self.config.max_body} bytes)", "invalid_request_error")
@@ -333,56 +338,86 @@ class Proxy:
         The caller took the place (``Book.enter``); it is given back here."""
         assert self._session is not None
         role = route.role
-        url = f"http://{route.authority}{request.path}"
         headers = rules.request_headers(request.headers.items())
         key = probe.api_key(route.key_file)  # the role's own key; the client's is never passed
         if key:
             headers.append(("Authorization", f"Bearer {key}"))
-        if streams:
-            # llama-server closes its end right after an SSE answer; said up front, the
-            # connection is not pooled, so no later request races that close.
-            headers.append(("Connection", "close"))
         try:
+            if streams:
+                return await self._send_stream(request, route, payload, headers, arrived,
+                                               client)
             try:
-                upstream = await self._session.post(url, data=payload, headers=headers,
-                                                    allow_redirects=False)
+                answer = await self._session.post(f"http://{route.authority}{request.path}",
+                                                  data=payload, headers=headers,
+                                                  allow_redirects=False)
             except aiohttp.ClientConnectorError:
                 return None
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 return self._error(502, f"{role} failed before answering: {_why(exc)}",
                                    "api_error", role)
-            async with upstream:
-                return await self._relay(request, route, upstream, arrived, client)
+            async with answer:
+                return await self._relay(
+                    request, role, answer.status, answer.reason,
+                    list(answer.headers.items()), answer.content_length,
+                    answer.content.readany, arrived, client)
         finally:
             self.book.finished(role)
 
-    async def _relay(self, request: web.Request, route: Route,
-                     upstream: aiohttp.ClientResponse, arrived: float,
-                     client: str) -> web.StreamResponse:
+    async def _send_stream(self, request: web.Request, route: Route, payload: bytes,
+                           headers: list[tuple[str, str]], arrived: float,
+                           client: str) -> web.StreamResponse | None:
+        """A streamed answer, on a connection of its own (``upstream.py`` says why):
+        llama-server closes its end right after an SSE answer, so nothing is pooled."""
         role = route.role
-        answer = web.StreamResponse(status=upstream.status, reason=upstream.reason,
-                                    headers=rules.forward_headers(upstream.headers.items()))
-        if upstream.content_length is not None:
-            answer.content_length = upstream.content_length
+        headers.append(("Host", route.authority))
+        try:
+            stream = await upstream.open_stream(route.host, route.port, request.path, headers,
+                                                payload, self._connect_timeout)
+        except ValueError as exc:  # a header of the client's cannot go on the wire
+            return self._error(400, f"a request header cannot be forwarded: {exc}"[:300],
+                               "invalid_request_error", role)
+        except upstream.Refused:
+            return None
+        except upstream.Failed as exc:
+            return self._error(502, f"{role} failed before answering: {exc}", "api_error",
+                               role)
+        try:
+            try:
+                status, fields = await stream.head()
+            except upstream.Failed as exc:
+                return self._error(502, f"{role} failed before answering: {exc}",
+                                   "api_error", role)
+            return await self._relay(request, role, status, None, fields, stream.length,
+                                     stream.read, arrived, client)
+        finally:
+            stream.close()
+
+    async def _relay(self, request: web.Request, role: str, status: int, reason: str | None,
+                     fields: list[tuple[str, str]], length: int | None, read,
+                     arrived: float, client: str) -> web.StreamResponse:
+        """The answer to the client, chunk by chunk as ``read()`` gives them."""
+        answer = web.StreamResponse(status=status, reason=reason,
+                                    headers=rules.forward_headers(fields))
+        if length is not None:
+            answer.content_length = length
         tail: collections.deque[bytes] = collections.deque(maxlen=_TAIL)
         counted = False  # a client holding its whole answer must find it counted
-        content = upstream.content
         write = answer.write
         try:
-            chunk = await content.readany()
+            chunk = await read()
             await answer.prepare(request)
             if self.metrics is not None:
                 self.metrics.first_byte(role, time.monotonic() - arrived)
-            left = upstream.content_length  # None: chunked, ended by write_eof
+            left = length  # None: chunked, ended by write_eof
             while chunk:
                 tail.append(chunk)
                 if left is not None:
                     left -= len(chunk)
                     if left <= 0:  # the last bytes: counted before the client can have them
-                        counted = self._count(role, upstream.status, client, tail)
+                        counted = self._count(role, status, client, tail)
                 await write(chunk)
-                chunk = await content.readany()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                chunk = await read()
+        except (aiohttp.ClientError, asyncio.TimeoutError, upstream.Failed) as exc:
             if not answer.prepared:
                 return self._error(502, f"{role} failed while answering: {_why(exc)}",
                                    "api_error", role)
@@ -393,7 +428,7 @@ class Proxy:
                 self.metrics.request(role, 502)
             return answer
         if not counted:  # a chunked answer ends with write_eof: count it first
-            counted = self._count(role, upstream.status, client, tail)
+            counted = self._count(role, status, client, tail)
         await answer.write_eof()
         return answer
 

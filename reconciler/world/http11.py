@@ -4,7 +4,9 @@ A ``Conversation`` is one request on a connection of its own: ``request()``
 gives the bytes to write (always with ``Connection: close``), ``receive()`` is
 fed what the socket read (``b""`` at end of stream) and returns the ``Reply``
 once the response is complete. No socket, clock or loop here: ``probe.py``
-does the IO.
+does the IO. A reader that streams the body (the router's ``upstream.py``)
+reads ``head`` and ``length`` once the head is in, and ``take()``s the body
+bytes as they arrive.
 
 Only what a probe needs, strictly (RFC 9112): a status line and headers (at
 most 64 KiB, no obsolete line folding), interim 1xx answers skipped, and a body
@@ -73,6 +75,21 @@ class Conversation:
         self._crlf_due = False  # chunked: a chunk's data was read, its CRLF is next
         self._trailers = False  # chunked: the last chunk was read, trailers follow
         self._reply: Reply | None = None
+        self.length: int | None = None  # the declared body length, once the head is read
+
+    @property
+    def head(self) -> tuple[int, tuple[tuple[bytes, bytes], ...]] | None:
+        """The final status and headers (lower-case names), once read."""
+        return self._head
+
+    @property
+    def complete(self) -> bool:
+        return self._reply is not None
+
+    def take(self) -> bytes:
+        """The body bytes received and not taken yet (a streaming reader's share)."""
+        chunks, self._chunks = self._chunks, []
+        return b"".join(chunks)
 
     def request(
         self, method: str, target: bytes, headers: Iterable[tuple[bytes, bytes]], body: bytes
@@ -137,6 +154,7 @@ class Conversation:
             return True  # interim answer (100 Continue, 103 Early Hints): the real one follows
         self._head = (status, headers)
         self._framing, self._left = _framing(status, headers, self._cap)
+        self.length = self._left if self._framing == "length" else None
         return True
 
     def _lines(self, limit: int) -> list[bytes] | None:

@@ -1,0 +1,183 @@
+"""The router's upstream side for a streamed answer: one connection, the body as it arrives (SHELL; §9).
+
+A stream (``stream: true``, or Ollama's default) is the one request whose
+connection is never reused: llama-server closes its end after an SSE answer,
+so the router asks ``Connection: close`` and pools nothing. Such a request
+needs none of aiohttp's client (pool, redirects, cookies, a task to write the
+body): an asyncio protocol opens the connection, writes the request in one
+piece and feeds what it reads to ``world/http11.py``'s sans-IO reader, whose
+body bytes the proxy takes and writes to its client as they come.
+
+Why (measured: ``bench/bench_router.py``'s 64 concurrent streams against the
+real llama-server, on 2 cores shared with the server and the client): every
+microsecond of CPU the router spends per stream or per event is taken from
+the server and the client. Measured alone (500 sequential streams to the
+testbed's llama-server), aiohttp's client spent 200–300 µs more CPU per stream
+than a bare protocol, on a connection it will not reuse (connector, happy
+eyeballs, a task to write the body), and about 17 µs more per event; the
+bench's docstring has the router's own figures before and after. Everything else
+— non-streamed answers (pooled keep-alive connections), the readiness watch —
+stays on aiohttp's client.
+
+* ``open_stream``: connect (``Refused`` for any connect error: the server was just
+  stopped, the proxy may try once more; ``Failed`` when the connect times
+  out), then write the request; ``ValueError`` for a header that cannot go on
+  the wire (before any connect);
+* ``Stream.head()``: the status and headers (``Failed`` when the server closes
+  or sends something that is not HTTP/1.1 first);
+* ``Stream.read()``: the next body bytes, ``b""`` once the body has ended
+  (``Failed`` when the server closes before then);
+* ``Stream.close()``: closes the connection, at once (``abort``) when the body
+  has not ended, so the server sees its client go and stops generating.
+
+Reading pauses while more than ``HIGH`` bytes wait to be taken (a slow client
+slows its server's connection, never the router's memory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Iterable
+
+from reconciler.world import http11
+
+HIGH = 1 << 16  # bytes read and not taken, beyond which reading pauses
+_UNCAPPED = 1 << 62  # a relayed body has no cap of ours
+
+
+class Refused(Exception):
+    """The server's port refused (or otherwise failed) the connection: nothing was sent."""
+
+
+class Failed(Exception):
+    """The server failed after the request was sent, or the connect timed out."""
+
+
+async def open_stream(host: str, port: int, path: str, headers: Iterable[tuple[str, str]],
+                      body: bytes, connect_timeout: float) -> Stream:
+    """Connect to ``host:port`` and send ``POST path`` (see the module)."""
+    stream = Stream()
+    wire = stream.conversation.request("POST", path.encode("ascii"), [
+        (k.encode("utf-8", "surrogateescape"), v.encode("utf-8", "surrogateescape"))
+        for k, v in headers], body)
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(connect_timeout):
+            await loop.create_connection(lambda: stream, host, port)
+    except TimeoutError as exc:  # before OSError: it is one
+        raise Failed(f"no connection within {connect_timeout:g}s") from exc
+    except OSError as exc:
+        raise Refused(exc.strerror or str(exc)) from exc
+    stream.send(wire)
+    return stream
+
+
+class Stream(asyncio.Protocol):
+    """One request's connection, as an asyncio protocol and the proxy's reader."""
+
+    def __init__(self) -> None:
+        self.conversation = http11.Conversation(_UNCAPPED)
+        self._transport: asyncio.Transport | None = None
+        self._waiter: asyncio.Future | None = None
+        self._error: str | None = None
+        self._ended = False  # the connection is gone
+        self._pending = 0  # bytes read since the last take
+        self._paused = False
+
+    # ------------------------------------------------------------ the protocol
+
+    def connection_made(self, transport) -> None:
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.conversation.receive(data)
+        except (http11.ProtocolError, http11.TooLarge) as exc:
+            self._fail(f"not an HTTP/1.1 answer: {exc}")
+            return
+        self._pending += len(data)
+        if self._pending > HIGH and not self._paused and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def eof_received(self) -> bool:
+        return False  # close our end too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._ended = True
+        if not self.conversation.complete and self._error is None:
+            try:
+                self.conversation.receive(b"")  # a body framed by the end of the stream ends
+            except http11.ProtocolError as error:
+                self._error = f"{error}" + (f" ({exc})" if exc else "")
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # ------------------------------------------------------------ the proxy's side
+
+    def send(self, wire: bytes) -> None:
+        assert self._transport is not None
+        self._transport.write(wire)
+
+    async def head(self) -> tuple[int, list[tuple[str, str]]]:
+        """The final status and headers (names as usually written, values decoded)."""
+        while (head := self.conversation.head) is None:
+            await self._next()
+        status, fields = head
+        return status, [(_title(k), v.decode("utf-8", "surrogateescape")) for k, v in fields]
+
+    @property
+    def length(self) -> int | None:
+        return self.conversation.length
+
+    async def read(self) -> bytes:
+        """The body bytes that arrived since the last read; ``b""`` once the body ended."""
+        while True:
+            data = self.conversation.take()
+            if data:
+                self._pending = 0
+                if self._paused and self._transport is not None:
+                    self._paused = False
+                    self._transport.resume_reading()
+                return data
+            if self.conversation.complete:
+                return b""
+            await self._next()
+
+    def close(self) -> None:
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            if self.conversation.complete:
+                transport.close()
+            else:
+                transport.abort()
+
+    # ------------------------------------------------------------ inside
+
+    async def _next(self) -> None:
+        """Wait for more bytes; Failed when none can come."""
+        if self._error is not None:
+            raise Failed(self._error)
+        if self._ended:
+            raise Failed("the server closed the connection")
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    def _fail(self, message: str) -> None:
+        if self._error is None:
+            self._error = message
+        if self._transport is not None:
+            self._transport.abort()
+
+
+def _title(name: bytes) -> str:
+    """``content-type`` → ``Content-Type`` (the reader lower-cases names; clients are used
+    to seeing them as servers write them)."""
+    return "-".join(part.capitalize() for part in name.decode("ascii").split("-"))

@@ -1,0 +1,211 @@
+"""The router's upstream side for streamed answers (``router/upstream.py``), against raw servers.
+
+Each server here is a plain asyncio socket server that writes exactly the
+bytes a case gives, so every framing (chunked, a length, to the end of the
+stream) and every failure (refused, closed early, not HTTP) is exercised
+without aiohttp on the server's side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from reconciler.router import upstream
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+
+
+async def _serve(parts: list[bytes], *, pause: float = 0.0, got: list[bytes] | None = None,
+                 close: bool = True):
+    """A server that reads the request, then writes ``parts`` one by one."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            request = head + await reader.readexactly(length)
+            if got is not None:
+                got.append(request)
+            for part in parts:
+                writer.write(part)
+                await writer.drain()
+                await asyncio.sleep(pause)
+            if not close:
+                await reader.read()  # until the client goes
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def _open(port: int, **kw) -> upstream.Stream:
+    return await upstream.open_stream("127.0.0.1", port, "/v1/completions",
+                                      [("Host", f"127.0.0.1:{port}"),
+                                       ("Content-Type", "application/json")],
+                                      b'{"stream":true}', kw.get("timeout", 2.0))
+
+
+async def _body(stream: upstream.Stream) -> list[bytes]:
+    pieces = []
+    while piece := await stream.read():
+        pieces.append(piece)
+    return pieces
+
+
+def run(coro) -> None:
+    asyncio.run(asyncio.wait_for(coro, 10))
+
+
+@pytest.mark.parametrize("framing", ["chunked", "length", "close"])
+def test_each_framing_is_relayed_piece_by_piece_to_its_end(framing: str) -> None:
+    events = [b"data: 1\n\n", b"data: 2\n\n", b"data: [DONE]\n\n"]
+    if framing == "chunked":
+        parts = [HEAD + b"transfer-encoding: chunked\r\n\r\n"]
+        parts += [b"%x\r\n%s\r\n" % (len(e), e) for e in events] + [b"0\r\n\r\n"]
+    elif framing == "length":
+        parts = [HEAD + b"content-length: %d\r\n\r\n" % sum(map(len, events)), *events]
+    else:
+        parts = [HEAD + b"\r\n", *events]
+
+    async def test() -> None:
+        got: list[bytes] = []
+        server, port = await _serve(parts, pause=0.02, got=got)
+        async with server:
+            stream = await _open(port)
+            status, fields = await stream.head()
+            assert status == 200 and ("Content-Type", "text/event-stream") in fields
+            assert stream.length == (sum(map(len, events)) if framing == "length" else None)
+            pieces = await _body(stream)
+            stream.close()
+        assert b"".join(pieces) == b"".join(events)
+        assert len(pieces) == len(events)  # as they came, never held back for the rest
+        request = got[0]
+        assert request.startswith(b"POST /v1/completions HTTP/1.1\r\n")
+        assert b"Connection: close\r\n" in request and request.endswith(b'{"stream":true}')
+    run(test())
+
+
+def test_a_refused_port_is_refused_and_nothing_is_sent() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, not listening: the connect is refused
+
+        async def test() -> None:
+            with pytest.raises(upstream.Refused):
+                await _open(port)
+        run(test())
+
+
+@pytest.mark.parametrize("parts, when", [
+    ([], "head"),  # takes the request, closes without a word
+    ([b"SSH-2.0-OpenSSH\r\n"], "head"),  # not HTTP
+    ([HEAD + b"transfer-encoding: chunked\r\n\r\n", b"9\r\ndata: 1\n\n\r\n"], "body"),  # no end
+    ([HEAD + b"content-length: 100\r\n\r\n", b"data: 1\n\n"], "body"),  # short of its length
+    ([HEAD + b"transfer-encoding: chunked\r\n\r\n", b"zz\r\n"], "body"),  # bad chunk size
+])
+def test_a_server_that_fails_is_failed_where_it_failed(parts: list[bytes], when: str) -> None:
+    async def test() -> None:
+        server, port = await _serve(parts)
+        async with server:
+            stream = await _open(port)
+            if when == "head":
+                with pytest.raises(upstream.Failed):
+                    await stream.head()
+            else:
+                await stream.head()
+                with pytest.raises(upstream.Failed):
+                    await _body(stream)
+            stream.close()
+    run(test())
+
+
+def test_the_body_read_before_a_failure_is_still_given() -> None:
+    parts = [HEAD + b"transfer-encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n"]
+
+    async def test() -> None:
+        server, port = await _serve(parts)
+        async with server:
+            stream = await _open(port)
+            await stream.head()
+            assert await stream.read() == b"data: 1\n\n"
+            with pytest.raises(upstream.Failed):
+                await stream.read()
+            stream.close()
+    run(test())
+
+
+def test_interim_answers_are_skipped() -> None:
+    parts = [b"HTTP/1.1 100 Continue\r\n\r\n", HEAD + b"content-length: 2\r\n\r\nok"]
+
+    async def test() -> None:
+        server, port = await _serve(parts)
+        async with server:
+            stream = await _open(port)
+            assert (await stream.head())[0] == 200
+            assert await _body(stream) == [b"ok"]
+            stream.close()
+    run(test())
+
+
+def test_reading_pauses_while_the_untaken_bytes_are_over_the_mark() -> None:
+    big = b"x" * (upstream.HIGH * 4)
+    parts = [HEAD + b"content-length: %d\r\n\r\n" % len(big), big]
+
+    async def test() -> None:
+        server, port = await _serve(parts, close=False)
+        async with server:
+            stream = await _open(port)
+            await stream.head()
+            for _ in range(100):
+                if stream._paused:  # noqa: SLF001
+                    break
+                await asyncio.sleep(0.01)
+            assert stream._paused  # noqa: SLF001  (nobody took: it stopped reading)
+            taken = len(await stream.read())
+            assert not stream._paused and taken <= upstream.HIGH * 2  # noqa: SLF001
+            rest = b"".join(await _body(stream))
+            assert taken + len(rest) == len(big)
+            stream.close()
+    run(test())
+
+
+def test_a_header_that_cannot_go_on_the_wire_is_a_value_error_before_any_connect() -> None:
+    async def test() -> None:
+        with pytest.raises(ValueError):
+            await upstream.open_stream("127.0.0.1", 9, "/v1/completions",
+                                       [("X-Bad", "a\r\nInjected: 1")], b"{}", 1.0)
+    run(test())
+
+
+def test_closing_mid_answer_closes_the_connection() -> None:
+    """The client went (its handler is cancelled): the server sees its connection go."""
+    seen: list[bool] = []
+
+    async def test() -> None:
+        async def handle(reader, writer) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            await reader.readexactly(len(b'{"stream":true}'))
+            writer.write(HEAD + b"transfer-encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n")
+            try:
+                seen.append(await reader.read() == b"")  # our end closed
+            except ConnectionError:
+                seen.append(True)  # … at once: reset
+            finally:
+                writer.close()
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        async with server:
+            stream = await _open(server.sockets[0].getsockname()[1])
+            await stream.head()
+            await stream.read()
+            stream.close()
+            for _ in range(100):
+                if seen:
+                    break
+                await asyncio.sleep(0.01)
+    run(test())
+    assert seen == [True]
