@@ -388,14 +388,16 @@ class Proxy:
                 return self._error(502, f"{role} failed before answering: {exc}",
                                    "api_error", role)
             return await self._relay(request, role, status, None, fields, stream.length,
-                                     stream.read, arrived, client)
+                                     stream.read, arrived, client, pipe=stream)
         finally:
             stream.close()
 
     async def _relay(self, request: web.Request, role: str, status: int, reason: str | None,
                      fields: list[tuple[str, str]], length: int | None, read,
-                     arrived: float, client: str) -> web.StreamResponse:
-        """The answer to the client, chunk by chunk as ``read()`` gives them."""
+                     arrived: float, client: str,
+                     pipe: upstream.Stream | None = None) -> web.StreamResponse:
+        """The answer to the client, chunk by chunk as ``read()`` gives them; a stream's
+        chunked answer through ``pipe`` after its first piece (no task switch per event)."""
         answer = web.StreamResponse(status=status, reason=reason,
                                     headers=rules.forward_headers(fields))
         if length is not None:
@@ -409,6 +411,15 @@ class Proxy:
             if self.metrics is not None:
                 self.metrics.first_byte(role, time.monotonic() - arrived)
             left = length  # None: chunked, ended by write_eof
+            if (chunk and pipe is not None and request.transport is not None
+                    and answer.headers.get("Transfer-Encoding") == "chunked"):
+                tail.append(chunk)
+                await write(chunk)  # the head and the first piece, through aiohttp
+                pipe.pipe(request.transport, tail)  # the rest, as aiohttp would frame it
+                while not await pipe.piped():
+                    await request.writer.drain()
+                    pipe.resume()
+                chunk = b""
             while chunk:
                 tail.append(chunk)
                 if left is not None:

@@ -27,6 +27,13 @@ stays on aiohttp's client.
   or sends something that is not HTTP/1.1 first);
 * ``Stream.read()``: the next body bytes, ``b""`` once the body has ended
   (``Failed`` when the server closes before then);
+* ``Stream.pipe(sink, tail)``: from then on, the body goes straight to the
+  client's connection as HTTP/1.1 chunks from the protocol's own callback, as
+  it arrives: no task switch, future or ``await`` per event (on the 64-stream
+  bench that was about a third of the router's CPU per event).
+  ``Stream.piped()`` returns once the body has ended, or when the client's
+  buffer is over ``HIGH`` (reading pauses; the proxy drains, then
+  ``resume()``s);
 * ``Stream.close()``: closes the connection, at once (``abort``) when the body
   has not ended, so the server sees its client go and stops generating.
 
@@ -37,7 +44,7 @@ slows its server's connection, never the router's memory).
 from __future__ import annotations
 
 import asyncio
-from typing import Iterable
+from typing import Iterable, MutableSequence
 
 from reconciler.world import http11
 
@@ -83,6 +90,9 @@ class Stream(asyncio.Protocol):
         self._ended = False  # the connection is gone
         self._pending = 0  # bytes read since the last take
         self._paused = False
+        self._sink: asyncio.WriteTransport | None = None  # see pipe()
+        self._tail: MutableSequence[bytes] = []
+        self._blocked = False  # the sink's buffer is over HIGH
 
     # ------------------------------------------------------------ the protocol
 
@@ -95,10 +105,14 @@ class Stream(asyncio.Protocol):
         except (http11.ProtocolError, http11.TooLarge) as exc:
             self._fail(f"not an HTTP/1.1 answer: {exc}")
             return
-        self._pending += len(data)
-        if self._pending > HIGH and not self._paused and self._transport is not None:
-            self._paused = True
-            self._transport.pause_reading()
+        if self._sink is not None:
+            self._forward()
+            if not (self._blocked or self.conversation.complete):
+                return  # nothing for the proxy's task to do
+        else:
+            self._pending += len(data)
+            if self._pending > HIGH:
+                self._pause()
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -148,6 +162,28 @@ class Stream(asyncio.Protocol):
                 return b""
             await self._next()
 
+    def pipe(self, sink: asyncio.WriteTransport, tail: MutableSequence[bytes]) -> None:
+        """From now on, write the body to ``sink`` as HTTP/1.1 chunks as it arrives (the
+        client's answer is chunked and its head is sent); each piece also goes to ``tail``."""
+        self._sink, self._tail = sink, tail
+        self._forward()
+
+    async def piped(self) -> bool:
+        """True once the whole body is written to the sink; False when the sink's buffer is
+        over ``HIGH``: drain it, then ``resume()``. ``Failed`` as for ``read``."""
+        while not self._blocked:
+            if self.conversation.complete:
+                return True
+            await self._next()
+        return False
+
+    def resume(self) -> None:
+        """The sink was drained: read on."""
+        self._blocked = False
+        if self._paused and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+
     def close(self) -> None:
         transport = self._transport
         if transport is not None and not transport.is_closing():
@@ -169,6 +205,22 @@ class Stream(asyncio.Protocol):
             await self._waiter
         finally:
             self._waiter = None
+
+    def _forward(self) -> None:
+        data = self.conversation.take()
+        sink = self._sink
+        if not data or sink is None or sink.is_closing():
+            return  # (a closing sink: the client went, and its handler is being cancelled)
+        self._tail.append(data)
+        sink.write(b"%x\r\n%s\r\n" % (len(data), data))
+        if sink.get_write_buffer_size() > HIGH:
+            self._blocked = True
+            self._pause()
+
+    def _pause(self) -> None:
+        if not self._paused and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()
 
     def _fail(self, message: str) -> None:
         if self._error is None:

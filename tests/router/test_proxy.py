@@ -47,6 +47,11 @@ class Upstream:
             return web.json_response(answer, headers={"X-Upstream": "1"})
         answer = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await answer.prepare(request)
+        if body.get("big"):  # pieces of 64 KiB, each its own pattern
+            for i in range(body["big"]):
+                await answer.write(bytes([65 + i % 26]) * 65536)
+            await answer.write_eof()
+            return answer
         if body.get("hold"):
             await answer.write(b"data: first\n\n")
             await self.go_on.wait()
@@ -154,6 +159,27 @@ def test_streaming_is_unbuffered() -> None:
             assert first == b"data: first\n"
             rig.upstream.go_on.set()
             assert (await r.read()).endswith(b"data: second\n\n")
+    run(test)
+
+
+def test_a_big_stream_reaches_a_client_that_reads_late_whole_and_in_order(monkeypatch) -> None:
+    """The client's buffers fill: the router stops reading its server until they drain."""
+    from reconciler.router import upstream
+
+    drained = []
+    resume = upstream.Stream.resume
+    monkeypatch.setattr(upstream.Stream, "resume",
+                        lambda self: (drained.append(1), resume(self))[1])
+
+    async def test(rig, s):
+        rig.publish(_route(RouteState.READY, rig.upstream.port))
+        pieces = 256  # 16 MiB: more than the kernel's loopback buffers hold
+        async with s.post(rig.url + "/v1/chat/completions",
+                          data=json.dumps({"model": "chat", "stream": True, "big": pieces})) as r:
+            await asyncio.sleep(0.5)  # reads nothing meanwhile
+            raw = await asyncio.wait_for(r.read(), 20)
+        assert raw == b"".join(bytes([65 + i % 26]) * 65536 for i in range(pieces))
+        assert drained  # it waited for the client at least once
     run(test)
 
 

@@ -209,3 +209,85 @@ def test_closing_mid_answer_closes_the_connection() -> None:
                 await asyncio.sleep(0.01)
     run(test())
     assert seen == [True]
+
+
+class Sink:
+    """The client's side of a pipe: what was written, a buffer size the test sets."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.buffered = 0
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
+
+
+def test_a_pipe_writes_each_piece_as_a_chunk_until_the_body_ends() -> None:
+    events = [b"data: 1\n\n", b"data: 2\n\n", b"data: [DONE]\n\n"]
+    parts = [HEAD + b"transfer-encoding: chunked\r\n\r\n"]
+    parts += [b"%x\r\n%s\r\n" % (len(e), e) for e in events] + [b"0\r\n\r\n"]
+
+    async def test() -> None:
+        server, port = await _serve(parts, pause=0.02)
+        async with server:
+            stream = await _open(port)
+            await stream.head()
+            first = await stream.read()
+            sink, tail = Sink(), []
+            stream.pipe(sink, tail)
+            assert await stream.piped() is True
+            stream.close()
+        assert [first, *tail] == events  # each piece as it came
+        assert sink.written == [b"%x\r\n%s\r\n" % (len(e), e) for e in events[1:]]
+    run(test())
+
+
+def test_a_full_sink_pauses_reading_until_resumed() -> None:
+    events = [b"data: %d\n\n" % i for i in range(4)]
+    parts = [HEAD + b"transfer-encoding: chunked\r\n\r\n"]
+    parts += [b"%x\r\n%s\r\n" % (len(e), e) for e in events] + [b"0\r\n\r\n"]
+
+    async def test() -> None:
+        server, port = await _serve(parts, pause=0.02, close=False)
+        async with server:
+            stream = await _open(port)
+            await stream.head()
+            await stream.read()
+            sink = Sink()
+            sink.buffered = upstream.HIGH + 1  # the client reads nothing
+            stream.pipe(sink, [])
+            assert await stream.piped() is False  # the next piece filled it: drain first
+            assert stream._paused and len(sink.written) == 1  # noqa: SLF001
+            await asyncio.sleep(0.15)
+            assert len(sink.written) == 1  # nothing read while paused
+            sink.buffered = 0
+            stream.resume()
+            assert await stream.piped() is True
+            assert b"".join(sink.written).endswith(b"data: 3\n\n\r\n")
+            stream.close()
+    run(test())
+
+
+def test_a_pipe_whose_server_fails_mid_body_is_failed() -> None:
+    parts = [HEAD + b"transfer-encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n", b"9\r\ndata: 2\n\n\r\n"]
+
+    async def test() -> None:
+        server, port = await _serve(parts, pause=0.02)
+        async with server:
+            stream = await _open(port)
+            await stream.head()
+            await stream.read()
+            sink = Sink()
+            stream.pipe(sink, [])
+            with pytest.raises(upstream.Failed):
+                await stream.piped()
+            assert sink.written == [b"9\r\ndata: 2\n\n\r\n"]  # what came before the failure
+            stream.close()
+    run(test())
