@@ -398,8 +398,7 @@ class Proxy:
                      pipe: upstream.Stream | None = None) -> web.StreamResponse:
         """The answer to the client, chunk by chunk as ``read()`` gives them; a stream's
         chunked answer through ``pipe`` after its first piece (no task switch per event)."""
-        answer = web.StreamResponse(status=status, reason=reason,
-                                    headers=rules.forward_headers(fields))
+        answer = _Answer(status=status, reason=reason, headers=rules.forward_headers(fields))
         if length is not None:
             answer.content_length = length
         tail: collections.deque[bytes] = collections.deque(maxlen=_TAIL)
@@ -503,6 +502,14 @@ class Proxy:
             if status == 404:
                 return
             await asyncio.sleep(_READY_POLL)
+
+
+class _Answer(web.StreamResponse):
+    """A relayed answer: its head leaves with its first body bytes, in one write, as
+    ``web.Response``'s does (aiohttp sends a ``StreamResponse``'s head alone at ``prepare``:
+    one more send and one more wake-up of the client per request)."""
+
+    _send_headers_immediately = False
 
 
 def _handle_error(self, request, status: int = 500, exc=None, message=None):
