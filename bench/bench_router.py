@@ -19,7 +19,10 @@ interleaved so that both see the same machine:
    once per side, interleaved): SSE events per second through the router over
    direct. Goal ≥ 0.9×. On 2 cores the router's process competes with the
    server and this client for CPU, which direct does not: the ratio is a
-   floor, and moves with whatever else runs.
+   floor, and moves with whatever else runs. Printed with it: the spread of
+   router/direct over each adjacent pair of rounds (how much the machine moved
+   under the run), and the daemon's CPU per relayed event — the router's cost,
+   which the rest of the machine does not move much.
 4. **Cold start**: a request for the stopped ``cold`` role; its first byte
    minus the moment its server first answered ``/health`` 200 (polled every
    2 ms by a thread of this benchmark, each look stamped when it was sent, so
@@ -29,6 +32,9 @@ interleaved so that both see the same machine:
    Goal ≤ 50 ms (llama-swap polls readiness once a second: up to 1 s).
 5. **RSS**: the daemon with its router and 12 roles next to the same daemon
    without a router (a second world of 12 on-demand roles that never start).
+
+The load average is printed before and after the run: compare figures taken
+under similar loads only.
 
 Everything lives in fresh directories under /var/tmp (reachable by the
 unprivileged uid the servers run as when this runs as root) and is removed,
@@ -243,16 +249,22 @@ async def _streams(port: int, count: int) -> tuple[int, float]:
         return total, time.perf_counter() - began
 
 
-def throughput(ports: dict[str, int], count: int, rounds: int = 8) -> dict[str, float]:
-    """Events per second per side, rounds interleaved (ABBA…) so load drifts hit both alike."""
+def throughput(ports: dict[str, int], count: int,
+               rounds: int = 8) -> tuple[dict[str, float], dict[str, int], list[float]]:
+    """Events per second per side, rounds interleaved (ABBA…) so load drifts hit both alike;
+    the events each side got; and router/direct of each adjacent pair of rounds (the spread)."""
     events = {side: 0 for side in ports}
     seconds = {side: 0.0 for side in ports}
+    pairs: list[float] = []
     for i in range(rounds):
+        rate = {}
         for side in (list(ports) if i % 2 else list(ports)[::-1]):
             got, took = asyncio.run(_streams(ports[side], count))
             events[side] += got
             seconds[side] += took
-    return {side: events[side] / seconds[side] for side in ports}
+            rate[side] = got / took
+        pairs.append(rate["router"] / rate["direct"])
+    return {side: events[side] / seconds[side] for side in ports}, events, pairs
 
 
 def cold_start(router: int, port: int, world: World) -> float:
@@ -292,6 +304,7 @@ def main() -> int:
         print(f"the testbed is missing ({LLAMA_SERVER}): run `bash testbed/setup.sh`")
         return 1
 
+    load_before = os.getloadavg()
     root = Path(tempfile.mkdtemp(prefix="reconciler-bench-router-", dir="/var/tmp"))
     os.chmod(root, 0o755)
     router_port, chat, cold, *extra = free_ports(3 + 2 * EXTRA_ROLES + 1)
@@ -315,7 +328,7 @@ def main() -> int:
         ttfb = latencies(ports, max(args.requests // 3, 50), stream=True)
         daemon = psutil.Process(routed.proc.pid)
         cpu_before = sum(daemon.cpu_times()[:2])
-        rates = throughput(ports, args.streams)
+        rates, relayed, pairs = throughput(ports, args.streams)
         router_cpu = sum(daemon.cpu_times()[:2]) - cpu_before
         colds = [cold_start(router_port, cold, routed) for _ in range(args.colds)]
         rss_routed, rss_plain = routed.rss(), plain.rss()
@@ -324,6 +337,7 @@ def main() -> int:
             world.stop()
         shutil.rmtree(root, ignore_errors=True)
 
+    load_after = os.getloadavg()
     ms = 1000.0
     added_p50 = (pct(lat["router"], .5) - pct(lat["direct"], .5)) * ms
     added_p99 = (pct(lat["router"], .99) - pct(lat["direct"], .99)) * ms
@@ -344,8 +358,11 @@ def main() -> int:
          f"{rates['direct']:.0f} / {rates['router']:.0f} events/s", ""),
         (f"{args.streams} concurrent streams, router/direct", f"{ratio:.2f}×", "≥ 0.9×",
          ratio >= 0.9),
+        ("  each pair of rounds, router/direct (min / median / max)",
+         f"{min(pairs):.2f} / {statistics.median(pairs):.2f} / {max(pairs):.2f}", ""),
         ("daemon CPU during the stream rounds (router side + direct side)",
-         f"{router_cpu:.2f} s, {os.cpu_count()} cores on this machine", ""),
+         f"{router_cpu:.2f} s = {router_cpu / relayed['router'] * 1e6:.1f} µs per relayed "
+         f"event, {os.cpu_count()} cores on this machine", ""),
         (f"cold start: first byte − server ready (median of {len(colds)})",
          f"{cold_ms:.1f} ms (max {max(colds) * ms:.1f})", "≤ 50 ms", cold_ms <= 50.0),
         (f"daemon RSS with router, {2 + EXTRA_ROLES} roles / without",
@@ -357,6 +374,9 @@ def main() -> int:
         verdict = "" if len(row) < 4 else ("  ok" if row[3] else "  MISSED")
         goal = f"  (goal {row[2]})" if row[2] else ""
         print(f"{row[0]:<{width}}  {row[1]}{goal}{verdict}")
+    print("load average (1, 5, 15 min) before / after: "
+          f"{' '.join(f'{x:.2f}' for x in load_before)} / "
+          f"{' '.join(f'{x:.2f}' for x in load_after)}")
     return 0
 
 

@@ -291,3 +291,38 @@ def test_a_pipe_whose_server_fails_mid_body_is_failed() -> None:
             assert sink.written == [b"9\r\ndata: 2\n\n\r\n"]  # what came before the failure
             stream.close()
     run(test())
+
+
+def _events(count: int) -> list[bytes]:
+    parts = [HEAD + b"transfer-encoding: chunked\r\n\r\n"]
+    for i in range(count):
+        event = b"data: %d\n\n" % i
+        parts.append(b"%x\r\n%s\r\n" % (len(event), event))
+    return [*parts, b"0\r\n\r\n"]
+
+
+@pytest.mark.parametrize("others", [0, upstream.GATHER_FROM - 1])
+def test_under_many_streams_what_arrives_within_the_window_is_written_in_one_piece(
+        monkeypatch, others: int) -> None:
+    """With ``GATHER_FROM`` streams piped, events 3 ms apart go out in fewer, larger
+    writes; a stream alone writes each event as it comes."""
+    monkeypatch.setattr(upstream, "GATHER", 0.05)
+    monkeypatch.setattr(upstream.Stream, "piping", others)
+
+    async def test() -> None:
+        server, port = await _serve(_events(20), pause=0.003)
+        async with server:
+            stream = await _open(port)
+            await stream.head()
+            await stream.read()
+            sink = Sink()
+            stream.pipe(sink, [])
+            assert await stream.piped() is True
+            stream.close()
+        assert b"".join(sink.written).endswith(b"data: 19\n\n\r\n")
+        if others:
+            assert len(sink.written) <= 4  # ~60 ms of events in 50 ms windows
+        else:
+            assert len(sink.written) >= 8  # each as it came (a busy machine merges a few)
+        assert upstream.Stream.piping == others  # counted while piped, not after close
+    run(test())
