@@ -226,6 +226,7 @@ class Stream(asyncio.Protocol):
 
     def _forward(self) -> None:
         data = self.conversation.take()
+        self._pending = 0  # (bytes read before the pipe began are taken here)
         sink = self._sink
         if not data or sink is None or sink.is_closing():
             return  # (a closing sink: the client went, and its handler is being cancelled)

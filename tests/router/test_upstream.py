@@ -326,3 +326,26 @@ def test_under_many_streams_what_arrives_within_the_window_is_written_in_one_pie
             assert len(sink.written) >= 8  # each as it came (a busy machine merges a few)
         assert upstream.Stream.piping == others  # counted while piped, not after close
     run(test())
+
+
+def test_a_pipe_begun_after_the_reader_fell_behind_reads_on() -> None:
+    """Over HIGH bytes came before the pipe began (reading paused): the pipe takes them and
+    reading resumes, to the end."""
+    big = b"x" * (upstream.HIGH * 3)
+    parts = [HEAD + b"transfer-encoding: chunked\r\n\r\n", b"1\r\na\r\n",
+             b"%x\r\n%s\r\n" % (len(big), big), b"1\r\nz\r\n0\r\n\r\n"]
+
+    async def test() -> None:
+        server, port = await _serve(parts, pause=0.02)
+        async with server:
+            stream = await _open(port)
+            await stream.head()
+            assert await stream.read() == b"a"
+            await asyncio.sleep(0.2)  # the big piece arrives, nobody takes it: paused
+            sink = Sink()
+            stream.pipe(sink, [])
+            assert await asyncio.wait_for(stream.piped(), 5) is True
+            payload = b"".join(w.split(b"\r\n", 1)[1][:-2] for w in sink.written)
+            assert payload == big + b"z"  # all of it, in order
+            stream.close()
+    run(test())
