@@ -21,8 +21,8 @@ interleaved so that both see the same machine:
    server and this client for CPU, which direct does not: the ratio is a
    floor, and moves with whatever else runs. Printed with it: the spread of
    router/direct over each adjacent pair of rounds (how much the machine moved
-   under the run), and the daemon's CPU per relayed event — the router's cost,
-   which the rest of the machine does not move much.
+   under the run), and the daemon's CPU per relayed event — the router's own
+   cost, which moves less with the rest of the machine than the ratio does.
 4. **Cold start**: a request for the stopped ``cold`` role; its first byte
    minus the moment its server first answered ``/health`` 200 (polled every
    2 ms by a thread of this benchmark, each look stamped when it was sent, so
@@ -35,6 +35,28 @@ interleaved so that both see the same machine:
 
 The load average is printed before and after the run: compare figures taken
 under similar loads only.
+
+Measured (2026-12-01, 2 cores shared with other engineers' jobs; before =
+streams relayed through aiohttp's client, 15 runs at load 1–5; after =
+``router/upstream.py``'s pipe with gathering, 8 runs at load 3–6, alternated
+with before where the load allowed):
+
+* daemon CPU per relayed event in the stream rounds: before 24–45 µs
+  (median 34), after 17–35 µs (median 23). A harness reading every process's
+  CPU over 8 rounds put the router at 12–13% of the CPU the exchange took,
+  after: llama-server ~150 µs per event (its decode thread alone needs a
+  core), the client ~20 µs — a third less through the router than direct, as
+  gathered events arrive several to a read;
+* 64 streams router/direct: before 0.68–1.25, after 0.73–1.19 — within the
+  spread of one run's own pairs of rounds (0.4–2.8 at load 3–6). On a quiet
+  machine the server's HTTP threads, the client and the router fit in the
+  core the decode thread leaves: before measured 0.93–1.25 in its quietest
+  runs (load 0.8–3.8); under other jobs' load every runnable process takes from the
+  decode thread, and the router's share is the part the router can lower;
+* added time to first byte p50: before 0.75–1.76 ms (≤ 1 ms in 7 of 15),
+  after 0.61–1.34 ms (≤ 1 ms in 5 of 8; the misses at load ≥ 3);
+* added latency p50 0.34–0.69 ms, p99 ≤ 2 ms (before once 3.3 ms), cold start
+  4–22 ms: no change beyond the noise.
 
 Everything lives in fresh directories under /var/tmp (reachable by the
 unprivileged uid the servers run as when this runs as root) and is removed,
