@@ -22,6 +22,7 @@ from typing import Iterable
 import psutil
 
 from reconciler.core import loopback, ownership
+from reconciler.world.listeners import listening_inodes
 from reconciler.planner.identity import MARKER_ENV
 from reconciler.core.observed import ProcessFacts
 
@@ -108,17 +109,17 @@ def process_facts(
 def listeners_by_group(pgids: Iterable[int]) -> dict[int, tuple[str, ...]] | None:
     """The TCP listeners of the given process groups, ``host:port`` strings by group.
 
-    Reads ``/proc/net/tcp{,6}`` keeping only LISTEN sockets, then the fds of the
-    groups' own members — not every socket and every fd on the machine, as a
-    full socket table would (thousands of TIME_WAIT sockets made that cost
-    hundreds of ms a pass). None when it cannot be read (not root): only then
+    Asks the kernel for its LISTEN sockets only (``listeners.py``), then reads
+    the fds of the groups' own members — not every socket and every fd on the
+    machine, as a full socket table would (thousands of TIME_WAIT sockets made
+    that cost hundreds of ms a pass). None when it cannot be read (not root): only then
     does the observer fall back to connecting to interface addresses (§5).
     """
     wanted = set(pgids)
     if not wanted:
         return {}
     try:
-        by_inode = _listening_inodes()
+        by_inode = listening_inodes()
     except OSError:
         return None
     members: dict[int, list[int]] = {}
@@ -154,39 +155,6 @@ def listeners_by_group(pgids: Iterable[int]) -> dict[int, tuple[str, ...]] | Non
 
 def _all_pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
-
-
-_TCP_LISTEN = "0A"
-
-
-def _listening_inodes() -> dict[str, str]:
-    """inode → ``host:port`` of every LISTEN socket in /proc/net/tcp and tcp6."""
-    out: dict[str, str] = {}
-    for table, six in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
-        try:
-            with open(table, encoding="ascii") as f:
-                next(f, None)  # the header
-                for line in f:
-                    fields = line.split()
-                    if len(fields) < 10 or fields[3] != _TCP_LISTEN:
-                        continue
-                    host_hex, port_hex = fields[1].split(":")
-                    host = _ipv6(host_hex) if six else _ipv4(host_hex)
-                    port = int(port_hex, 16)
-                    out[fields[9]] = f"[{host}]:{port}" if six else f"{host}:{port}"
-        except FileNotFoundError:
-            continue  # no IPv6 on this kernel
-    return out
-
-
-def _ipv4(word: str) -> str:
-    return socket.inet_ntop(socket.AF_INET, bytes.fromhex(word)[::-1])
-
-
-def _ipv6(words: str) -> str:
-    # Four 32-bit words, each in host (little-endian) byte order.
-    raw = b"".join(bytes.fromhex(words[i:i + 8])[::-1] for i in range(0, 32, 8))
-    return socket.inet_ntop(socket.AF_INET6, raw)
 
 
 def group_pids(pgid: int) -> list[int]:
