@@ -7,15 +7,14 @@ import sys
 
 import attrs
 
-from reconciler.commands import common, handoff
+from reconciler.commands import common
 from reconciler.commands.common import PlanOptions, StartOptions
 from reconciler.commands.options import GlobalOptions
 from reconciler.core.decisions import NEEDS_OPERATOR, Decision
 from reconciler.core.errors import LockHeld
 from reconciler.core.exitcodes import Exit
 from reconciler.engine import loop
-from reconciler.planner import memoryview, render
-from reconciler.report import logs
+from reconciler.planner import render
 from reconciler.repo import sources
 from reconciler.state.lock import Lock
 
@@ -42,6 +41,8 @@ def run_plan(g: GlobalOptions, o: PlanOptions) -> int:
         return common.report_problems(result.problems)
     common.report_warnings(result.warnings)
     if o.json:
+        from reconciler.planner import memoryview
+
         ledger = memoryview.host_ram(result.plan, reserved, result.desired, applied=False)
         print(json.dumps({"plan": render.as_json(result.plan), "git_commit": result.git_commit,
                           "ledger": memoryview.as_json(ledger)}, indent=2))
@@ -83,6 +84,8 @@ def run_start(g: GlobalOptions, o: StartOptions) -> int:
     try:
         lock.acquire(timeout=g.lock_timeout or 0.0)
     except LockHeld:
+        from reconciler.commands import handoff  # (signals, the lock holder's pid)
+
         return handoff.hand_over(g, o, lock)
     try:
         with common.open_store(g) as store:
@@ -110,6 +113,8 @@ def _pass_and_report(g: GlobalOptions, o: ApplyOptions, store,
 
         metrics.write_file(o.metrics_file, result, store)
     if g.log_format == "json":
+        from reconciler.report import logs
+
         # Machine-readable lines on stderr for log collectors; the human plan
         # and outcomes below stay on stdout (text logs would only repeat them).
         logs.setup("json")

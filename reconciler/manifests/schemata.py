@@ -10,7 +10,6 @@ from pure modules.
 from __future__ import annotations
 
 import functools
-import importlib.resources
 import json
 from typing import Any
 
@@ -27,6 +26,8 @@ KINDS: tuple[str, ...] = tuple(SCHEMA_FILES)
 @functools.cache
 def schema(kind: str) -> dict[str, Any]:
     """The parsed schema of ``kind`` (``KeyError`` for an unknown kind)."""
+    import importlib.resources  # only when a schema is read: a valid cached set needs none
+
     stem = SCHEMA_FILES[kind]
     resource = importlib.resources.files("reconciler.manifests") / "schemas" / f"{stem}.schema.json"
     return json.loads(resource.read_text(encoding="utf-8"))

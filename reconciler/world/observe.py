@@ -32,7 +32,7 @@ from typing import Mapping
 
 import attrs
 
-from reconciler.world import devices, instances, postmortem, probe, procs
+from reconciler.world import instances, probe, procs
 from reconciler.models import modelchecks
 from reconciler.core import loopback
 from reconciler.core.desired import Desired, Mode, RoleSpec, Runtime
@@ -277,6 +277,8 @@ def _exit(t: Target, facts: ProcessFacts | None, root: str | None) -> ExitInfo |
         return None
     if procs.is_running(r.pid, r.create_time):
         return None  # alive but not ours to call ours (the marker is gone): not an exit
+    from reconciler.world import postmortem
+
     cwd = instances.instance_dir(root, r.instance_id) if root else None
     return postmortem.gather(r.pid, r.create_time, cwd)
 
@@ -328,8 +330,11 @@ async def observe_async(
     reading = asyncio.ensure_future(asyncio.to_thread(process_side, all_targets, allowed_names,
                                                       root))
     # §7.1 a node with devices: what the machine has, and each process's use (NVML, nvidia-smi).
-    finding = (asyncio.ensure_future(asyncio.to_thread(devices.discover))
-               if desired.node.devices else None)
+    finding = None
+    if desired.node.devices:  # (discovery's modules are imported only for such a node)
+        from reconciler.world import devices
+
+        finding = asyncio.ensure_future(asyncio.to_thread(devices.discover))
     try:
         known = await ask_first(allowed, timeout)
     finally:
