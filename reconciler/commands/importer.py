@@ -23,6 +23,7 @@ import attrs
 import yaml
 
 from reconciler.commands import common, models as model_commands
+from reconciler.commands import options as opt
 from reconciler.commands.options import GlobalOptions
 from reconciler.core.desired import ModelFormat, Runtime
 from reconciler.core.exitcodes import Exit
@@ -36,7 +37,7 @@ MAX_COPIED_FILE = 1 << 20  # what a manifest may carry as a server-read file (§
 
 @attrs.frozen(kw_only=True)
 class ImportCmdOptions:
-    command: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    command: tuple[str, ...] = attrs.field(default=(), converter=opt.tuple_of)
     name: str | None = None
     output: str | None = None
 

@@ -27,6 +27,7 @@ import sys
 import attrs
 
 from reconciler.commands import common
+from reconciler.commands import options as opt
 from reconciler.commands.options import GlobalOptions
 from reconciler.core.exitcodes import Exit
 from reconciler.core.units import format_size
@@ -38,7 +39,7 @@ DEFAULT_ENDPOINT = "https://huggingface.co"
 
 @attrs.frozen(kw_only=True)
 class ModelsFetchOptions:
-    names: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    names: tuple[str, ...] = attrs.field(default=(), converter=opt.tuple_of)
     retry: bool = False
 
 

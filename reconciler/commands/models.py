@@ -39,6 +39,7 @@ from reconciler.core.exitcodes import Exit
 import attrs
 
 from reconciler.commands import common, modelfetch
+from reconciler.commands import options as opt
 from reconciler.commands.options import GlobalOptions
 from reconciler.core.desired import ModelFile, ModelFormat, ModelSpec
 from reconciler.core.observed import ModelCheck, ModelState
@@ -62,7 +63,7 @@ class ModelsAddOptions:
 
 @attrs.frozen(kw_only=True)
 class ModelsVerifyOptions:
-    names: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    names: tuple[str, ...] = attrs.field(default=(), converter=opt.tuple_of)
     full: bool = False
     json: bool = False
 

@@ -15,13 +15,14 @@ import sys
 
 import attrs
 
+from reconciler.commands import options as opt
 from reconciler.commands.options import GlobalOptions
 from reconciler.repo import sources
 
 
 @attrs.frozen(kw_only=True)
 class ValidateOptions:
-    paths: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    paths: tuple[str, ...] = attrs.field(default=(), converter=opt.tuple_of)
     json: bool = False
 
 

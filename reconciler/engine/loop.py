@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import attrs
 
@@ -49,11 +49,17 @@ if TYPE_CHECKING:  # only a pass that acts makes outcomes
     from reconciler.state.store import Store
 
 
+def _paths(paths: Iterable[str]) -> tuple[str, ...]:
+    # Not ``converter=tuple``: attrs would read a builtin's signature from its
+    # text, compiling ``tokenize``'s patterns (milliseconds of every --once run).
+    return tuple(paths)
+
+
 @attrs.frozen(kw_only=True)
 class PassInputs:
     """Everything one pass starts from."""
 
-    paths: tuple[str, ...] = attrs.field(converter=tuple)  # the manifests (and their git commit)
+    paths: tuple[str, ...] = attrs.field(converter=_paths)  # the manifests (and their git commit)
     store: Store  # remembered state and events; the caller opened it (and holds the lock)
     state_dir: str
     desired: Desired | None = None  # given: the manifests are not read (watch's last good state)
