@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING
 import attrs
 
 from reconciler.core import events
-from reconciler.system import failpoints, programs
-from reconciler.world import instances, postmortem
+from reconciler.system import failpoints
+from reconciler.world import instances
 from reconciler.planner import intents, records
 from reconciler.core.decisions import Decision, Plan, Reason
 from reconciler.core.desired import Desired
@@ -82,6 +82,9 @@ def record_pass(
 
 def ended(store, root: str, now: float) -> None:
     """Record how our own children ended, for the servers that already did (see above)."""
+    from reconciler.system import programs  # (a pass that acted: reaping, post-mortems)
+    from reconciler.world import postmortem
+
     programs.reap()
     for record in store.roles():
         if not record.pid or record.exited_at is not None or record.exit is not None:

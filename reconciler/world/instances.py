@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from typing import Iterable
 
 from reconciler.planner import identity
@@ -47,6 +46,8 @@ def cap_server_logs(records: Iterable[RoleRecord], root: str) -> None:
 def remove_dir(root: str, instance_id: str) -> None:
     """A forgotten role's working directory goes with it; never anything outside ``root``."""
     if instance_id and "/" not in instance_id and instance_id not in (".", ".."):
+        import shutil  # (bz2, lzma, zlib: only when a directory goes)
+
         shutil.rmtree(os.path.join(root, instance_id), ignore_errors=True)
 
 
