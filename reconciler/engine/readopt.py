@@ -45,7 +45,9 @@ class Survey:
 def survey(remembered: Remembered, desired: Desired, root: str) -> Survey:
     """This node's unrecorded servers of ours, re-adopted or orphaned (the module docstring)."""
     uid = desired.node.run_as.uid if desired.node.run_as else os.geteuid()
-    unrecorded = [hit for hit in procs.find_ours(root, uid) if not _recorded(hit, remembered)]
+    # The recorded are passed over before their proof is read (a converged node: all of them).
+    unrecorded = procs.find_ours(
+        root, uid, known=lambda pid, ctime: _recorded(pid, ctime, remembered))
     if not unrecorded:
         return Survey()
     wanted = _readoptable(remembered, desired)
@@ -80,9 +82,8 @@ def survey(remembered: Remembered, desired: Desired, root: str) -> Survey:
     return Survey(readopted=tuple(readopted), orphans=orphans)
 
 
-def _recorded(hit, remembered: Remembered) -> bool:
+def _recorded(pid: int, ctime: float, remembered: Remembered) -> bool:
     """Does a record name this process (its pid and create time)?"""
-    pid, ctime = hit[0], hit[1]
     return any(r.pid == pid and ownership.same_start(r.create_time, ctime)
                for r in remembered.roles)
 

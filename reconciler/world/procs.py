@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Iterable
+from typing import Callable, Iterable
 
 import psutil
 
@@ -175,7 +175,8 @@ def listening_addresses(pgid: int) -> tuple[str, ...]:
     return () if not found else found.get(pgid, ())
 
 
-def find_ours(root: str, uid: int) -> list[tuple[int, float, str, tuple[str, ...], dict[str, str]]]:
+def find_ours(root: str, uid: int, known: Callable[[int, float], bool] | None = None,
+              ) -> list[tuple[int, float, str, tuple[str, ...], dict[str, str]]]:
     """Every live process that proves itself ours on this node: leader, uid, cwd, marker.
 
     Ours means what ``spawn`` makes (BEHAVIOUR §3, §4 orphans): it leads its
@@ -185,7 +186,9 @@ def find_ours(root: str, uid: int) -> list[tuple[int, float, str, tuple[str, ...
     (another data root) and a process with a forged marker but the wrong
     uid, directory or group all fail. The cheap tests come first (the group,
     the directory), so a pass reads the environment of almost no process.
-    Each hit: pid, create time, instance id, cmdline, environment.
+    ``known(pid, create_time)``: a process it says yes to (a record names it)
+    is passed over before the proof is read. Each hit: pid, create time,
+    instance id, cmdline, environment.
     """
     out = []
     for pid in _all_pids():
@@ -199,6 +202,8 @@ def find_ours(root: str, uid: int) -> list[tuple[int, float, str, tuple[str, ...
             continue
         try:
             proc = psutil.Process(pid)
+            if known is not None and known(pid, proc.create_time()):
+                continue
             seen = _seen(proc, proof=True) if _alive(proc) else None
             instance = ownership.proven(seen, root, uid) if seen is not None else None
             if instance is None or seen.cwd != cwd:

@@ -91,6 +91,30 @@ def test_find_ours_needs_every_proof(site, children):
     assert {not_leader.pid, other_node.pid, wrong_marker.pid, wrong_uid.pid}.isdisjoint(found)
 
 
+def test_find_ours_passes_over_what_a_record_names(site, children, monkeypatch):
+    """``known`` (pid, create time) → passed over before its proof is read; the rest as before."""
+    root = str(site / "state" / "instances")
+    recorded = _run(children, f"{root}/old-0000aaaa", "old-0000aaaa")
+    unrecorded = _run(children, f"{root}/new-0000bbbb", "new-0000bbbb")
+    asked, read = [], []
+    real_environ = procs.psutil.Process.environ
+
+    def environ(self):
+        read.append(self.pid)
+        return real_environ(self)
+
+    monkeypatch.setattr(procs.psutil.Process, "environ", environ)
+
+    def known(pid: int, ctime: float) -> bool:
+        asked.append(pid)
+        return pid == recorded.pid and ctime == procs.create_time(recorded.pid)
+
+    found = {pid: iid for pid, _, iid, _, _ in procs.find_ours(root, os.geteuid(), known=known)}
+    assert found == {unrecorded.pid: "new-0000bbbb"}
+    assert {recorded.pid, unrecorded.pid} <= set(asked)
+    assert recorded.pid not in read and unrecorded.pid in read
+
+
 def test_orphan_is_stopped_and_forged_markers_are_left_alone(site, children):
     """An applying pass stops the proven orphan (reason orphan, an event) and nothing forged."""
     root = str(site / "state" / "instances")
