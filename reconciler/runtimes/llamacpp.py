@@ -12,7 +12,7 @@ import attrs
 
 from reconciler.core.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
 from reconciler.core.observed import ProbeFacts, Progress
-from reconciler.runtimes import llamacpp_older, openai
+from reconciler.runtimes import openai
 from reconciler.runtimes.common import (
     Exchange,
     ProbeAnswer,
@@ -186,6 +186,13 @@ def _deep(role: RoleSpec, model: ModelSpec | None, node: NodeConfig,
     return deep_request(role.model or role.name)
 
 
+def _modernise(words: list[str], find):  # type: ignore[no-untyped-def]
+    """``llamacpp_older.modernise``, imported by ``reconcile import`` alone (its tables, notes)."""
+    from reconciler.runtimes import llamacpp_older
+
+    return llamacpp_older.modernise(words, find)
+
+
 SPEC = RuntimeSpec(
     runtime=Runtime.LLAMACPP,
     title="llama.cpp (llama-server)",
@@ -209,5 +216,5 @@ SPEC = RuntimeSpec(
     deep_request=_deep,
     progress=ProgressProbe(request=METRICS, asked=metrics_asked, read=read_progress),
     devices=DEVICES,
-    command_line=CommandLine(programs=("llama-server",), modernise=llamacpp_older.modernise),
+    command_line=CommandLine(programs=("llama-server",), modernise=_modernise),
 )
