@@ -9,7 +9,6 @@ needs cannot run.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 import attrs
@@ -21,7 +20,7 @@ from reconciler.core.exitcodes import Exit
 from reconciler.core.observed import Health
 from reconciler.repo.sources import load_desired
 from reconciler.runtimes import SPECS, spec_of
-from reconciler.runtimes.common import ProbeContext, ProbeRequest
+from reconciler.runtimes.common import ProbeContext
 from reconciler.world import capabilities, probe
 
 
@@ -74,10 +73,8 @@ def _endpoint_row(runtime, host: str, port: int, desired: Desired) -> dict:
         return row
     rt, ctx = spec_of(runtime), ProbeContext(adopted=True)
 
-    async def sender(request: ProbeRequest):  # type: ignore[no-untyped-def]
-        return await probe.send(host, port, request, timeout=desired.node.probe_timeout)
-
-    facts = rt.read(asyncio.run(probe.run_exchange(rt.exchange(ctx), sender)), ctx)
+    facts = rt.read(probe.run_exchange(rt.exchange(ctx), host, port,
+                                       timeout=desired.node.probe_timeout), ctx)
     row["ok"] = facts.health in (Health.UP, Health.LOADING)
     row["version"] = facts.version
     row["why"] = "" if row["ok"] else facts.detail

@@ -22,13 +22,14 @@ model checks come with the observation (``modelchecks.check``: a sticky
 mismatch the store remembers, a vanished model root).
 
 Size: one observation per role (probes, process facts, exposure, the port's
-other users), gathered concurrently in one asyncio run.
+other users), gathered concurrently: every probe on one selector (``probe.Wires``),
+the process table meanwhile in a thread.
 """
 
 from __future__ import annotations
 
-import asyncio
-from typing import Mapping
+import threading
+from typing import Callable, Mapping, TypeVar
 
 import attrs
 
@@ -164,12 +165,13 @@ def _jobs(allowed: list[Target]) -> dict[object, Target]:
     return jobs
 
 
-def _sender(t: Target, timeout: float) -> probe.Sender:
+def _sender(wires: probe.Wires, t: Target, timeout: float
+            ) -> Callable[[ProbeRequest, probe.Done], None]:
     timeout = _timeout(t, timeout)
     key = probe.api_key(t.spec.serve.api_key_file) if t.spec is not None else None
 
-    async def send(request: ProbeRequest) -> ProbeAnswer:
-        return await probe.send(t.host, t.port, request, timeout=timeout, key=key)
+    def send(request: ProbeRequest, then: probe.Done) -> None:
+        wires.ask(t.host, t.port, request, timeout=timeout, key=key, then=then)
 
     return send
 
@@ -180,8 +182,20 @@ def _timeout(t: Target, timeout: float) -> float:
     return live.timeout if live is not None else timeout  # (ignored on a shared endpoint)
 
 
-async def ask_progress(allowed: list[Target], facts: dict[str, ProbeFacts],
-                       timeout: float) -> dict[str, ProbeFacts]:
+def _on(wires: probe.Wires | None, work: Callable[[probe.Wires], None]) -> None:
+    """Run ``work``'s requests on ``wires`` (to their end), or on a selector of their own."""
+    own = wires is None
+    wires = probe.Wires() if wires is None else wires
+    try:
+        work(wires)
+        wires.run()
+    finally:
+        if own:
+            wires.close()
+
+
+def ask_progress(allowed: list[Target], facts: dict[str, ProbeFacts], timeout: float,
+                 wires: probe.Wires | None = None) -> dict[str, ProbeFacts]:
     """§4.1 *no progress*: the work counters of each answering role that has liveness checks
     and whose runtime and launch expose them (llama.cpp's ``/metrics``); one GET each."""
     asked = [t for t in allowed
@@ -190,11 +204,17 @@ async def ask_progress(allowed: list[Target], facts: dict[str, ProbeFacts],
              and facts[t.name].health in (Health.UP, Health.UNHEALTHY, Health.LOADING)]
     if not asked:
         return facts
-    answers = await asyncio.gather(*(_sender(t, timeout)(t.rt.progress.request)  # type: ignore[union-attr]
-                                     for t in asked))
+    answers: dict[str, ProbeAnswer] = {}
+
+    def work(w: probe.Wires) -> None:
+        for t in asked:
+            _sender(w, t, timeout)(t.rt.progress.request,  # type: ignore[union-attr]
+                                   lambda answer, name=t.name: answers.__setitem__(name, answer))
+
+    _on(wires, work)
     out = dict(facts)
-    for t, answer in zip(asked, answers):
-        progress = t.rt.progress
+    for t in asked:
+        progress, answer = t.rt.progress, answers[t.name]
         assert progress is not None
         if answer.error is ErrorKind.TIMEOUT:
             out[t.name] = attrs.evolve(facts[t.name], progress_timeout=(
@@ -204,7 +224,8 @@ async def ask_progress(allowed: list[Target], facts: dict[str, ProbeFacts],
     return out
 
 
-async def ask_first(allowed: list[Target], timeout: float) -> dict[object, Known]:
+def ask_first(allowed: list[Target], timeout: float,
+              wires: probe.Wires | None = None) -> dict[object, Known]:
     """Every exchange's first batch, sent now; by probe key.
 
     A first batch never depends on the context (the contract test pins it: GETs
@@ -212,27 +233,35 @@ async def ask_first(allowed: list[Target], timeout: float) -> dict[object, Known
     is still being read; ``probe_all`` then replays the answers.
     """
     jobs = _jobs(allowed)
+    known: dict[object, dict[ProbeRequest, ProbeAnswer]] = {key: {} for key in jobs}
 
-    async def first(t: Target) -> Known:
-        batch = next(t.rt.exchange(t.ctx))
-        answers = await asyncio.gather(*(_sender(t, timeout)(r) for r in batch))
-        return dict(zip(batch, answers))
+    def work(w: probe.Wires) -> None:
+        for key, t in jobs.items():
+            send = _sender(w, t, timeout)
+            for request in next(t.rt.exchange(t.ctx)):
+                send(request, lambda answer, got=known[key], r=request: got.__setitem__(r, answer))
 
-    return dict(zip(jobs, await asyncio.gather(*(first(t) for t in jobs.values()))))
+    _on(wires, work)
+    return known  # type: ignore[return-value]
 
 
-async def probe_all(allowed: list[Target], timeout: float,
-                    known: Mapping[object, Known] | None = None) -> dict[str, ProbeFacts]:
+def probe_all(allowed: list[Target], timeout: float,
+              known: Mapping[object, Known] | None = None,
+              wires: probe.Wires | None = None) -> dict[str, ProbeFacts]:
     """Probe every target concurrently; one exchange per shared endpoint.
 
     ``known``: answers already in hand by probe key (``ask_first``); not asked again.
     """
     jobs = _jobs(allowed)
-    results = await asyncio.gather(*(
-        probe.run_exchange(t.rt.exchange(t.ctx), _sender(t, timeout),
-                           known=(known or {}).get(key, {}))
-        for key, t in jobs.items()))
-    answers = dict(zip(jobs, results))
+    answers: dict[object, dict[str, ProbeAnswer]] = {}
+
+    def work(w: probe.Wires) -> None:
+        for key, t in jobs.items():
+            probe.exchange(w, t.rt.exchange(t.ctx), _sender(w, t, timeout),
+                           (known or {}).get(key, {}),
+                           lambda result, key=key: answers.__setitem__(key, result))
+
+    _on(wires, work)
     return {t.name: t.rt.read(answers[t.probe_key], t.ctx) for t in allowed}
 
 
@@ -309,7 +338,34 @@ def process_side(
 # ---------------------------------------------------------------- entry points
 
 
-async def observe_async(
+_T = TypeVar("_T")
+
+
+class _Beside(threading.Thread):
+    """``fn(*args)`` in a thread beside the probes; ``result()`` waits and returns or raises."""
+
+    def __init__(self, fn: Callable[..., _T], *args: object) -> None:
+        super().__init__(daemon=True, name="observe")
+        self._call = (fn, args)
+        self._value: object = None
+        self._error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        fn, args = self._call
+        try:
+            self._value = fn(*args)
+        except BaseException as exc:  # handed to the caller in result()
+            self._error = exc
+
+    def result(self):  # type: ignore[no-untyped-def]
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def observe(
     desired: Desired, remembered: Remembered, *, probe_timeout: float | None = None,
     sticky: Mapping[str, str] | None = None, root: str | None = None,
 ) -> Observed:
@@ -327,20 +383,23 @@ async def observe_async(
     # settled server is spared the identity requests. Reading it takes as long
     # as a probe with many servers, so the first GETs (the same whatever it
     # says) go out meanwhile.
-    reading = asyncio.ensure_future(asyncio.to_thread(process_side, all_targets, allowed_names,
-                                                      root))
+    reading = _Beside(process_side, all_targets, allowed_names, root)
     # §7.1 a node with devices: what the machine has, and each process's use (NVML, nvidia-smi).
     finding = None
     if desired.node.devices:  # (discovery's modules are imported only for such a node)
         from reconciler.world import devices
 
-        finding = asyncio.ensure_future(asyncio.to_thread(devices.discover))
+        finding = _Beside(devices.discover)
+    wires = probe.Wires()
     try:
-        known = await ask_first(allowed, timeout)
+        try:
+            known = ask_first(allowed, timeout, wires)
+        finally:
+            sides = reading.result()
+        allowed = [with_process(t, sides[t.name][0]) for t in allowed]
+        probes = ask_progress(allowed, probe_all(allowed, timeout, known, wires), timeout, wires)
     finally:
-        sides = await reading
-    allowed = [with_process(t, sides[t.name][0]) for t in allowed]
-    probes = await ask_progress(allowed, await probe_all(allowed, timeout, known), timeout)
+        wires.close()
     roles = []
     for t in all_targets:
         process, exposed, taken, ended = sides[t.name]
@@ -353,18 +412,9 @@ async def observe_async(
             name=t.name, process=process, probe=facts, port_taken=taken, exposed=exposed,
             exit=ended,
         ))
-    found = await finding if finding is not None else None
+    found = finding.result() if finding is not None else None
     # ``sticky``: the store's sticky model mismatches (model → detail).
     return Observed(roles=tuple(roles), models=modelchecks.check(desired, sticky or {}),
                     # No tool answered: the declaration is trusted (nothing is "missing").
                     devices=found.devices if found is not None and found.tool else None,
                     device_use=found.uses if found is not None else ())
-
-
-def observe(
-    desired: Desired, remembered: Remembered, *, probe_timeout: float | None = None,
-    sticky: Mapping[str, str] | None = None, root: str | None = None,
-) -> Observed:
-    """Blocking ``observe_async`` (for callers without a running event loop)."""
-    return asyncio.run(observe_async(desired, remembered, probe_timeout=probe_timeout,
-                                     sticky=sticky, root=root))

@@ -1,4 +1,4 @@
-"""Sending probe requests (SHELL; asyncio's selector loop + the framing of ``http11.py``).
+"""Sending probe requests (SHELL; a selector over non-blocking sockets + ``http11.py``'s framing).
 
 Every request follows the §2 hygiene: redirects are never followed (a 3xx is
 an answer like any other), proxy environment variables are never read, each
@@ -14,26 +14,36 @@ it client CPU (~1 ms a request for ``httpx.AsyncClient`` + httpcore + anyio;
 ``httpx.Request``/``Response`` objects). A plain HTTP/1.1 request to a
 loopback server needs none of what a client brings, and the hygiene forbids
 most of it (redirects, proxies, pooling, a cookie jar shared between servers).
-For the same reason a request is a non-blocking socket driven by the event
-loop's reader and writer callbacks, not a stream or a protocol transport: with
-``http11.py``'s own framing, ~0.26 ms of client CPU a request became ~0.09 ms
-(bench/bench_observe.py measures the whole observer).
+For the same reason a request is a non-blocking socket driven by readiness
+callbacks, not a stream or a protocol transport: with ``http11.py``'s own
+framing, ~0.26 ms of client CPU a request became ~0.09 ms
+(bench/bench_observe.py measures the whole observer). The callbacks are
+served by one ``selectors`` selector (``Wires``), not an asyncio loop: every
+caller waits for its answers anyway, and importing asyncio (with ssl and
+concurrent.futures) was ~12 ms of every ``reconcile --once``.
 
-``run_exchange`` drives a runtime module's pure exchange generator (see
-``runtimes/common.py``), sending each batch of requests concurrently.
+``exchange`` drives a runtime module's pure exchange generator (see
+``runtimes/common.py``), sending each batch of requests concurrently; many
+exchanges share one ``Wires`` and run side by side.
+
+Size: a request's whole life in one place — its bytes, its socket from connect
+to reset, the selector that serves it, the answer it becomes — so each §2 rule
+is read, and changed, once.
 """
 
 from __future__ import annotations
 
-import asyncio
 import errno
+import functools
+import heapq
 import ipaddress
 import json
 import os
+import selectors
 import socket
 import struct
 import time
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from reconciler.world import http11
 from reconciler.runtimes.common import (
@@ -98,181 +108,251 @@ class _CannotConnect(Exception):
     """connect() failed for another reason than a refusal (the errno says which)."""
 
 
-class _Wire:
-    """One request on a non-blocking socket, driven by the loop's reader/writer callbacks.
+Done = Callable[[ProbeAnswer], None]
 
-    connect → (writable) check the outcome, write the request → (readable) feed
-    the bytes to the Conversation until it has the Reply, which resolves ``done``.
-    No transport, stream or task: nothing here outlives the request.
+
+class Wires:
+    """Requests in flight on non-blocking sockets, driven by one selector (epoll).
+
+    ``ask`` starts a request and calls its ``then`` with the ``ProbeAnswer``
+    once it is answered, failed or past its time; ``run`` waits on the
+    sockets until nothing is in flight. Callbacks may ask again (the next
+    batch of an exchange), and ``run`` serves those too. No thread: every
+    callback runs inside ``run`` (or inside ``ask``, when connect() fails at
+    once).
     """
 
-    def __init__(self, host: str, port: int, talk: http11.Conversation, outgoing: bytes) -> None:
-        self.loop = asyncio.get_running_loop()
-        self.address = (host, port)
-        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
-                                  socket.SOCK_STREAM)
-        self.fd = self.sock.fileno()
-        self.talk, self.pending = talk, outgoing
-        self.done: asyncio.Future[http11.Reply] = self.loop.create_future()
+    def __init__(self) -> None:
+        self.selector = selectors.DefaultSelector()
+        self._deadlines: list[tuple[float, int, _Wire]] = []  # a heap; answered ones stay
+        self._count = 0
+        self.live = 0
 
-    def start(self) -> asyncio.Future[http11.Reply]:
-        self.sock.setblocking(False)
+    def ask(self, host: str, port: int, request: ProbeRequest, *, timeout: float,
+            key: str | None = None, then: Done) -> None:
+        """Send ``request`` on a new connection; ``then(answer)`` when it is over."""
+        if request.max_timeout is not None:
+            timeout = min(timeout, request.max_timeout)
+        wire = _Wire(self, request, timeout, then)
+        try:
+            ipaddress.ip_address(host)  # a probe goes to an address, never through DNS
+            wire.start(host, port, *_encode(host, port, request, key))
+        except Exception as exc:  # a bad address, no socket left: never take the pass down
+            wire.end(exc)
+            return
+        if wire.sock is not None:  # in flight
+            self._count += 1
+            heapq.heappush(self._deadlines, (wire.deadline, self._count, wire))
+
+    def run(self) -> None:
+        """Serve the sockets until every request asked (also from callbacks) is over."""
+        select, deadlines = self.selector.select, self._deadlines
+        while self.live:
+            while deadlines and deadlines[0][2].sock is None:
+                heapq.heappop(deadlines)  # answered before its time
+            now = time.perf_counter()
+            while deadlines and deadlines[0][0] <= now:
+                heapq.heappop(deadlines)[2].end(TimeoutError())
+            if not self.live:
+                break
+            wait = max(0.0, deadlines[0][0] - now) if deadlines else None
+            for key, mask in select(wait):
+                wire = key.data
+                if wire.sock is None:
+                    continue  # ended by an earlier event of this round
+                if mask & selectors.EVENT_WRITE:
+                    wire.writable()
+                if mask & selectors.EVENT_READ and wire.sock is not None:
+                    wire.readable()
+
+    def close(self) -> None:
+        self.selector.close()
+
+
+class _Wire:
+    """One request on a non-blocking socket: connect → (writable) check the outcome, write
+    the request → (readable) feed the bytes to the Conversation until it has the Reply.
+    Connect *and* total time are bounded by ``timeout`` (``deadline``)."""
+
+    __slots__ = ("wires", "request", "timeout", "then", "started", "deadline", "sock", "fd",
+                 "talk", "pending", "connected", "events")
+
+    def __init__(self, wires: Wires, request: ProbeRequest, timeout: float, then: Done) -> None:
+        self.wires, self.request, self.timeout, self.then = wires, request, timeout, then
+        self.started = time.perf_counter()
+        self.deadline = self.started + timeout
+        self.sock: socket.socket | None = None
+        self.fd, self.connected, self.events = -1, False, 0
+
+    def start(self, host: str, port: int, talk: http11.Conversation, outgoing: bytes) -> None:
+        self.talk, self.pending = talk, outgoing
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                             socket.SOCK_STREAM)
+        self.sock, self.fd = sock, sock.fileno()
+        self.wires.live += 1
+        sock.setblocking(False)
         # Closed with a reset once answered: no TIME_WAIT socket is left behind on
         # either side for each probe (the observer reads the socket table every
         # pass, and thousands of them made that slow).
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
-        err = self.sock.connect_ex(self.address)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+        err = sock.connect_ex((host, port))
         if err not in (0, errno.EINPROGRESS):
             self._connect_failed(err)
         else:
-            self.loop.add_writer(self.fd, self._connected)
-        return self.done
+            self._watch(selectors.EVENT_WRITE)
 
-    def _connected(self) -> None:
-        self.loop.remove_writer(self.fd)
-        err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if err:
-            self._connect_failed(err)
+    def _watch(self, events: int) -> None:
+        if events == self.events:
+            return
+        selector = self.wires.selector
+        if not self.events:
+            selector.register(self.fd, events, self)
         else:
-            self.loop.add_reader(self.fd, self._read)
-            self._write()
+            selector.modify(self.fd, events, self)
+        self.events = events
 
-    def _connect_failed(self, err: int) -> None:
-        error = OSError(err, os.strerror(err))
-        self._end(ConnectionRefusedError(err, os.strerror(err)) if err == errno.ECONNREFUSED
-                  else _CannotConnect(f"{type(error).__name__}: {error}"))
-
-    def _write(self) -> None:
+    def writable(self) -> None:
+        if not self.connected:
+            err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # type: ignore[union-attr]
+            if err:
+                self._connect_failed(err)
+                return
+            self.connected = True
         try:
-            sent = self.sock.send(self.pending)
+            sent = self.sock.send(self.pending)  # type: ignore[union-attr]
         except (BlockingIOError, InterruptedError):
             sent = 0
         except OSError as exc:
-            self._end(exc)
+            self.end(exc)
             return
         self.pending = self.pending[sent:]
-        if self.pending:
-            self.loop.add_writer(self.fd, self._write)
-        else:
-            self.loop.remove_writer(self.fd)
+        self._watch(selectors.EVENT_READ | (selectors.EVENT_WRITE if self.pending else 0))
 
-    def _read(self) -> None:
+    def readable(self) -> None:
         try:
-            data = self.sock.recv(_READ)
+            data = self.sock.recv(_READ)  # type: ignore[union-attr]
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:  # a reset, with its cause
-            self._end(exc)
+            self.end(exc)
             return
         try:
             reply = self.talk.receive(data)  # b"": the peer closed
-        except Exception as exc:  # TooLarge, ProtocolError: the caller makes them values
-            self._end(exc)
+        except Exception as exc:  # TooLarge, ProtocolError: made values below
+            self.end(exc)
             return
         if reply is not None:
-            self._end(reply)
+            self.end(reply)
 
-    def _end(self, outcome: http11.Reply | Exception) -> None:
-        self.close()
-        if self.done.done():
-            return
-        if isinstance(outcome, Exception):
-            self.done.set_exception(outcome)
-        else:
-            self.done.set_result(outcome)
+    def _connect_failed(self, err: int) -> None:
+        error = OSError(err, os.strerror(err))
+        self.end(ConnectionRefusedError(err, os.strerror(err)) if err == errno.ECONNREFUSED
+                 else _CannotConnect(f"{type(error).__name__}: {error}"))
 
-    def close(self) -> None:
-        """Unregister and close (idempotent); the answer, if any, is complete or abandoned."""
-        if self.fd >= 0:
-            self.loop.remove_reader(self.fd)
-            self.loop.remove_writer(self.fd)
-            self.fd = -1
+    def end(self, outcome: http11.Reply | BaseException) -> None:
+        """Close (unregistered first) and hand the answer on; only the first end counts."""
+        if self.sock is not None:
+            if self.events:
+                self.wires.selector.unregister(self.fd)
             self.sock.close()
+            self.sock, self.fd = None, -1
+            self.wires.live -= 1
+        elif self.then is None:
+            return
+        then, self.then = self.then, None
+        then(_outcome(outcome, self.request, self.started, self.timeout))
 
 
-async def send(
-    host: str, port: int, request: ProbeRequest, *, timeout: float, key: str | None = None
-) -> ProbeAnswer:
-    """Send one request on a new connection; never raises for the server's sake.
-
-    ``key``: the role's API key (``api_key``), sent as ``Authorization: Bearer``.
-    """
-    if request.max_timeout is not None:
-        timeout = min(timeout, request.max_timeout)
-    started = time.perf_counter()
-
-    def failed(kind: ErrorKind, detail: str) -> ProbeAnswer:
-        return ProbeAnswer(
-            error=kind, error_detail=detail, latency=time.perf_counter() - started
-        )
-
-    wire = None
-    try:
-        ipaddress.ip_address(host)  # a probe goes to an address, never through DNS
-        wire = _Wire(host, port, *_encode(host, port, request, key))
-        async with asyncio.timeout(timeout):  # connect + total time, not per read
-            reply = await wire.start()
-        return _answer(reply.status, reply.body, time.perf_counter() - started,
-                       request.text_limit)
-    except ConnectionRefusedError:
-        return failed(ErrorKind.REFUSED, "connection refused")
-    except _CannotConnect as exc:
-        return failed(ErrorKind.TRANSPORT, f"cannot connect: {exc}")
-    except TimeoutError:
-        return failed(ErrorKind.TIMEOUT, f"within {seconds(timeout)}")
-    except http11.TooLarge:
-        return failed(ErrorKind.TOO_LARGE, "answer larger than 1 MiB")
-    except Exception as exc:  # reset, protocol error, anything else: never take the pass down
-        return failed(ErrorKind.TRANSPORT, _detail(exc))
-    finally:
-        if wire is not None:
-            wire.close()
-            wire.done.cancel()  # a no-op once answered
-
-
-Sender = Callable[[ProbeRequest], Awaitable[ProbeAnswer]]
-
-
-async def run_exchange(
-    exchange: Exchange, sender: Sender, known: Mapping[ProbeRequest, ProbeAnswer] | None = None
-) -> dict[str, ProbeAnswer]:
-    """Drive a pure exchange: send each yielded batch concurrently, feed the answers back.
-
-    ``known``: answers already in hand (a batch asked earlier); a batch whose
-    every request is there is answered from it instead of being sent again.
-    """
-    try:
-        batch = next(exchange)
-        while True:
-            if known and all(r in known for r in batch):
-                answers = tuple(known[r] for r in batch)
-            elif len(batch) == 1:  # no task for a batch of one: most batches are
-                answers = (await sender(batch[0]),)
-            else:
-                answers = tuple(await asyncio.gather(*(sender(r) for r in batch)))
-            batch = exchange.send(answers)
-    except StopIteration as done:
-        return done.value
-
-
-async def post_json_async(
-    host: str, port: int, path: str, body: Any, *, timeout: float
-) -> ProbeAnswer:
-    """POST a JSON body with the probe hygiene (Ollama load/unload, deep health)."""
-    return await send(
-        host, port, ProbeRequest(method="POST", path=path, body=body), timeout=timeout
-    )
-
-
-def post_json(host: str, port: int, path: str, body: Any, *, timeout: float) -> ProbeAnswer:
-    """Blocking ``post_json_async`` for callers without an event loop."""
-    return asyncio.run(post_json_async(host, port, path, body, timeout=timeout))
+def _outcome(outcome: http11.Reply | BaseException, request: ProbeRequest, started: float,
+             timeout: float) -> ProbeAnswer:
+    """The ``ProbeAnswer`` of a request's end: never an exception for the server's sake."""
+    latency = time.perf_counter() - started
+    if isinstance(outcome, http11.Reply):
+        return _answer(outcome.status, outcome.body, latency, request.text_limit)
+    if isinstance(outcome, ConnectionRefusedError):
+        kind, detail = ErrorKind.REFUSED, "connection refused"
+    elif isinstance(outcome, _CannotConnect):
+        kind, detail = ErrorKind.TRANSPORT, f"cannot connect: {outcome}"
+    elif isinstance(outcome, TimeoutError):
+        kind, detail = ErrorKind.TIMEOUT, f"within {seconds(timeout)}"
+    elif isinstance(outcome, http11.TooLarge):
+        kind, detail = ErrorKind.TOO_LARGE, "answer larger than 1 MiB"
+    else:  # reset, protocol error, anything else: never take the pass down
+        kind, detail = ErrorKind.TRANSPORT, _detail(outcome)
+    return ProbeAnswer(error=kind, error_detail=detail, latency=latency)
 
 
 def send_sync(host: str, port: int, request: ProbeRequest, *, timeout: float,
               key: str | None = None) -> ProbeAnswer:
-    """Blocking ``send`` for callers without an event loop."""
-    return asyncio.run(send(host, port, request, timeout=timeout, key=key))
+    """Send one request on a new connection and wait for its answer; never raises for the
+    server's sake. ``key``: the role's API key (``api_key``), sent as ``Authorization: Bearer``.
+    """
+    got: list[ProbeAnswer] = []
+    wires = Wires()
+    try:
+        wires.ask(host, port, request, timeout=timeout, key=key, then=got.append)
+        wires.run()
+    finally:
+        wires.close()
+    return got[0]
+
+
+def exchange(wires: Wires, steps: Exchange, send: Callable[[ProbeRequest, Done], None],
+             known: Mapping[ProbeRequest, ProbeAnswer] | None,
+             then: Callable[[dict[str, ProbeAnswer]], None]) -> None:
+    """Drive a pure exchange on ``wires``: send each yielded batch concurrently, feed the
+    answers back, ``then(result)`` at its end (see ``runtimes/common.py``).
+
+    ``send(request, done)`` asks one request; ``known``: answers already in hand (a batch
+    asked earlier); a batch whose every request is there is answered from it instead of
+    being sent again.
+    """
+
+    def step(answers: tuple[ProbeAnswer, ...] | None) -> None:
+        while True:
+            try:
+                batch = next(steps) if answers is None else steps.send(answers)
+            except StopIteration as done:
+                then(done.value)
+                return
+            if not (known and all(r in known for r in batch)):
+                break
+            answers = tuple(known[r] for r in batch)
+        slots: list[ProbeAnswer | None] = [None] * len(batch)
+        left = [len(batch)]
+
+        def got(i: int, answer: ProbeAnswer) -> None:
+            slots[i] = answer
+            left[0] -= 1
+            if not left[0]:
+                step(tuple(slots))  # type: ignore[arg-type]
+
+        for i, request in enumerate(batch):
+            send(request, functools.partial(got, i))
+
+    step(None)
+
+
+def run_exchange(steps: Exchange, host: str, port: int, *, timeout: float,
+                 key: str | None = None) -> dict[str, ProbeAnswer]:
+    """One exchange with one server, to its end (``capabilities``, ``health``)."""
+    result: list[dict[str, ProbeAnswer]] = []
+    wires = Wires()
+    try:
+        exchange(wires, steps,
+                 lambda request, done: wires.ask(host, port, request, timeout=timeout, key=key,
+                                                 then=done),
+                 None, result.append)
+        wires.run()
+    finally:
+        wires.close()
+    return result[0]
+
+
+def post_json(host: str, port: int, path: str, body: Any, *, timeout: float) -> ProbeAnswer:
+    """POST a JSON body with the probe hygiene (Ollama load/unload, deep health)."""
+    return send_sync(host, port, ProbeRequest(method="POST", path=path, body=body),
+                     timeout=timeout)
 
 
 def api_key(path: str | None) -> str | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -350,7 +349,7 @@ def test_settled_llamacpp_gets_only_health() -> None:
                            healthy_since=2.0,
                            launch_argv=("/p", "--model", "/m/c.gguf", "--alias", "coder"))
         t = with_process(target("coder", Desired(roles=(spec,)), Remembered(roles=(rec,))), ours)
-        facts = asyncio.run(probe_all([t], 1.0))["coder"]
+        facts = probe_all([t], 1.0)["coder"]
         adopted = attrs.evolve(spec, mode=Mode.ADOPTED)
         observe(Desired(roles=(adopted,)), Remembered(), probe_timeout=1.0)
         paths = [path for _, path, *_ in server.requests]
