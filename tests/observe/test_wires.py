@@ -113,3 +113,26 @@ def test_an_address_that_is_no_ip_is_an_answer_not_an_exception() -> None:
     wires.run()
     wires.close()
     assert got[0].error is ErrorKind.TRANSPORT and "does not appear to be an IPv4" in got[0].error_detail
+
+
+def test_a_failure_beside_the_probes_reaches_observes_caller(monkeypatch) -> None:
+    """The process table is read in a thread beside the probes; its failure is observe()'s,
+    raised after the probes it overlapped ended (as the awaited thread's was)."""
+    import pytest
+
+    from reconciler.core.desired import (
+        Desired, Mode, NodeConfig, PortRange, RoleSpec, Runtime, ServeSpec)
+    from reconciler.core.observed import Remembered
+    from reconciler.world import observe as observing
+
+    def broken(*args):  # type: ignore[no-untyped-def]
+        raise RuntimeError("the process table could not be read")
+
+    monkeypatch.setattr(observing, "process_side", broken)
+    with Scripted({"/health": (200, {"status": "ok"})}) as server:
+        desired = Desired(
+            roles=(RoleSpec(name="r", runtime=Runtime.LLAMACPP, mode=Mode.ADOPTED, serve=ServeSpec(port=server.port)),),
+            node=NodeConfig(allowed_ports=PortRange(start=server.port, end=server.port)))
+        with pytest.raises(RuntimeError, match="could not be read"):
+            observing.observe(desired, Remembered(), probe_timeout=2)
+        assert ("GET", "/health") in server.paths()
