@@ -136,13 +136,15 @@ class Wires:
         wire = _Wire(self, request, timeout, then)
         try:
             ipaddress.ip_address(host)  # a probe goes to an address, never through DNS
-            wire.start(host, port, *_encode(host, port, request, key))
+            err = wire.start(host, port, *_encode(host, port, request, key))
         except Exception as exc:  # a bad address, no socket left: never take the pass down
-            wire.end(exc)
+            wire.end(exc)  # (outside the try, what ``then`` raises is raised, not answered)
             return
-        if wire.sock is not None:  # in flight
-            self._count += 1
-            heapq.heappush(self._deadlines, (wire.deadline, self._count, wire))
+        if err:
+            wire.connect_failed(err)
+            return
+        self._count += 1
+        heapq.heappush(self._deadlines, (wire.deadline, self._count, wire))
 
     def run(self) -> None:
         """Serve the sockets until every request asked (also from callbacks) is over."""
@@ -166,6 +168,10 @@ class Wires:
                     wire.readable()
 
     def close(self) -> None:
+        """Close the selector and any socket still in flight (a run a callback broke off)."""
+        for _, _, wire in self._deadlines:
+            wire.drop()
+        self._deadlines.clear()
         self.selector.close()
 
 
@@ -184,7 +190,8 @@ class _Wire:
         self.sock: socket.socket | None = None
         self.fd, self.connected, self.events = -1, False, 0
 
-    def start(self, host: str, port: int, talk: http11.Conversation, outgoing: bytes) -> None:
+    def start(self, host: str, port: int, talk: http11.Conversation, outgoing: bytes) -> int:
+        """Connect (non-blocking); the errno of a connect() that failed at once, else 0."""
         self.talk, self.pending = talk, outgoing
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
                              socket.SOCK_STREAM)
@@ -197,9 +204,9 @@ class _Wire:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
         err = sock.connect_ex((host, port))
         if err not in (0, errno.EINPROGRESS):
-            self._connect_failed(err)
-        else:
-            self._watch(selectors.EVENT_WRITE)
+            return err
+        self._watch(selectors.EVENT_WRITE)
+        return 0
 
     def _watch(self, events: int) -> None:
         if events == self.events:
@@ -215,7 +222,7 @@ class _Wire:
         if not self.connected:
             err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # type: ignore[union-attr]
             if err:
-                self._connect_failed(err)
+                self.connect_failed(err)
                 return
             self.connected = True
         try:
@@ -244,10 +251,16 @@ class _Wire:
         if reply is not None:
             self.end(reply)
 
-    def _connect_failed(self, err: int) -> None:
+    def connect_failed(self, err: int) -> None:
         error = OSError(err, os.strerror(err))
         self.end(ConnectionRefusedError(err, os.strerror(err)) if err == errno.ECONNREFUSED
                  else _CannotConnect(f"{type(error).__name__}: {error}"))
+
+    def drop(self) -> None:
+        """Close without an answer (``Wires.close`` of a run that was broken off)."""
+        self.then = None
+        if self.sock is not None:
+            self.end(TimeoutError())
 
     def end(self, outcome: http11.Reply | BaseException) -> None:
         """Close (unregistered first) and hand the answer on; only the first end counts."""
@@ -257,10 +270,9 @@ class _Wire:
             self.sock.close()
             self.sock, self.fd = None, -1
             self.wires.live -= 1
-        elif self.then is None:
-            return
         then, self.then = self.then, None
-        then(_outcome(outcome, self.request, self.started, self.timeout))
+        if then is not None:
+            then(_outcome(outcome, self.request, self.started, self.timeout))
 
 
 def _outcome(outcome: http11.Reply | BaseException, request: ProbeRequest, started: float,

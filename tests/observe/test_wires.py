@@ -136,3 +136,25 @@ def test_a_failure_beside_the_probes_reaches_observes_caller(monkeypatch) -> Non
         with pytest.raises(RuntimeError, match="could not be read"):
             observing.observe(desired, Remembered(), probe_timeout=2)
         assert ("GET", "/health") in server.paths()
+
+
+def test_what_a_callback_raises_is_raised_not_made_an_answer() -> None:
+    """A fault in the code fed the answers (an exchange's reader) takes the run down loudly,
+    whether the answer came at once (a refusal) or from the selector."""
+    import pytest
+
+    def broken(answer):  # type: ignore[no-untyped-def]
+        raise LookupError("reader bug")
+
+    wires = probe.Wires()
+    with pytest.raises(LookupError):  # no address: answered at once
+        wires.ask("localhost", 80, ProbeRequest(method="GET", path="/x"), timeout=1, then=broken)
+    with Silent() as silent, Scripted({"/x": (200, {"ok": True})}) as server:
+        wires.ask("127.0.0.1", silent.port, ProbeRequest(method="GET", path="/x"), timeout=5,
+                  then=lambda answer: None)
+        wires.ask("127.0.0.1", server.port, ProbeRequest(method="GET", path="/x"), timeout=5,
+                  then=broken)
+        with pytest.raises(LookupError):
+            wires.run()
+        wires.close()  # the silent server's socket, still in flight, is closed with it
+        assert wires.live == 0
