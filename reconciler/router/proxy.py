@@ -427,6 +427,13 @@ class Proxy:
                         counted = self._count(role, status, client, tail)
                 await write(chunk)
                 chunk = await read()
+        except asyncio.CancelledError:
+            # The client left (handler_cancellation) with the head sent: its answer is
+            # counted as the status it got, as an access log would (an SSE client often
+            # closes at ``data: [DONE]``, before the body's last chunk is written).
+            if answer.prepared and not counted:
+                self._count(role, status, client, tail)
+            raise
         except (aiohttp.ClientError, asyncio.TimeoutError, upstream.Failed) as exc:
             if not answer.prepared:
                 return self._error(502, f"{role} failed while answering: {_why(exc)}",

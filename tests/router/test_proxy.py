@@ -183,6 +183,38 @@ def test_a_big_stream_reaches_a_client_that_reads_late_whole_and_in_order(monkey
     run(test)
 
 
+class Counted:
+    """The router's metrics as the proxy calls them: answered requests recorded, the rest ignored."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, int]] = []
+
+    def request(self, role: str, code: int) -> None:
+        self.requests.append((role, code))
+
+    def __getattr__(self, name):
+        return lambda *args, **kw: None
+
+
+def test_a_stream_whose_client_leaves_after_the_last_event_is_counted() -> None:
+    """An SSE client closes at its last event (openai's at ``data: [DONE]``), before the body's
+    end: the handler is cancelled, and the answer is still counted with the status it got."""
+    async def test(rig, s):
+        rig.proxy.metrics = counted = Counted()
+        rig.publish(_route(RouteState.READY, rig.upstream.port))
+        async with s.post(rig.url + "/v1/chat/completions",
+                          data=json.dumps({"model": "chat", "stream": True, "hold": True})) as r:
+            assert await asyncio.wait_for(r.content.readline(), 3) == b"data: first\n"
+            r.close()  # gone, with the server still holding the rest
+        for _ in range(300):
+            if counted.requests:
+                break
+            await asyncio.sleep(0.01)
+        rig.upstream.go_on.set()
+        assert counted.requests == [("chat", 200)]
+    run(test)
+
+
 def test_unknown_model_and_bad_body_and_path() -> None:
     """Unknown model → 404, no `model` → 400, unknown path → 404, each OpenAI-shaped."""
     async def test(rig, s):
