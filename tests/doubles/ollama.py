@@ -61,6 +61,10 @@ synchronous here (in Ollama the model leaves /api/ps a moment after the
 unload answer). Timestamps are UTC (Ollama uses the local zone for
 ``expires_at``/``modified_at``) but keep Go's RFC 3339 nanosecond form.
 
+``stop()`` drops the open connections, as Go's ``http.Server.Close`` does;
+each answer leaves in one write (Go buffers a small answer), so a client
+cut off by it gets all of an answer or none of it, never half.
+
 Test hooks (not part of Ollama): ``evict(tag)``, ``requests``,
 ``clear_requests()``, ``set_load_seconds(s)``, ``pulled``, ``add_pulled(tag)``,
 ``remove_pulled(tag)``, ``resident()``, ``loading()``, ``loads``,
@@ -70,6 +74,7 @@ Test hooks (not part of Ollama): ``evict(tag)``, ``requests``,
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import socket
@@ -590,6 +595,11 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length > 0 else b""
 
     def _send(self, status: int, body: bytes, content_type: str) -> None:
+        # The whole answer leaves in ONE write, as Go's buffered ResponseWriter sends a
+        # small answer: a stop() that drops the connection meanwhile leaves the client
+        # all of it or none of it, never headers without their body (IncompleteRead).
+        buffer = io.BytesIO()
+        wire, self.wfile = self.wfile, buffer
         try:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
@@ -597,7 +607,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(body)
-            self.wfile.flush()
+            answer = buffer.getvalue()
+        finally:
+            self.wfile = wire
+        try:
+            wire.write(answer)
         except OSError:
             self.close_connection = True
 
