@@ -164,9 +164,14 @@ def test_load_takes_load_seconds_only_when_not_resident(o):
     t0 = time.monotonic()
     load(o, "llama3.2")
     assert time.monotonic() - t0 >= 0.2
+    # Not waiting is told from waiting by a load far longer than any scheduling delay
+    # (an absolute 0.15 s against a 0.2 s load failed beside two CPU burners: 0.19 s);
+    # had the request waited, the client's 5 s timeout would fail it.
+    o.set_load_seconds(30)
     t0 = time.monotonic()
-    load(o, "llama3.2")
-    assert time.monotonic() - t0 < 0.15
+    assert load(o, "llama3.2")[0] == 200
+    assert time.monotonic() - t0 < 2
+    assert o.loads == ["llama3.2:latest"]
 
 
 def test_ps_blocks_while_a_load_is_in_flight(o):
@@ -191,15 +196,18 @@ def test_ps_blocks_while_a_load_is_in_flight(o):
 
 def test_ps_non_blocking_variant_lists_a_loading_model():
     """With ps_blocks_during_load=False, /api/ps answers at once and includes the loading model."""
-    with OllamaDouble(pulled=["llama3.2"], load_seconds=0.3, ps_blocks_during_load=False) as o:
-        t = threading.Thread(target=load, args=(o, "llama3.2"))
-        t.start()
-        deadline = time.monotonic() + 2
+    with OllamaDouble(pulled=["llama3.2"], load_seconds=30, ps_blocks_during_load=False) as o:
+        t, _ = _client_thread(o.url + "/api/generate", {"model": "llama3.2", "stream": False})
+        deadline = time.monotonic() + 10  # waiting for the test's own setup, not a bound
         while not o.loading() and time.monotonic() < deadline:
             time.sleep(0.005)
-        status, body = get_json(o, "/api/ps", timeout=0.2)
+        assert o.loading() == ["llama3.2:latest"]
+        # Answered within the client's 5 s while the 30 s load is still in flight: not blocked.
+        status, body = get_json(o, "/api/ps")
+        assert o.loading() == ["llama3.2:latest"]
         assert status == 200 and [m["name"] for m in body["models"]] == ["llama3.2:latest"]
-        t.join(3)
+    t.join(3)  # stop() released the load
+    assert not t.is_alive()
 
 
 # ------------------------------------------------------------------ keep_alive
