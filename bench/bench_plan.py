@@ -211,16 +211,22 @@ def main() -> int:
               f"   (first pass, every launch worked out: {first / n * 1e6:.1f} µs per role)")
         if args.verbs:
             print("  " + ", ".join(f"{k} {v}" for k, v in sorted(verbs.items())))
-    ok = True
-    if len(args.sizes) >= 2:
-        small, big = min(args.sizes), max(args.sizes)
-        growth = seconds[big] / seconds[small]
-        per_role = seconds[big] / big * 1e6
-        print(f"growth {small} → {big} roles ({big // small}× the roles): {growth:.1f}×")
-        ok = per_role <= 10.0 and growth <= 1.1 * big / small
-        print(f"goal ≤ 10 µs per role at {big} and growth ≤ {1.1 * big / small:.0f}×: "
-              f"{'ok' if ok else 'MISSED'}")
-    return 0 if ok else 1
+    return 0 if verdict(seconds) else 1
+
+
+def verdict(seconds: dict[int, float]) -> bool:
+    """Print the growth from the smallest size to the largest and judge the goal
+    (≤ 10 µs per role at the largest, growth ≤ 1.1× linear); True when met."""
+    if len(seconds) < 2:
+        return True
+    small, big = min(seconds), max(seconds)
+    growth = seconds[big] / seconds[small]
+    per_role = seconds[big] / big * 1e6
+    print(f"growth {small} → {big} roles ({big // small}× the roles): {growth:.1f}×")
+    ok = per_role <= 10.0 and growth <= 1.1 * big / small
+    print(f"goal ≤ 10 µs per role at {big} and growth ≤ {1.1 * big / small:.0f}×: "
+          f"{'ok' if ok else 'MISSED'}")
+    return ok
 
 
 if __name__ == "__main__":
