@@ -60,7 +60,7 @@ from reconciler.core.observed import (
 )
 from reconciler.planner import identity, launches
 from reconciler.planner.plan import plan
-from reconciler.planner.rungs import device_env
+from reconciler.planner.launches import device_env
 
 from bench_plan import verdict  # the same goal, judged the same way (bench/ is the script's folder)
 

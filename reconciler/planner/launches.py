@@ -29,7 +29,7 @@ from typing import Mapping
 
 import attrs
 
-from reconciler.core.desired import Launch, ModelSpec, NodeConfig, RoleSpec
+from reconciler.core.desired import Launch, ModelSpec, NodeConfig, RoleSpec, Runtime
 from reconciler.core.devices import Assignment
 from reconciler.core.observed import RoleRecord
 from reconciler.planner import generations, identity, placement
@@ -136,12 +136,17 @@ class Bound:
 
     def _build(self, spec: RoleSpec, assignment: Assignment | None, instance: str) -> Prepared:
         argv = self.launcher.argv(spec, self.models, assignment)
-        rt = spec_of(spec.runtime).devices
-        extra = rt.env(assignment) if rt is not None and assignment else ()
+        extra = device_env(spec.runtime, assignment)
         digest = (self.launcher.digest(argv, instance, extra, spec)
                   if argv is not None else None)
         return Prepared(instance_id=instance, assignment=assignment, argv=argv, digest=digest,
                         extra_env=extra)
+
+
+def device_env(runtime: Runtime, assignment: Assignment | None) -> tuple[tuple[str, str], ...]:
+    """The visibility variables of ``assignment`` for ``runtime`` (§7.1)."""
+    rt = spec_of(runtime).devices
+    return rt.env(assignment) if rt is not None and assignment else ()
 
 
 _NODES: dict[tuple, Launches] = {}

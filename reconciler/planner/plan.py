@@ -81,7 +81,6 @@ from reconciler.planner.rungs import (
     Role,
     backoff,
     changes,
-    device_env,
     draft,
     model_refusal,
     placed_launch,

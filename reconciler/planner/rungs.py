@@ -115,12 +115,6 @@ def draft(r: Role, verb: Verb, reason: Reason, status: Status, detail: str, *,
                  claim=claim)
 
 
-def device_env(runtime: Runtime, assignment: Assignment | None) -> tuple[tuple[str, str], ...]:
-    """The visibility variables of ``assignment`` for ``runtime`` (§7.1)."""
-    rt = spec_of(runtime).devices
-    return rt.env(assignment) if rt is not None and assignment else ()
-
-
 def changes(r: Role) -> str:
     assert r.record is not None
     return generations.launch_changes(r.record, r.spec, r.argv, r.digest, fresh=r.fresh,

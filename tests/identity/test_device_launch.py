@@ -19,7 +19,7 @@ from reconciler.core.devices import Assignment, Device, DeviceKind, DeviceReques
 from reconciler.core.observed import Observed, Remembered
 from reconciler.planner import identity
 from reconciler.planner.plan import plan
-from reconciler.planner.rungs import device_env
+from reconciler.planner.launches import device_env
 
 GB = 10**9
 MODEL = ModelSpec(name="q", format=ModelFormat.GGUF, root="/m",

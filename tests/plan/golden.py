@@ -111,7 +111,7 @@ from reconciler.core.devices import (
     kind_of,
 )
 from reconciler.core.units import parse_size
-from reconciler.planner.rungs import device_env
+from reconciler.planner.launches import device_env
 
 GOLDEN = Path(__file__).parent / "golden"
 ENVIRON = (("HOME", "/home/op"), ("PATH", "/usr/bin:/bin"))
