@@ -183,9 +183,6 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
     # §3 the launch, and (§7.1) the devices it is built with: fixed ids, or those it last ran on.
     prepared = launcher.prepare(spec, record) if spec is not None else None
     instance = prepared.instance_id if prepared is not None else record.instance_id
-    assignment = prepared.assignment if prepared is not None else None
-    argv = prepared.argv if prepared is not None else None
-    digest = prepared.digest if prepared is not None else None
     generation = prepared.generation if prepared is not None else None
     fresh = generations.is_new(generation, record)
     probe = obs.probe
@@ -202,7 +199,7 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
         sharing = loadrungs.serving(served, record.host, record.port, record.model_tag,
                                     spec_of(record.runtime)) - {name}
     return Role(
-        name=name, spec=spec, record=record, obs=obs, argv=argv, digest=digest,
+        name=name, spec=spec, record=record, obs=obs,
         launcher=launcher, prepared=prepared, policy=rpolicy,
         running=running, restarts=restarts, operator=operator, sharing=sharing,
         runtime=spec.runtime if spec is not None else record.runtime,
@@ -215,8 +212,6 @@ def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> 
         # process still carries the id it was started with: stops use that.
         owner_id=record.instance_id if running and record is not None else None,
         generation=generation, fresh=fresh, interrupted=interrupted,
-        assignment=assignment,
-        claim=prepared.claim if prepared is not None else None,
     )
 
 

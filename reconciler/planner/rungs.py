@@ -47,8 +47,6 @@ class Role:
     spec: RoleSpec | None
     record: RoleRecord | None
     obs: RoleObservation
-    argv: tuple[str, ...] | None  # the launch of a managed server (None: never launched)
-    digest: str | None  # … and its digest
     launcher: Bound  # this pass's launches (kept across passes: launches.py)
     prepared: Prepared | None  # this role's, before placement (None: a removed role)
     policy: RestartPolicy
@@ -68,10 +66,27 @@ class Role:
     fresh: bool  # a new generation: the record's holds, backoff and count do not apply
     interrupted: Intent | None  # a killed pass's stop of our server, finished by this one
     why: str = ""  # the plan-line detail every decision carries unless it says its own
-    #: §7.1 the devices the launch is built with before placement (None: host-only,
-    #: or a count request placement has yet to pick), and what a claim asks of them.
-    assignment: Assignment | None = None
-    claim: Claim | None = None
+
+    # What the role's launch says (the memo's ``prepared``; None for a removed role):
+    @property
+    def argv(self) -> tuple[str, ...] | None:
+        """The launch of a managed server (None: never launched)."""
+        return self.prepared.argv if self.prepared is not None else None
+
+    @property
+    def digest(self) -> str | None:
+        return self.prepared.digest if self.prepared is not None else None
+
+    @property
+    def assignment(self) -> Assignment | None:
+        """§7.1 the devices the launch is built with before placement (None: host-only,
+        or a count request placement has yet to pick)."""
+        return self.prepared.assignment if self.prepared is not None else None
+
+    @property
+    def claim(self) -> Claim | None:
+        """§7.1 what a claim asks of the devices."""
+        return self.prepared.claim if self.prepared is not None else None
 
     def launch(self) -> Launch:
         """The whole launch, built only for the decisions that carry it (start/restart)."""
