@@ -20,7 +20,7 @@ ledger and the device picks: best fit over the node's devices, holds) ~31 %;
 each role's view of itself (``_role``, with the launch found in the memo)
 ~18 %; a placed claim's launch on its devices ~7 %; the rest per node
 (tables, the order of execution). Before the memo of launches (round 3),
-argv and digests were worked out on every pass: ~45 % of the time.
+argv and digests were worked out on every pass: ~40 % of the time.
 Per node: a plan of no roles costs ~8 µs, a role in sync ~6 µs, a claim
 (start or restart placed on devices) ~20 µs.
 

@@ -44,8 +44,8 @@ def run(g: GlobalOptions, o: FleetOptions) -> int:
     implicit = common.node_choice(g).name
     # Planning 10,000 nodes makes a million long-lived values and next to no
     # cycles: the cyclic collector would walk them (and the loaded fleet) again
-    # and again (bench/bench_fleet.py --devices: ~25 % of the planning time at
-    # 10,000 nodes). Paused while this command plans and prints, then as it was.
+    # and again (bench/bench_fleet.py --devices, 10,000 nodes: planning 4.3 → 3.8 s
+    # of CPU). Paused while this command plans and prints, then as it was.
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -40,6 +40,8 @@ from reconciler.runtimes import spec_of
 LIMIT = 50_000
 #: Node launch settings remembered at once (a fleet's nodes mostly share theirs).
 NODES = 256
+#: Sets of Models remembered per node settings (a new set comes with an edited Model).
+MODEL_SETS = 64
 
 
 @attrs.define(kw_only=True)
@@ -72,7 +74,7 @@ class Launches:
         tables = self._tables.get(models)
         if tables is None:
             tables = _Tables()
-            if len(self._tables) >= NODES:
+            if len(self._tables) >= MODEL_SETS:
                 self._tables.clear()
             self._tables[models] = tables
         return Bound(self.launcher, tables, by_name)
