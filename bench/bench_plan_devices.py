@@ -14,23 +14,27 @@ passes); it is printed beside it. Printed: µs per
 role at each size and the growth from 1k to 10k roles (100 → 1,000 nodes).
 Goal (issue 20): ≤ 10 µs per role at 10k roles, growth ≤ 11×.
 
-Where the time goes (py-spy, steady passes, round 3): the ladder (each
-role's rung and the ``Decision`` it builds) ~34 %; placement (the host
-ledger and the device picks: best fit over the node's devices, holds) ~31 %;
-each role's view of itself (``_role``, with the launch found in the memo)
-~18 %; a placed claim's launch on its devices ~7 %; the rest per node
-(tables, the order of execution). Before the memo of launches (round 3),
-argv and digests were worked out on every pass: ~40 % of the time.
-Per node: a plan of no roles costs ~8 µs, a role in sync ~6 µs, a claim
-(start or restart placed on devices) ~20 µs.
+Where the time goes (py-spy on one node's world planned over and over, the
+collector off, round 3): building each role's view of itself (``_role``) ~12 %;
+the ladder's rungs ~15 %; building the decision values (``Decision``, ``Draft``,
+the keyword plumbing of ``draft``/``start``, and the ``evolve`` of a claim whose
+devices placement picked) ~30 %; placement (the host ledger, the device picks)
+~15 %; the rest per node (tables, the order of execution). ``--where`` prints
+two more figures: one node's world planned n/10 times over (no working set to
+speak of: the compute), and the passes with the collector off. At 10k roles the
+working set of 1,000 distinct nodes (~2.5 µs per role) and the collector
+(~0.6 µs) come on top of the compute (~14 µs per role). Before the memo of
+launches (round 3), argv and digests were worked out on every pass: ~40 % of
+the time.
 
-Run: ``.venv/bin/python bench/bench_plan_devices.py [--sizes 1000 10000] [--runs 5]``.
+Run: ``.venv/bin/python bench/bench_plan_devices.py [--sizes 1000 10000] [--runs 5] [--where]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import sys
 import time
 
@@ -116,9 +120,11 @@ def node_world(first: int, devices: bool = True) -> tuple[Desired, Observed, Rem
     return desired, Observed(roles=tuple(observations)), Remembered(roles=tuple(records))
 
 
-def measure(n: int, runs: int, devices: bool = True
+def measure(n: int, runs: int, devices: bool = True, same: bool = False
             ) -> tuple[float, float, collections.Counter]:
-    worlds = [node_world(first, devices) for first in range(0, n, len(KINDS))]
+    """(first pass, best later pass, verbs); ``same``: one node's world, n/10 times over."""
+    worlds = ([node_world(0, devices)] * (n // len(KINDS)) if same
+              else [node_world(first, devices) for first in range(0, n, len(KINDS))])
     launches.forget()  # the first pass works out every launch (planner/launches.py)
     times, results = [], []
     for _ in range(runs):
@@ -136,6 +142,9 @@ def main() -> int:
     parser.add_argument("--verbs", action="store_true", help="print the plans' verbs per size")
     parser.add_argument("--baseline", action="store_true",
                         help="also time the same roles host-only (what the devices cost)")
+    parser.add_argument("--where", action="store_true",
+                        help="also time one node's world planned n/10 times over, and the "
+                             "passes with the collector off (the working set's share, the GC's)")
     args = parser.parse_args()
     seconds = {}
     for n in args.sizes:
@@ -148,6 +157,15 @@ def main() -> int:
         print(f"plan() of {n:>6} roles on {n // len(KINDS):>5} nodes × 8 devices: "
               f"{took * 1000:8.1f} ms = {took / n * 1e6:6.1f} µs per role"
               f"   (first pass, every launch worked out: {first / n * 1e6:.1f} µs per role)")
+        if args.where:
+            _, alone, _ = measure(n, args.runs, same=True)
+            gc.disable()
+            try:
+                _, quiet, _ = measure(n, args.runs)
+            finally:
+                gc.enable()
+            print(f"  one node's world, {n // len(KINDS)} times over: {alone / n * 1e6:6.1f} µs per "
+                  f"role; the collector off: {quiet / n * 1e6:6.1f} µs per role")
         if args.verbs:
             print("  " + ", ".join(f"{k} {v}" for k, v in sorted(verbs.items())))
     return 0 if verdict(seconds) else 1

@@ -91,12 +91,17 @@ class Assignment:
     ids: tuple[str, ...] = ()
     bytes: tuple[int, ...] = ()
     split: tuple[float, ...] = ()  # as requested (for --tensor-split); empty: even
+    # (device, bytes), worked out once: the planner reads it several times per claim per pass.
+    _pairs: tuple[tuple[str, int], ...] = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "_pairs", tuple(zip(self.ids, self.bytes)))
 
     def __bool__(self) -> bool:
         return bool(self.ids)
 
     def pairs(self) -> tuple[tuple[str, int], ...]:
-        return tuple(zip(self.ids, self.bytes))
+        return self._pairs
 
     def __str__(self) -> str:
         return ", ".join(self.ids)

@@ -44,9 +44,10 @@ def order_key(d: Decision) -> tuple[int, int, str]:
     return (ORDER.get(d.verb, 4), d.port or 0, d.role)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.define(kw_only=True)
 class Draft:
-    """A decision before memory is placed.
+    """A decision before memory is placed (never changed once built; not frozen, as ``Role``
+    is not: it never leaves the planner, and one is built per role per pass).
 
     ``holds`` is what the role holds while this pass runs (None = not resident):
     a running or backing-off server keeps its reservation; a claim's ``holds``

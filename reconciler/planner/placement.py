@@ -58,6 +58,26 @@ class Claim:
     footprint: int
     kinds: frozenset[DeviceKind]
     prefer: tuple[str, ...] = ()  # the devices it ran on (a count request stays on them)
+    # Worked out once per claim (a claim is kept with its role's launch, launches.py), not
+    # once per pick: the bytes on each device it gets (device order), and the largest share.
+    need: tuple[int, ...] = attrs.field(init=False, eq=False, repr=False)
+    most: int = attrs.field(init=False, eq=False, repr=False)
+    _on: dict[tuple[str, ...], Assignment] = attrs.field(init=False, eq=False, repr=False,
+                                                        factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        need = shares(self.footprint, self.request.split, self.request.wanted)
+        object.__setattr__(self, "need", need)
+        object.__setattr__(self, "most", max(need) if need else 0)
+
+    def on(self, ids: tuple[str, ...]) -> Assignment:
+        """The claim's assignment to ``ids`` (one value per set of devices, kept)."""
+        got = self._on.get(ids)
+        if got is None:
+            if len(self._on) >= 64:  # a count claim meets at most the node's devices
+                self._on.clear()
+            got = self._on[ids] = Assignment(ids=ids, bytes=self.need, split=self.request.split)
+        return got
 
 
 def device_order(device_id: str) -> tuple[str, int]:
@@ -123,7 +143,7 @@ class DeviceLedger:
 
     def hold(self, name: str, pairs: Pairs) -> bool:
         """``name`` holds ``pairs`` now (replacing what it held); True when anything shrank."""
-        replaced = self.release(name)  # a replaced hold may be smaller somewhere
+        replaced = name in self.held and self.release(name)  # a replaced hold may be smaller
         for device, size in pairs:
             self.used[device] = self.used.get(device, 0) + size
             self.holders.setdefault(device, {})[name] = size
@@ -148,41 +168,43 @@ class DeviceLedger:
         """The devices ``claim`` gets (best fit, deterministic), or None when none fit."""
         req = claim.request
         if req.ids:
-            need = shares(claim.footprint, req.split, len(req.ids))
-            ok = all(self._usable(d, claim) and self.free(d, name) >= n
-                     for d, n in zip(req.ids, need))
-            return Assignment(ids=req.ids, bytes=need, split=req.split) if ok else None
+            return claim.on(req.ids) if self._fits_on(name, claim, req.ids) else None
         count = req.count or 0
-        need = shares(claim.footprint, req.split, count)
-        most = max(need) if need else 0
         prefer = claim.prefer
-        if (len(prefer) == count and all(self._usable(d, claim) for d in prefer)
-                and all(self.free(d, name) >= n for d, n in zip(prefer, need))):
-            return Assignment(ids=prefer, bytes=need, split=req.split)
+        if len(prefer) == count and self._fits_on(name, claim, prefer):
+            return claim.on(prefer)
         for kind, ids in self.by_kind:  # the kinds the node declares, in kind order
             if kind not in claim.kinds:
                 continue
             if count == 1:  # the common case: the fullest device that still fits
-                found = self._fullest(name, claim, ids, most)
+                found = self._fullest(name, ids, claim.most)
                 if found is not None:
-                    return Assignment(ids=(found,), bytes=need, split=req.split)
+                    return claim.on((found,))
                 continue
-            fitting = [d for d in ids if self._usable(d, claim) and self.free(d, name) >= most]
+            fitting = [d for d in ids if self._usable(d, claim) and self.free(d, name) >= claim.most]
             if len(fitting) >= count:
                 best = sorted(fitting, key=lambda d: (self.free(d, name), self.rank[d]))[:count]
-                ids = tuple(sorted(best, key=self.rank.__getitem__))
-                return Assignment(ids=ids, bytes=need, split=req.split)
+                return claim.on(tuple(sorted(best, key=self.rank.__getitem__)))
         return None
 
-    def _fullest(self, name: str, claim: Claim, ids: tuple[str, ...], need: int) -> str | None:
-        """The usable device of ``ids`` (one kind, device order) with the least free
-        memory that still holds ``need`` (ties: the first), or None. One pass, each
-        device's free memory worked out once: this runs for every count-1 claim."""
+    def _fits_on(self, name: str, claim: Claim, ids: tuple[str, ...]) -> bool:
+        """Does every device of ``ids`` take its share of ``claim`` (in order)?"""
+        for device, need in zip(ids, claim.need):
+            if not self._usable(device, claim) or self.free(device, name) < need:
+                return False
+        return True
+
+    def _fullest(self, name: str, ids: tuple[str, ...], need: int) -> str | None:
+        """The device of ``ids`` (declared, of one kind the claim can use, in device order)
+        that is not broken and has the least free memory that still holds ``need`` (ties:
+        the first), or None. One pass, each device's free memory worked out once: this runs
+        for every count-1 claim."""
         best, least = None, 0
+        broken, capacity, used, holders = self.broken, self.capacity, self.used, self.holders
         for device in ids:  # device order: a tie keeps the first
-            if not self._usable(device, claim):
+            if device in broken:
                 continue
-            free = self.free(device, name)
+            free = capacity[device] - used[device] + holders[device].get(name, 0)
             if free >= need and (best is None or free < least):
                 best, least = device, free
         return best

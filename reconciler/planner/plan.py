@@ -114,26 +114,27 @@ def plan(
     idle: dict[str, float] = {}  # §9 on-demand roles that may be evicted → when last used
     later: dict[str, float] = {}  # §9 other on-demand roles, that may make room later → when
     claimants: set[str] = set()  # §9 on-demand roles whose refused claim may wait for them
-    residency = (desired.node.router or RouterConfig()).min_residency
+    residency = (desired.node.router or _NO_ROUTER).min_residency
+    demand = observed.demand
     for name in sorted(specs.keys() | records.keys()):
         obs = observations.get(name) or RoleObservation(name=name)
         r = _role(name, specs.get(name), records.get(name), obs, desired.node, models, ctx,
                   launcher, served, now)
         drafted = _decide(r, desired.node, models, checks, guard, now, elsewhere.get(name),
-                          observed.demand)
+                          demand)
         if r.claim is not None:
             roles[name] = r
-        if r.spec is not None and r.spec.on_demand and observed.demand is not None:
-            drafted = demandrungs.demand_hint(r, drafted, observed.demand, now)
+        if demand is not None and r.spec is not None and r.spec.on_demand:
+            drafted = demandrungs.demand_hint(r, drafted, demand, now)
             claimants.add(name)
-            if demandrungs.evictable(r, drafted, observed.demand, now, residency):
-                idle[name] = demands.last_used(observed.demand.of(name), started(r),
-                                               observed.demand.since)
+            if demandrungs.evictable(r, drafted, demand, now, residency):
+                idle[name] = demands.last_used(demand.of(name), started(r), demand.since)
             else:  # holds memory, or claims it in this pass, or will when its backoff ends
-                later[name] = (demandrungs.evictable_in(r, observed.demand, now, residency)
+                later[name] = (demandrungs.evictable_in(r, demand, now, residency)
                                if demandrungs.holds(r, drafted) else 1.0)
         drafts.append(drafted)
-    drafts += orphans.drafts(observed.orphans, set(specs) | set(records), guard)
+    if observed.orphans:
+        drafts += orphans.drafts(observed.orphans, set(specs) | set(records), guard)
     # §1.6 a start whose Model is not here yet waits for its fetch (or is refused).
     drafts, fetches = fetchrungs.gate(drafts, specs, models,
                                       {f.model: f for f in observed.fetches}, desired.node)
@@ -167,6 +168,10 @@ def plan(
     hints += livenessrungs.wakes(specs, records, observations, now)
     return Plan(decisions=ordered, requeue_after=min(hints) if hints else None,
                 fetches=fetches)
+
+
+#: A node without a router (§9): its defaults, built once rather than once per pass.
+_NO_ROUTER = RouterConfig()
 
 
 def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> Role:
