@@ -181,7 +181,8 @@ class DeviceLedger:
                 if found is not None:
                     return claim.on((found,))
                 continue
-            fitting = [d for d in ids if self._usable(d, claim) and self.free(d, name) >= claim.most]
+            fitting = [d for d in ids
+                       if self._usable(d, claim) and self.free(d, name) >= claim.most]
             if len(fitting) >= count:
                 best = sorted(fitting, key=lambda d: (self.free(d, name), self.rank[d]))[:count]
                 return claim.on(tuple(sorted(best, key=self.rank.__getitem__)))
