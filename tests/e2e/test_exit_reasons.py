@@ -143,6 +143,14 @@ def test_logs_prints_the_last_lines_and_fails_clearly(world):
     assert out.returncode == 1 and "has no server log" in out.stderr, out.stderr
 
 
+def _ctrl_c_default() -> None:
+    """In the follower, before its exec: SIGINT at its default action, so Python puts in its
+    Ctrl-C handler. A suite started as a background job of a non-interactive shell runs with
+    SIGINT ignored (POSIX), and an ignored signal stays ignored across fork and exec: the
+    follower would never see the SIGINT this test sends (it did, once, in CI)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_logs_follow_crosses_a_restart_into_the_new_server(world):
     """`logs --follow` keeps printing after the server is killed and restarted by a pass."""
     port = free_port()
@@ -154,7 +162,7 @@ def test_logs_follow_crosses_a_restart_into_the_new_server(world):
     follow = subprocess.Popen(
         [sys.executable, "-m", "reconciler", "-f", str(world.manifests), "--state-dir",
          str(world.state), "logs", "chat", "-n", "1", "--follow"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_default)
     try:
         time.sleep(1.0)
         os.kill(world.pid("chat"), signal.SIGKILL)
@@ -166,7 +174,13 @@ def test_logs_follow_crosses_a_restart_into_the_new_server(world):
         time.sleep(1.0)
     finally:
         follow.send_signal(signal.SIGINT)
-        out, err = follow.communicate(timeout=10)
+        try:
+            out, err = follow.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            follow.kill()  # never left behind to fail a later test
+            follow.communicate()
+            raise
+    assert follow.returncode == 130, (follow.returncode, err)
     assert "--- reconciler: " in out and ": starting llama-server ---" in out, out[-2000:]
     after = out.split("--- reconciler: ")[-1]
     assert "load_model: loading model" in after, after[-2000:]
