@@ -251,12 +251,7 @@ def _array(schema: dict[str, Any], node: Callable[[Any], Check]) -> list[Check]:
                     return False
             return True
         out.append(each)
-    if "minItems" in schema:
-        least = schema["minItems"]
-        out.append(lambda v: not len(v) < least)
-    if "maxItems" in schema:
-        most = schema["maxItems"]
-        out.append(lambda v: not len(v) > most)
+    out += _lengths(schema, "minItems", "maxItems")
     if schema.get("uniqueItems"):
         out.append(_unique)
     return out
@@ -267,11 +262,19 @@ def _string(schema: dict[str, Any], pattern: Callable[[str], Callable[[str], Any
     if "pattern" in schema:
         search = pattern(schema["pattern"])
         out.append(lambda v: search(v) is not None)
-    if "minLength" in schema:
-        least = schema["minLength"]
+    out += _lengths(schema, "minLength", "maxLength")
+    return out
+
+
+def _lengths(schema: dict[str, Any], least_key: str, most_key: str) -> list[Check]:
+    """Bounds on ``len(v)``: an array's ``minItems``/``maxItems``, a string's
+    ``minLength``/``maxLength``."""
+    out: list[Check] = []
+    if least_key in schema:
+        least = schema[least_key]
         out.append(lambda v: not len(v) < least)
-    if "maxLength" in schema:
-        most = schema["maxLength"]
+    if most_key in schema:
+        most = schema[most_key]
         out.append(lambda v: not len(v) > most)
     return out
 

@@ -874,4 +874,11 @@ MUTANTS: tuple[Mutant, ...] = (
     _m("schemafast", "bool-is-one", "        return False  # one of them is a boolean,",
        "        return bool(one == two)  # one of them is a boolean,",
        "§1: `true` passes for the number 1 in an enum or const (JSON Schema: it does not)"),
+    _m("schemafast", "length-floor-ignored", "out.append(lambda v: not len(v) < least)",
+       "out.append(lambda v: True)",
+       "§1: a list or string shorter than its schema's minItems/minLength loads without a problem"),
+    _m("schemafast", "length-ceiling-ignored",
+       "most = schema[most_key]\n        out.append(lambda v: not len(v) > most)",
+       "most = schema[most_key]\n        out.append(lambda v: True)",
+       "§1: a list or string longer than its schema's maxItems/maxLength loads without a problem"),
 )
