@@ -93,6 +93,10 @@ from reconciler.runtimes.common import ANSWERING_STATUS
 from reconciler.core.units import format_duration
 
 
+#: A node without a router (§9): its defaults, built once rather than once per pass.
+_NO_ROUTER = RouterConfig()
+
+
 def plan(
     desired: Desired, observed: Observed, remembered: Remembered, ctx: PlanContext, now: float
 ) -> Plan:
@@ -168,10 +172,6 @@ def plan(
     hints += livenessrungs.wakes(specs, records, observations, now)
     return Plan(decisions=ordered, requeue_after=min(hints) if hints else None,
                 fetches=fetches)
-
-
-#: A node without a router (§9): its defaults, built once rather than once per pass.
-_NO_ROUTER = RouterConfig()
 
 
 def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> Role:

@@ -50,6 +50,16 @@ async def _open(port: int, **kw) -> upstream.Stream:
                                       b'{"stream":true}', kw.get("timeout", 2.0))
 
 
+async def _piping(port: int, sink: Sink | None = None) -> tuple[upstream.Stream, Sink]:
+    """A stream past its head and first piece, piped into ``sink`` (a new one by default)."""
+    stream = await _open(port)
+    await stream.head()
+    await stream.read()
+    sink = sink if sink is not None else Sink()
+    stream.pipe(sink, [])
+    return stream, sink
+
+
 async def _body(stream: upstream.Stream) -> list[bytes]:
     pieces = []
     while piece := await stream.read():
@@ -257,12 +267,9 @@ def test_a_full_sink_pauses_reading_until_resumed() -> None:
     async def test() -> None:
         server, port = await _serve(parts, pause=0.02, close=False)
         async with server:
-            stream = await _open(port)
-            await stream.head()
-            await stream.read()
             sink = Sink()
             sink.buffered = upstream.HIGH + 1  # the client reads nothing
-            stream.pipe(sink, [])
+            stream, _ = await _piping(port, sink)
             assert await stream.piped() is False  # the next piece filled it: drain first
             assert stream._paused and len(sink.written) == 1  # noqa: SLF001
             await asyncio.sleep(0.15)
@@ -281,11 +288,7 @@ def test_a_pipe_whose_server_fails_mid_body_is_failed() -> None:
     async def test() -> None:
         server, port = await _serve(parts, pause=0.02)
         async with server:
-            stream = await _open(port)
-            await stream.head()
-            await stream.read()
-            sink = Sink()
-            stream.pipe(sink, [])
+            stream, sink = await _piping(port)
             with pytest.raises(upstream.Failed):
                 await stream.piped()
             assert sink.written == [b"9\r\ndata: 2\n\n\r\n"]  # what came before the failure
@@ -312,11 +315,7 @@ def test_under_many_streams_what_arrives_within_the_window_is_written_in_one_pie
     async def test() -> None:
         server, port = await _serve(_events(20), pause=0.003)
         async with server:
-            stream = await _open(port)
-            await stream.head()
-            await stream.read()
-            sink = Sink()
-            stream.pipe(sink, [])
+            stream, sink = await _piping(port)
             assert await stream.piped() is True
             stream.close()
         assert b"".join(sink.written).endswith(b"data: 19\n\n\r\n")
