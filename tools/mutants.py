@@ -34,7 +34,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
-from tests.mutation.catalogue import MUTANTS, Mutant  # noqa: E402
+from tests.mutation.catalogue import MUTANTS  # noqa: E402
+from tests.mutation.mutant import Mutant  # noqa: E402
 
 #: The fast suite, without the catalogue's own check (which every mutant fails by design).
 FAST = ["-m", "not e2e and not mlx", "--ignore=tests/mutation"]

@@ -17,16 +17,12 @@ BACKOFF reason starts the clock anyway).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import importlib
+import pkgutil
+
+from tests.mutation.mutant import Mutant
 
 
-class Mutant(NamedTuple):
-    name: str
-    path: str
-    old: str
-    new: str
-    breaks: str
-    tests: tuple[str, ...]
 
 
 _TESTS = {
@@ -882,3 +878,20 @@ MUTANTS: tuple[Mutant, ...] = (
        "most = schema[most_key]\n        out.append(lambda v: True)",
        "§1: a list or string longer than its schema's maxItems/maxLength loads without a problem"),
 )
+
+
+def _areas() -> tuple[Mutant, ...]:
+    """The mutants kept beside this file, one module per area (``area_*.py``, each a ``MUTANTS``).
+
+    New areas add a module of their own rather than lines here, so that work on
+    separate areas never edits one shared tuple.
+    """
+    found: list[Mutant] = []
+    package = importlib.import_module("tests.mutation")
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+        if info.name.startswith("area_"):
+            found.extend(importlib.import_module(f"tests.mutation.{info.name}").MUTANTS)
+    return tuple(found)
+
+
+MUTANTS = MUTANTS + _areas()
