@@ -140,8 +140,21 @@ class Compared:
     why: str = ""
 
 
+def found_state(declared: Device, found: FoundDevice | None) -> str:
+    """§7.1 one declared device as discovery found it: ``missing``, ``smaller`` or ``ok``.
+
+    The one rule ``capabilities`` and the planner both read: only a device found
+    missing, or found with less memory than declared, takes no claim. A size the
+    tool does not report (``[N/A]``: read as 0, unknown) is not smaller: the
+    declaration is trusted, as when no tool answers at all.
+    """
+    if found is None:
+        return "missing"
+    return "smaller" if 0 < found.memory < declared.memory else "ok"
+
+
 def compare(declared: tuple[Device, ...], found: tuple[FoundDevice, ...]) -> tuple[Compared, ...]:
-    """Declared devices against found ones (§7.1), in device order.
+    """Declared devices against found ones (§7.1, ``found_state``), in device order.
 
     Missing or smaller: the roles placed on it are refused (the planner reads
     the same facts); undeclared: a note (the planner never uses it).
@@ -150,14 +163,19 @@ def compare(declared: tuple[Device, ...], found: tuple[FoundDevice, ...]) -> tup
     out = []
     for d in declared:
         f = seen.pop(d.id, None)
+        state = found_state(d, f)
         if f is None:
-            out.append(Compared(id=d.id, state="missing", declared=d.memory, found=None,
+            out.append(Compared(id=d.id, state=state, declared=d.memory, found=None,
                                 why="declared, not found: roles placed on it are unplaceable"))
-        elif f.memory and f.memory < d.memory:
-            out.append(Compared(id=d.id, state="smaller", declared=d.memory, found=f.memory,
+        elif state == "smaller":
+            out.append(Compared(id=d.id, state=state, declared=d.memory, found=f.memory,
                                 why="declared larger than found: roles placed on it are unplaceable"))
+        elif not f.memory:
+            out.append(Compared(id=d.id, state=state, declared=d.memory, found=None,
+                                why="found; the tool reports no memory size: the declaration "
+                                    "is trusted"))
         else:
-            out.append(Compared(id=d.id, state="ok", declared=d.memory, found=f.memory))
+            out.append(Compared(id=d.id, state=state, declared=d.memory, found=f.memory))
     out += [Compared(id=f.id, state="undeclared", declared=None, found=f.memory,
                      why="found, not declared in NodeConfig devices: never planned onto")
             for f in seen.values()]

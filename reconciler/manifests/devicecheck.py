@@ -10,6 +10,7 @@ refuses it at run time, naming the device).
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable, Sequence
 
 from reconciler.core.desired import NodeConfig, WantedState
@@ -48,11 +49,18 @@ def check(config: NodeConfig, doc: Document | None, share: Sequence[RoleDraft],
                 f"(it declares {declared})"))
             continue
         if req.count is not None:
-            usable = [d for d in config.devices if d.kind in rt.kinds]
-            if req.count > len(usable):
+            # A count is of one kind (a server runs on one backend): the most it can
+            # have is the largest number of one kind the runtime can use.
+            usable = Counter(d.kind for d in config.devices if d.kind in rt.kinds)
+            most = max(usable.values(), default=0)
+            if req.count > most:
+                mixed = len(usable) > 1 and req.count <= sum(usable.values())
+                asks = f"asks for {req.count} device{'' if req.count == 1 else 's'}"
                 problems.append(draft.doc.problem(
-                    here + ("count",), f"asks for {req.count} devices; {node} declares "
-                    f"{len(usable)} it can use ({declared})"))
+                    here + ("count",), f"{asks}; {node} declares "
+                    + (f"at most {most} of one kind it can use ({declared}), and a count "
+                       "is of one kind: a server runs on one backend" if mixed
+                       else f"{most} it can use ({declared})")))
                 continue
         if draft.spec.state is WantedState.RUNNING:
             placeable.append(draft)
@@ -89,9 +97,7 @@ def _unplaced(config: NodeConfig, drafts: Sequence[RoleDraft],
             ids = list(req.ids)
         else:
             most = max(need)
-            fitting = sorted((free[d.id], d.id) for d in config.devices
-                             if d.kind in rt.kinds and free[d.id] >= most)
-            ids = sorted((i for _, i in fitting[:n]), key=device_order) if len(fitting) >= n else []
+            ids = _best_fit(config, free, rt.kinds, n, most)
         if ids and all(free[i] >= b for i, b in zip(ids, need)):
             for i, b in zip(ids, need):
                 free[i] -= b
@@ -99,6 +105,18 @@ def _unplaced(config: NodeConfig, drafts: Sequence[RoleDraft],
         out.append(f"{draft.spec.name} needs {format_size(max(need))} on {req} "
                    f"({', '.join(f'{i} {format_size(free[i])} free' for i in sorted(free, key=device_order))})")
     return out
+
+
+def _best_fit(config: NodeConfig, free: dict[str, int], kinds: frozenset, n: int,
+              most: int) -> list[str]:
+    """As the planner's ``pick``: of one kind (kinds in order), the ``n`` devices with the
+    least free memory that still hold ``most``, ties by index; [] when no kind has them."""
+    for kind in sorted({d.kind for d in config.devices if d.kind in kinds}):
+        fitting = sorted((free[d.id], device_order(d.id), d.id) for d in config.devices
+                         if d.kind == kind and free[d.id] >= most)
+        if len(fitting) >= n:
+            return sorted((i for _, _, i in fitting[:n]), key=device_order)
+    return []
 
 
 def device_order(device_id: str) -> tuple[str, int]:

@@ -10,14 +10,14 @@ devices are ``devicecheck.py``'s.
 from __future__ import annotations
 
 from reconciler.core.desired import Mode, Runtime
-from reconciler.core.devices import Device, DeviceKind, DeviceRequest, kind_of
+from reconciler.core.devices import Device, DeviceKind, DeviceRequest, index_of, kind_of
 from reconciler.runtimes import spec_of
 
 
 def node_devices(r) -> tuple[Device, ...]:
     """NodeConfig ``devices`` (§7.1): ids unique, a kind that agrees with its id."""
     out: list[Device] = []
-    seen: set[str] = set()
+    seen: set[tuple[str, int]] = set()
     for i, raw in enumerate(r.get("spec", "devices") or ()):
         here = ("spec", "devices", i)
         device_id = str(raw["id"])
@@ -25,9 +25,12 @@ def node_devices(r) -> tuple[Device, ...]:
         if raw.get("kind") is not None and raw["kind"] != kind:
             r.add(here + ("kind",), f"{raw['kind']!r} does not match the id {device_id!r} "
                   f"(a {kind} device)")
-        if device_id in seen:
+        # One id per device: the schema admits one spelling of an index (no leading
+        # zeros), and a device is its kind and index, so no two entries name one device.
+        device = (kind, index_of(device_id))
+        if device in seen:
             r.add(here + ("id",), f"{device_id} is declared twice")
-        seen.add(device_id)
+        seen.add(device)
         memory = r.size("spec", "devices", i, "memory", value=raw.get("memory"))
         if memory == 0:
             r.add(here + ("memory",), "must be more than 0 bytes")

@@ -3,9 +3,9 @@
 ``place(drafts, budget, excludes)`` turns the planner's decisions before
 memory into final decisions: every holder is counted first (what planned
 stops, unloads and give-ups release is already gone), then the claims
-(restarts, then starts/loads, each by port and name) are fitted; a claim that
-does not fit becomes a ``refuse`` (unplaceable / excluded) that reserves
-nothing.
+(restarts, then starts/loads; within each, claims for fixed device ids first,
+then by port and name) are fitted; a claim that does not fit becomes a
+``refuse`` (unplaceable / excluded) that reserves nothing.
 
 It runs in time linear in the roles (``bench/bench_plan.py``): the ledger
 keeps a running total and indexes exclusions both ways, so a claim costs
@@ -42,6 +42,16 @@ CLAIMS = (Verb.START, Verb.RESTART, Verb.LOAD)
 
 def order_key(d: Decision) -> tuple[int, int, str]:
     return (ORDER.get(d.verb, 4), d.port or 0, d.role)
+
+
+def claim_order(draft: Draft) -> tuple[int, bool, int, str]:
+    """The order claims are placed in (§7.1): by verb, then a claim for fixed device ids
+    before any other (as ``validate`` places them: a ``count`` claim placed first could take
+    the one device a fixed-ids claim can use, and a running role is never moved), then by
+    port and name."""
+    d, claim = draft.decision, draft.claim
+    return (ORDER.get(d.verb, 4), not (claim is not None and claim.request.ids), d.port or 0,
+            d.role)
 
 
 @attrs.define(kw_only=True)
@@ -262,8 +272,7 @@ def place(
             if draft.devices:
                 ledger.hold_devices(draft.decision.role, draft.devices)
     assigned: dict[str, Assignment] = {}
-    pending = sorted((dr for dr in drafts if dr.decision.verb in CLAIMS),
-                     key=lambda dr: order_key(dr.decision))
+    pending = sorted((dr for dr in drafts if dr.decision.verb in CLAIMS), key=claim_order)
     tried: dict[str, int] = {}  # refused claim → ``ledger.loosened`` at its last try
     while pending:
         # A refusal may release a hold that blocked an earlier claim: go round

@@ -39,6 +39,7 @@ from reconciler.core.devices import (
     DeviceRequest,
     DeviceUse,
     FoundDevice,
+    found_state,
     index_of,
     kind_of,
     shares,
@@ -116,16 +117,21 @@ def claim_of(spec: RoleSpec, prefer: Assignment | None) -> Claim | None:
 
 
 def unusable(devices: Sequence[Device], found: Iterable[FoundDevice] | None) -> dict[str, str]:
-    """Declared devices discovery found missing or smaller than declared → why."""
+    """Declared devices discovery found missing or smaller than declared → why.
+
+    ``found_state``'s rule, as ``capabilities`` reads it: a device whose size the
+    tool does not report is not smaller, and takes claims as declared.
+    """
     if found is None:
         return {}
     seen = {f.id: f for f in found}
     out = {}
     for d in devices:
         f = seen.get(d.id)
+        state = found_state(d, f)
         if f is None:
             out[d.id] = f"{d.id} is declared but not found on this machine"
-        elif f.memory < d.memory:
+        elif state == "smaller":
             out[d.id] = (f"{d.id} is declared with {format_size(d.memory)} but has "
                          f"{format_size(f.memory)}")
     return out

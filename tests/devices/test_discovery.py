@@ -111,3 +111,39 @@ def test_capabilities_without_any_tool_trusts_the_declaration(tmp_path, capsys, 
     assert cli.main(["-f", str(tmp_path), "capabilities", "--devices-yaml"]) == 1
     captured = capsys.readouterr()
     assert captured.out == "devices: []\n" and "no tool" in captured.err
+
+
+def test_a_device_of_unknown_size_is_ok_and_takes_claims_as_declared() -> None:
+    """§7.1 only a device found missing or smaller takes no claim: netdata's real P100 capture
+    (nvidia-smi reports no memory.total: read as 0, unknown) is ``ok`` for ``capabilities``
+    *and* usable for the planner, which read one rule (``found_state``); a size reported
+    smaller than declared is ``smaller`` for both."""
+    from reconciler.planner import placement
+    from reconciler.world import gpuparse
+
+    (p100,) = gpuparse.nvidia_smi_csv((DATA / "nvidia-smi_query-gpu_netdata_1x_tesla-p100.csv")
+                                      .read_text())
+    assert p100.memory == 0  # unknown
+    declared = (Device(id="cuda:0", kind=DeviceKind.CUDA, memory=15 * 10**9),)
+    (row,) = compare(declared, (p100,))
+    assert (row.state, row.found) == ("ok", None) and "no memory size" in row.why
+    assert placement.unusable(declared, (p100,)) == {}
+    small = (Device(id="cuda:0", kind=DeviceKind.CUDA, memory=17 * GIB),)
+    reported = gpuparse.nvidia_smi_csv(
+        (DATA / "nvidia-smi_query-gpu_idx55124687134_2x_rtx4080super+rtx3090.csv").read_text())
+    assert [c.state for c in compare(small, reported[:1])] == ["smaller"]  # 16376 MiB < 17 GiB
+    assert list(placement.unusable(small, reported[:1])) == ["cuda:0"]
+
+
+def test_smaller_only_when_found_smaller() -> None:
+    """§7.1 ``capabilities``: ``smaller`` only when found with less memory than declared; a
+    device found with exactly the declared memory is ``ok`` and takes claims."""
+    from reconciler.core.devices import FoundDevice
+    from reconciler.planner import placement
+
+    declared = (Device(id="cuda:0", kind=DeviceKind.CUDA, memory=24 * GIB),)
+    same = (FoundDevice(id="cuda:0", kind=DeviceKind.CUDA, name="gpu", memory=24 * GIB),)
+    assert [c.state for c in compare(declared, same)] == ["ok"]
+    assert placement.unusable(declared, same) == {}
+    less = (FoundDevice(id="cuda:0", kind=DeviceKind.CUDA, name="gpu", memory=24 * GIB - 1),)
+    assert [c.state for c in compare(declared, less)] == ["smaller"]

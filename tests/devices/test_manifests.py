@@ -134,3 +134,57 @@ def test_every_spelling_and_the_visibility_env_are_the_planners_with_placement_d
     off = _load(", devices: [{id: 'cuda:0', memory: 24GB}]",
                 _role("a", 8090, ", env: {CUDA_VISIBLE_DEVICES: '1'}", args=args))
     assert off.ok, off.problems
+
+
+def test_one_id_per_device_refuses_a_second_spelling_of_an_index() -> None:
+    """§7.1 one id per device, in one normal form: ``cuda:01`` beside ``cuda:1`` (both index 1)
+    would plan two roles onto one GPU, so an index with a leading zero is refused where it is
+    written (NodeConfig ``devices`` and a role's ``ids``), FILE:LINE: $.path: message; the
+    same spelling twice is refused as declared twice."""
+    result = _load(", devices: [{id: 'cuda:1', memory: 22GB}, {id: \"cuda:01\", memory: 22GB}]",
+                   _role("a", 8090, ", memory: {weights: 20GB}, placement: {devices: {ids: ['cuda:1']}}"),
+                   _role("b", 8091, ", memory: {weights: 20GB}, placement: {devices: {ids: ['cuda:01']}}"))
+    assert not result.ok
+    text = [str(p) for p in result.problems]
+    assert any(t.startswith("m.yaml:13: $.spec.devices[1].id: must be a device id")
+               and "'cuda:01' is written 'cuda:1'" in t for t in text), text
+    assert any(t.startswith("m.yaml:23: $.spec.placement.devices.ids[0]: must be a device id")
+               for t in text), text
+    for fine in ("cuda:0", "cuda:10", "rocm:999"):
+        ok = _load(f", devices: [{{id: '{fine}', memory: 22GB}}]")
+        assert ok.ok, (fine, ok.problems)
+    twice = _load(", devices: [{id: 'cuda:1', memory: 22GB}, {id: 'cuda:1', memory: 22GB}]")
+    assert [str(p) for p in twice.problems] == [
+        "m.yaml:13: $.spec.devices[1].id: cuda:1 is declared twice"]
+
+
+def test_a_count_is_of_one_kind_so_mixed_kinds_do_not_add_up() -> None:
+    """§7.1 ``{count: 2}`` on a node with one ``cuda`` and one ``rocm`` device could never be
+    placed (a count is of one kind: a server runs on one backend): an error, not silence."""
+    result = _load(", devices: [{id: 'cuda:0', memory: 24GB}, {id: 'rocm:0', memory: 24GB}]",
+                   _role("a", 8090, ", placement: {devices: {count: 2}}"))
+    assert [str(p) for p in result.problems] == [
+        "m.yaml:18: $.spec.placement.devices.count: asks for 2 devices; this node declares "
+        "at most 1 of one kind it can use (cuda:0, rocm:0), and a count is of one kind: a "
+        "server runs on one backend"]
+    one = _load(", devices: [{id: 'cuda:0', memory: 24GB}, {id: 'rocm:0', memory: 24GB}]",
+                _role("a", 8090, ", placement: {devices: {count: 1}}"))
+    assert one.ok, one.problems
+
+
+def test_a_count_equal_to_the_nodes_devices_is_fine() -> None:
+    """§7.1 a count of exactly the node's devices (of the kind) is placeable: no error, and
+    the always-on role that fits them warns nothing."""
+    result = _load(", devices: [{id: 'cuda:0', memory: 24GB}, {id: 'cuda:1', memory: 24GB}]",
+                   _role("a", 8090, ", memory: {weights: 40GB}, placement: {devices: {count: 2}}"))
+    assert result.ok, result.problems
+    assert not [w for w in result.warnings if "devices" in str(w)]
+
+
+def test_a_count_beyond_the_devices_the_runtime_can_use_is_an_error() -> None:
+    """§7.1 mlx-lm runs on metal only: a count of 1 on a node with only CUDA devices is
+    beyond the devices it can use (an error), though the node declares two devices."""
+    result = _load(", devices: [{id: 'cuda:0', memory: 24GB}, {id: 'cuda:1', memory: 24GB}]",
+                   _role("a", 8090, ", placement: {devices: {count: 1}}", runtime="mlx-lm"))
+    text = "\n".join(str(p) for p in result.problems)
+    assert "asks for 1 device; this node declares 0 it can use (cuda:0, cuda:1)" in text, text
