@@ -188,3 +188,90 @@ def test_a_count_beyond_the_devices_the_runtime_can_use_is_an_error() -> None:
                    _role("a", 8090, ", placement: {devices: {count: 1}}", runtime="mlx-lm"))
     text = "\n".join(str(p) for p in result.problems)
     assert "asks for 1 device; this node declares 0 it can use (cuda:0, cuda:1)" in text, text
+
+
+def _device_warnings(result) -> list[str]:
+    return [str(w) for w in result.warnings if "fit its devices" in str(w)]
+
+
+def test_only_always_on_roles_must_fit_the_devices_at_once() -> None:
+    """§7.1 validate warns when the always-on roles cannot all be placed at once; on-demand
+    roles take turns (the ledger and eviction place them when asked), so two on-demand
+    roles that do not fit together warn nothing about devices."""
+    two = ", devices: [{id: 'cuda:0', memory: 24GB}]"
+    on_demand = _load(two, _role("a", 8090, ", state: on-demand, memory: {weights: 20GB}, "
+                                            "placement: {devices: {count: 1}}"),
+                      _role("b", 8091, ", state: on-demand, memory: {weights: 20GB}, "
+                                       "placement: {devices: {count: 1}}"))
+    assert on_demand.ok, on_demand.problems
+    assert _device_warnings(on_demand) == []
+    always = _load(two, _role("a", 8090, ", memory: {weights: 20GB}, placement: {devices: {count: 1}}"),
+                   _role("b", 8091, ", memory: {weights: 20GB}, placement: {devices: {count: 1}}"))
+    assert len(_device_warnings(always)) == 1
+
+
+def test_a_share_exactly_equal_to_the_free_memory_fits_in_validate() -> None:
+    """§7.1 validate places as the planner does: a share of exactly a device's free memory
+    fits, for a count and for fixed ids (no warning); one byte more warns."""
+    node = ", devices: [{id: 'cuda:0', memory: 24GB}, {id: 'cuda:1', memory: 24GB}]"
+    exact = _load(node, _role("a", 8090, ", memory: {weights: 24GB}, placement: {devices: {count: 1}}"),
+                  _role("b", 8091, ", memory: {weights: 14GB}, placement: {devices: {ids: ['cuda:1']}}"),
+                  _role("c", 8092, ", memory: {weights: 10GB}, placement: {devices: {ids: ['cuda:1']}}"))
+    assert exact.ok, exact.problems
+    assert _device_warnings(exact) == []
+    over = _load(node, _role("a", 8090, ", memory: {weights: 24GB}, placement: {devices: {count: 1}}"),
+                 _role("b", 8091, ", memory: {weights: 14GB}, placement: {devices: {ids: ['cuda:1']}}"),
+                 _role("c", 8092, ", memory: {weights: 10000000001}, placement: {devices: {ids: ['cuda:1']}}"))
+    assert len(_device_warnings(over)) == 1
+
+
+def test_validate_places_fixed_ids_first_as_the_planner_does() -> None:
+    """§7.1 issue 27's case: `a` (port 8000, count 1) and `b` (port 8001, ids cuda:0), 20 GB
+    each on two 24 GB devices: placed fixed ids first, both fit (no warning), as the planner
+    places them (golden case devices-fixed-ids-placed-first)."""
+    result = _load(", devices: [{id: 'cuda:0', memory: 24GB}, {id: 'cuda:1', memory: 24GB}]",
+                   _role("a", 8000, ", memory: {weights: 20GB}, placement: {devices: {count: 1}}"),
+                   _role("b", 8001, ", memory: {weights: 20GB}, placement: {devices: {ids: ['cuda:0']}}"))
+    assert result.ok, result.problems
+    assert _device_warnings(result) == []
+
+
+def test_placement_devices_needs_mode_managed() -> None:
+    """§7.1 an adopted server is never launched, so nothing could give it devices:
+    placement.devices on it is an error at its path."""
+    result = _load(", devices: [{id: 'cuda:0', memory: 24GB}]",
+                   _role("a", 8090, ", placement: {devices: {count: 1}}").replace(
+                       "mode: managed", "mode: adopted"))
+    assert any("$.spec.placement.devices: placement.devices needs mode: managed" in str(p)
+               for p in result.problems), result.problems
+
+
+def test_ids_of_a_kind_the_runtime_cannot_use_are_errors() -> None:
+    """§7.1 mlx-lm runs on metal only: `ids: [cuda:0]` on an mlx-lm role is an error that
+    says so; `metal:0` is fine."""
+    node = ", devices: [{id: 'cuda:0', memory: 24GB}, {id: 'metal:0', memory: 24GB}]"
+    bad = _load(node, _role("a", 8090, ", placement: {devices: {ids: ['cuda:0']}}", runtime="mlx-lm"))
+    assert any("cuda:0: mlx-lm runs on metal devices only" in str(p) for p in bad.problems), \
+        bad.problems
+    good = _load(node, _role("a", 8090, ", placement: {devices: {ids: ['metal:0']}}", runtime="mlx-lm"))
+    assert not [p for p in good.problems if "devices" in str(p)], good.problems
+
+
+def test_every_spelling_of_the_device_flags_and_cuda_device_order_are_the_planners() -> None:
+    """§7.1 with placement.devices the planner sets the device flags and the CUDA device order:
+    `--tensor_split` (llama.cpp's underscore spelling of --tensor-split) in extra_args and
+    CUDA_DEVICE_ORDER in env are refused; without placement.devices both are allowed."""
+    node = ", devices: [{id: 'cuda:0', memory: 24GB}]"
+    extra = ", env: {CUDA_DEVICE_ORDER: FASTEST_FIRST}"
+    args = ", extra_args: ['--tensor_split', '1']"
+    flags = _load(node, _role("a", 8090, ", placement: {devices: {count: 1}}", args=args))
+    assert [str(p) for p in flags.problems] == [
+        "m.yaml:18: $.spec.serve.extra_args[0]: --tensor_split is set by the planner from "
+        "spec.placement.devices; remove it (or remove placement.devices to place the server "
+        "by hand)"]
+    env = _load(node, _role("a", 8090, ", placement: {devices: {count: 1}}" + extra))
+    assert [str(p) for p in env.problems] == [
+        "m.yaml:18: $.spec.env.CUDA_DEVICE_ORDER: CUDA_DEVICE_ORDER is set by the planner from "
+        "spec.placement.devices; remove it"]
+    off = _load(node, _role("a", 8090, extra, args=args))
+    assert off.ok, off.problems
