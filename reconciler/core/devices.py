@@ -183,11 +183,18 @@ def compare(declared: tuple[Device, ...], found: tuple[FoundDevice, ...]) -> tup
 
 
 def devices_yaml(found: tuple[FoundDevice, ...], headroom: float = 0.9) -> str:
-    """A NodeConfig ``devices:`` snippet for what was found (memory less room for the driver)."""
-    if not found:
-        return "devices: []\n"
-    lines = ["devices:"]
+    """A NodeConfig ``devices:`` snippet for what was found (memory less room for the driver).
+
+    A device whose size the tool does not report is written as a comment: its
+    memory is for the operator to declare (0 bytes would not validate).
+    """
+    known = [f for f in found if f.memory]
+    lines = ["devices:" if known else "devices: []"]
     for f in found:
+        if not f.memory:
+            lines.append(f"  # - {{id: \"{f.id}\", kind: {f.kind}, memory: ...}}  # {f.name}: "
+                         "the tool reports no memory size; declare what may be planned onto it")
+            continue
         plan = int(f.memory * headroom) // 10**8 * 10**8  # rounded down to 0.1 GB
         lines.append(f"  - {{id: \"{f.id}\", kind: {f.kind}, memory: {plan / 1e9:.1f}GB}}"
                      f"  # {f.name}, {f.memory / 2**30:.1f} GiB")

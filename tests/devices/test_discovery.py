@@ -147,3 +147,19 @@ def test_smaller_only_when_found_smaller() -> None:
     assert placement.unusable(declared, same) == {}
     less = (FoundDevice(id="cuda:0", kind=DeviceKind.CUDA, name="gpu", memory=24 * GIB - 1),)
     assert [c.state for c in compare(declared, less)] == ["smaller"]
+
+
+def test_devices_yaml_leaves_a_device_of_unknown_size_for_the_operator() -> None:
+    """§7.1 ``--devices-yaml`` never writes ``memory: 0.0GB`` (which validate refuses) for a
+    device whose size the tool does not report (the real P100 capture): it is a comment
+    naming the device, and the snippet still loads as a list."""
+    import yaml
+
+    from reconciler.world import gpuparse
+
+    found = gpuparse.nvidia_smi_csv((DATA / "nvidia-smi_query-gpu_netdata_1x_tesla-p100.csv")
+                                    .read_text())
+    text = devices_yaml(found)
+    assert yaml.safe_load(text) == {"devices": []}
+    assert '# - {id: "cuda:0", kind: cuda, memory: ...}  # Tesla P100-PCIE-16GB' in text
+    assert devices_yaml(()) == "devices: []\n"
