@@ -3,7 +3,8 @@
 One aiohttp server on the router's loopback address; one aiohttp client
 session for the roles' servers. A request goes through, in order:
 
-1. ``Authorization: Bearer`` when ``api_key_file`` or ``api_keys_file`` is
+1. a credential field given twice (two ``Authorization``) → 400;
+   ``Authorization: Bearer`` when ``api_key_file`` or ``api_keys_file`` is
    set (digests compared in constant time) → 401; a CORS preflight from an
    origin outside ``cors_origins`` → 403;
 2. the body, at most ``max_body`` bytes (→ 413) within ``body_timeout``
@@ -154,8 +155,11 @@ class Proxy:
 
     @web.middleware
     async def _shape(self, request: web.Request, handler) -> web.StreamResponse:
-        """Every error in the OpenAI shape: aiohttp's own (405, 417 …) and our bugs (500)."""
+        """Every error in the OpenAI shape: aiohttp's own (405, 417 …) and our bugs (500);
+        an ambiguous credential is 400 before any handler reads one (§9)."""
         try:
+            if (twice := rules.ambiguous(request.headers.items())) is not None:
+                return self._error(400, twice, "invalid_request_error")
             return await handler(request)
         except web.HTTPException as exc:
             if exc.status < 400:

@@ -17,13 +17,14 @@ without a socket:
   renamed to what the server serves, or dropped for mlx-lm, which would load
   whatever a request names; Ollama's ``keep_alive`` set to the role's);
 * ``forward_headers``: hop-by-hop headers (RFC 9110 §7.6.1, and any header
-  ``Connection`` names), ``Host``, ``Content-Length`` and the router's own
-  ``Authorization`` are never passed on; ``request_headers`` also sets the
+  ``Connection`` names), ``Host``, ``Content-Length``, the router's own
+  ``Authorization`` and a client's ``X-Api-Key`` are never passed on; ``request_headers`` also sets the
   one ``Content-Type`` of the re-encoded body;
 * ``streams``: whether a request asks for a streamed answer;
 * ``error_body``: the OpenAI-style error ``{"error": {"message", "type", "code"}}``;
 * ``admits``/``RETRY_AFTER``: the queue's bound (429 beyond ``max_queue``);
-* ``bearer``: the key of an ``Authorization: Bearer`` header.
+* ``bearer``: the key of an ``Authorization: Bearer`` header; ``ambiguous``: a
+  credential field given more than once (a singleton, RFC 9110 §11.6.2), refused 400.
 """
 
 from __future__ import annotations
@@ -217,7 +218,7 @@ def upstream_body(body: Mapping, route: Route, api: Api) -> bytes:
 _NEVER_FORWARDED = frozenset({
     "connection", "keep-alive", "proxy-connection", "proxy-authenticate",
     "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade",
-    "host", "content-length", "authorization",
+    "host", "content-length", "authorization", "x-api-key",
 })
 
 
@@ -254,6 +255,26 @@ def error_body(message: str, kind: str, code: int | str) -> bytes:
 def admits(waiting: int, max_queue: int) -> bool:
     """§9 one more request may wait for a role while fewer than ``max_queue`` do."""
     return waiting < max_queue
+
+
+#: The fields a client's credential may come in: the router reads ``Authorization``;
+#: llama-server also reads ``X-Api-Key`` (neither is ever forwarded).
+_CREDENTIALS = ("authorization", "x-api-key")
+
+
+def ambiguous(headers: Iterable[tuple[str, str]]) -> str | None:
+    """§9 why a request's credential is ambiguous (one of its fields given twice), or None.
+    ``Authorization`` is a singleton field (RFC 9110 §11.6.2): which of two would be the
+    client's? Taking either lets a front proxy's key and the client's disagree unseen."""
+    seen: set[str] = set()
+    for key, _ in headers:
+        name = key.lower()
+        if name in _CREDENTIALS:
+            if name in seen:
+                return (f"more than one `{key}` header: a request carries one credential "
+                        "(RFC 9110 §11.6.2)")
+            seen.add(name)
+    return None
 
 
 def bearer(header: str | None) -> str | None:

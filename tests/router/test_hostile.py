@@ -231,3 +231,27 @@ def test_cors_preflight_from_an_allowed_and_a_refused_origin() -> None:
                                             headers={"Origin": "http://evil.example"})
         assert "Access-Control-Allow-Origin" not in headers
     run(test, cors_origins=("http://localhost:3000",))
+
+
+def test_two_authorization_headers_are_an_ambiguous_credential_400() -> None:
+    """§9 RFC 9110: ``Authorization`` is a singleton field. Two of them (the right key first
+    or second, or the same key twice) are 400, never the first one taken: nothing is
+    forwarded, on every path that reads a key; two ``X-Api-Key`` likewise. One of each is no
+    ambiguity (the router reads ``Authorization``); a client's ``X-Api-Key`` never goes on."""
+    good, bad = "Authorization: Bearer s3cret", "authorization: Bearer wrong"
+
+    async def test(rig, s):
+        rig.publish(_route(RouteState.READY, rig.upstream.port))
+        port = port_of(rig)
+        for pair in ((good, bad), (bad, good), (good, good),
+                     (good, "X-Api-Key: a", "x-api-key: b")):
+            status, error = status_and_error(await raw(port, _post(b'{"model":"chat"}', *pair)))
+            assert status == 400 and "more than one" in error["message"], pair
+            head = "".join(f"{h}\r\n" for h in pair)
+            models = f"GET /v1/models HTTP/1.1\r\nHost: x\r\n{head}Connection: close\r\n\r\n"
+            assert status_and_error(await raw(port, models.encode()))[0] == 400
+        assert rig.upstream.seen == []
+        answer = await raw(port, _post(b'{"model":"chat"}', good, "X-Api-Key: client-key"))
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        assert [h for h in rig.upstream.seen[0][1] if h.lower() == "x-api-key"] == []
+    run(test, key="s3cret")

@@ -367,3 +367,4 @@ def test_the_roles_own_key_goes_upstream_never_the_clients(tmp_path) -> None:
                                       headers={"Authorization": "Bearer client-key"})
         assert status == 200 and "Authorization" not in rig.upstream.seen[-1][1]
     run(test, key="client-key")
+

@@ -208,3 +208,13 @@ def test_every_interface_is_never_loopback_to_the_router() -> None:
                    (_role("lo6", 8082, host="::1"), Decision(role="lo6", **keep)))
     assert [r.state for r in table.routes] == [RouteState.REFUSED, RouteState.REFUSED,
                                                RouteState.READY]
+
+
+def test_a_credential_field_given_twice_is_ambiguous() -> None:
+    """§9 ``ambiguous``: ``Authorization`` (or ``X-Api-Key``) twice, in any case, is named;
+    once each, or other fields repeated, is not."""
+    assert rules.ambiguous([("Authorization", "Bearer a"), ("authorization", "Bearer b")])
+    assert "X-API-KEY" in rules.ambiguous([("x-api-key", "a"), ("X-API-KEY", "a")])
+    assert rules.ambiguous([("Authorization", "Bearer a"), ("X-Api-Key", "b"),
+                      ("Accept", "x"), ("Accept", "y")]) is None
+    assert rules.ambiguous([]) is None
