@@ -49,3 +49,11 @@ MUTANTS = (
            "for name in (spec.model, spec.serve.draft_model):", "for name in (spec.model,):",
            "§1.6: a role starts before its draft Model (with a source) is in the cache", PLAN),
 )
+
+#: ``reconcile import`` (§1.7, issue 31): what a role serves and what may run together.
+MUTANTS += (
+    mutant("manifests/importdocs.py", "one-model-per-file-name",
+           'return ("path", posixpath.normpath(need.path))', 'return ("path", model_name(need))',
+           "§1.7: two projectors named mmproj-F16.gguf in two folders become one Model; the "
+           "second role serves the first role's projector", "tests/manifests"),
+)
