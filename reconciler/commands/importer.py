@@ -98,7 +98,8 @@ def _swap_drafts(path: str, listen: int) -> tuple[list[RoleDraft], int, tuple[No
 
 def _write(drafts: list[RoleDraft], router: int | None, config_notes: tuple[Note, ...], *,
            out: str) -> int:
-    located, unlocated = _locate([n for d in drafts for n in d.translation.models])
+    needs = [n for d in drafts for n in d.translation.models]
+    located, unlocated = _locate(needs, importdocs.model_names(needs))
     programs = {r: _program(r, drafts) for r in {d.translation.runtime for d in drafts}}
     written = importdocs.documents(drafts, located, programs=programs, router_port=router)
     files = _file_plan(drafts, out)
@@ -119,8 +120,10 @@ def _write(drafts: list[RoleDraft], router: int | None, config_notes: tuple[Note
     return _validate(out)
 
 
-def _locate(needs: list[ModelNeed]) -> tuple[dict[ModelNeed, Located], dict[ModelNeed, str]]:
-    """Hash the weight files that are on this machine; say why for the others."""
+def _locate(needs: list[ModelNeed], names: dict[ModelNeed, str]
+            ) -> tuple[dict[ModelNeed, Located], dict[ModelNeed, str]]:
+    """Hash the weight files that are on this machine; say why for the others (the step to
+    finish names the Model as the roles do, ``--name`` where that is not the file's stem)."""
     located: dict[ModelNeed, Located] = {}
     why: dict[ModelNeed, str] = {}
     for need in needs:
@@ -133,11 +136,13 @@ def _locate(needs: list[ModelNeed]) -> tuple[dict[ModelNeed, Located], dict[Mode
             continue
         path = os.path.expanduser(need.path)
         if not os.path.exists(path):
+            named = "" if names[need] == importdocs.model_name(need) else \
+                f" --name {names[need]}"
             why[need] = f"{need.path} is not on this machine: run `reconcile models add " \
-                        f"{need.path}` where it is"
+                        f"{need.path}{named}` where it is"
             continue
         try:
-            doc = model_commands.files_document(path, name=importdocs.model_name(need))
+            doc = model_commands.files_document(path, name=names[need])
         except (OSError, ValueError) as e:
             why[need] = f"{need.path}: {e}"
             continue

@@ -2,7 +2,8 @@
 
 ``translate`` says what each flag becomes; this module writes it down: one InferenceSpec per
 role, one Model per weight file (from the file facts the shell hashed, or none when the file
-is not on this machine), and a NodeConfig whose allowed ports, serve programs and router
+is not on this machine; named by ``model_names``, so that two files of one name in different
+folders never become one Model), and a NodeConfig whose allowed ports, serve programs and router
 cover the roles. The same function serves the command and the corpus test
 (``tests/manifests/test_import_corpus.py``), which feeds it facts of files that exist on the
 machine the line came from.
@@ -10,6 +11,7 @@ machine the line came from.
 
 from __future__ import annotations
 
+import posixpath
 from typing import Iterable, Mapping
 
 import attrs
@@ -66,6 +68,57 @@ def model_name(need: ModelNeed) -> str:
     return modeldoc.plain_name(base or "model")
 
 
+def file_key(need: ModelNeed) -> tuple[str, ...]:
+    """What makes two weight files one: the full path (normalised), or the Hub repository and
+    file. Never the file name alone: ``/srv/a/mmproj-F16.gguf`` and ``/srv/b/mmproj-F16.gguf``
+    are two projectors."""
+    if need.path is not None:
+        return ("path", posixpath.normpath(need.path))
+    return ("hf", need.hf_repo or "", need.hf_file or "")
+
+
+def model_names(needs: Iterable[ModelNeed]) -> dict[ModelNeed, str]:
+    """Each weight file's Model name (BEHAVIOUR §1.7): its stem when no other file of the
+    import has that stem; otherwise the stem after the fewest folders that tell the files
+    apart (``a-mmproj-F16``, ``b-mmproj-F16``), numbered only if the folders cannot. One
+    file (one ``file_key``) is one name, whichever roles and weights name it."""
+    needs = list(needs)
+    files: dict[tuple[str, ...], ModelNeed] = {}
+    for need in needs:
+        files.setdefault(file_key(need), need)
+    stems: dict[str, list[tuple[str, ...]]] = {}
+    for key, need in files.items():
+        stems.setdefault(model_name(need), []).append(key)
+    chosen = {keys[0]: stem for stem, keys in stems.items() if len(keys) == 1}
+    taken = set(chosen.values())
+    for stem, keys in stems.items():
+        if len(keys) == 1:
+            continue
+        folders = {key: _folders(files[key]) for key in keys}
+        for depth in (1, 2, 3, 0):
+            named = {key: modeldoc.plain_name("-".join((*folders[key][-depth:], stem))
+                                              if depth else stem) for key in keys}
+            if depth == 0 or len(set(named.values())) == len(keys):
+                break
+        for key in keys:
+            name = candidate = named[key]
+            n = 2
+            while candidate in taken:
+                candidate = f"{name[:60]}-{n}"
+                n += 1
+            taken.add(candidate)
+            chosen[key] = candidate
+    return {need: chosen[file_key(need)] for need in needs}
+
+
+def _folders(need: ModelNeed) -> tuple[str, ...]:
+    """The folders above a file (``/srv/a/x.gguf``: ``srv``, ``a``), or its Hub repository."""
+    if need.path is None:
+        return tuple(p for p in (need.hf_repo or "").split(":")[0].split("/") if p)
+    parts = posixpath.normpath(need.path.replace("\\", "/")).split("/")[:-1]
+    return tuple(p for p in parts if p not in ("", ".", "..", "~"))
+
+
 def documents(roles: Iterable[RoleDraft], located: Mapping[ModelNeed, Located], *,
               programs: Mapping[Runtime, str], router_port: int | None = None,
               key_dir: str = "/etc/reconciler/keys") -> Written:
@@ -75,12 +128,13 @@ def documents(roles: Iterable[RoleDraft], located: Mapping[ModelNeed, Located], 
     missing: list[tuple[str, ModelNeed]] = []
     ports: list[int] = []
     runtimes: set[Runtime] = set()
+    roles = list(roles)
+    names = model_names(need for role in roles for need in role.translation.models)
     for role in roles:
         tr = role.translation
         runtimes.add(tr.runtime)
-        names = {}
         for need in tr.models:
-            name = names[need] = model_name(need)
+            name = names[need]
             found = located.get(need)
             if found is None:
                 missing.append((name, need))

@@ -6,8 +6,8 @@
 * ``FaultServer``: a standard-library server in a thread that serves named
   files with ``Range`` and can misbehave for real: drop the connection after
   some bytes, send other bytes, send more than the file, redirect (to http, to
-  itself in a loop, to a "CDN" on another loopback address), and count the
-  bytes it really wrote.
+  itself in a loop, to a "CDN" on another loopback address), answer a range
+  from another byte than asked (``range_shift``), and count the bytes it really wrote.
 * ``FaultServer`` is also the **Hub double**: ``GET|HEAD /ORG/REPO/resolve/REV/PATH``
   answers as huggingface.co does for an LFS file (huggingface_hub 2.4's
   ``file_download.get_hf_file_metadata`` and ``utils/_http.py`` read these):
@@ -133,6 +133,7 @@ class FaultServer:
                 rng = self.headers.get("Range")
                 if rng and rng.startswith("bytes=") and not fault.get("ignore_range"):
                     start = int(rng[6:].split("-")[0])
+                start = max(0, start + fault.get("range_shift", 0)) if start else 0
                 declared = len(data) + fault.get("extra", 0)
                 if start:
                     self.send_response(206)

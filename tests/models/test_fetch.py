@@ -84,6 +84,51 @@ def test_nginx_resumes_a_partial_file_with_a_range(tmp_path: Path) -> None:
         or out.fetched < len(DATA)
 
 
+def test_a_206_must_continue_the_file_at_byte_n(tmp_path: Path, server: FaultServer) -> None:
+    """§1.6: a range answer that starts elsewhere than the partial file's size (here 4 KiB
+    further: bytes skipped) is refused with the byte it had to start at; nothing is served."""
+    half = len(DATA) // 2
+    part = Path(partial_path(str(tmp_path), SHA))
+    part.parent.mkdir(parents=True)
+    part.write_bytes(DATA[:half])
+    server.faults["m.gguf"] = {"range_shift": 4096}
+    out = fetch.download(job(tmp_path, server.url("m.gguf")), sleep=no_sleep)
+    assert not out.ok and out.failure is Failure.HTTP, out.detail
+    assert f"does not continue the file at byte {half}" in out.detail
+    assert nothing_served(tmp_path)
+    assert fetchpolicy.body_start(206, f"bytes {half}-{len(DATA) - 1}/{len(DATA)}", None,
+                                  half, len(DATA)) == half
+    assert isinstance(fetchpolicy.body_start(206, f"bytes 0-{len(DATA) - 1}/{len(DATA)}", None,
+                                             half, len(DATA)), str)
+
+
+@pytest.mark.skipif(NO_NGINX, reason=NO_NGINX_WHY)
+def test_nginx_416_is_complete_only_when_the_partial_file_has_the_whole_size(
+        tmp_path: Path) -> None:
+    """§1.6: the mirror's file is shorter than the Model says; a partial file of the mirror's
+    length gets nginx's 416: an HTTP failure (the partial file removed), never a complete
+    file. A 416 means complete only at the Model's whole size."""
+    short = len(DATA) - 1000
+    www = tmp_path / "www"
+    www.mkdir()
+    (www / "m.gguf").write_bytes(DATA[:short])
+    cache = tmp_path / "cache"
+    part = Path(partial_path(str(cache), SHA))
+    part.parent.mkdir(parents=True)
+    part.write_bytes(DATA[:short])
+    nginx = Nginx(www, tmp_path / "nginx")
+    try:
+        out = fetch.download(job(cache, nginx.url("m.gguf")), sleep=no_sleep)
+    finally:
+        nginx.close()
+    assert " 416 " in (tmp_path / "nginx" / "access.log").read_text()
+    assert not out.ok and out.failure is Failure.HTTP and "HTTP 416" in out.detail, out.detail
+    assert nothing_served(cache)
+    assert fetchpolicy.body_start(416, f"bytes */{short}", None, short, len(DATA)) == "HTTP 416"
+    assert fetchpolicy.body_start(416, f"bytes */{len(DATA)}", None, len(DATA),
+                                  len(DATA)) == len(DATA)
+
+
 def test_a_connection_dropped_at_half_is_resumed(tmp_path: Path, server: FaultServer) -> None:
     """Dropped at 50 %: the retry asks for the rest; bytes sent twice ≤ one chunk."""
     server.faults["m.gguf"] = {"drop_at": len(DATA) // 2}
@@ -234,6 +279,34 @@ def test_the_token_goes_only_to_the_hub_and_a_missing_token_file_is_named(
         assert str(tmp_path / "nope") in missing.detail and "hf_secret" not in missing.detail
     finally:
         cdn.close()
+
+
+def test_the_token_goes_only_to_the_hubs_scheme_host_and_port(tmp_path: Path,
+                                                          server: FaultServer) -> None:
+    """§1.6: a CDN on the Hub's own host but another port gets no Authorization (an origin is
+    scheme, host *and* port); the Hub itself does."""
+    cdn = FaultServer(host="127.0.0.1")
+    try:
+        cdn.files["m.gguf"] = DATA
+        server.hub["org/tiny"] = ("c" * 40, cdn.base)
+        token = tmp_path / "token"
+        token.write_text("hf_secret\n")
+        out = fetchmodel.run(fetchmodel.ModelJob(
+            model="m", generation="g", cache=str(tmp_path / "cache"),
+            tree=str(tmp_path / "cache/models/m/g"), token_file=str(token),
+            files=(("m.gguf", f"{server.base}/org/tiny/resolve/{'c' * 40}/m.gguf", SHA,
+                    len(DATA)),), token_origin=server.base))
+        assert out.ok, out.detail
+        assert cdn.port != server.port
+        assert server.requests[0][2].get("Authorization") == "Bearer hf_secret"
+        assert cdn.requests and all("Authorization" not in h for _, _, h in cdn.requests)
+    finally:
+        cdn.close()
+    same = fetchpolicy.same_origin
+    assert same("https://hub.example/x", "https://HUB.example:443/")
+    assert not same("https://hub.example:8443/x", "https://hub.example")
+    assert not same("http://hub.example:443/x", "https://hub.example")
+    assert not same("https://cdn.example/x", "https://hub.example")
 
 
 def test_a_killed_fetch_process_is_resumed_by_the_next(tmp_path: Path,

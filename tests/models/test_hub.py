@@ -88,6 +88,23 @@ def test_a_non_lfs_file_is_refused_for_want_of_a_sha256() -> None:
         hub.file_meta({"etag": '"' + "a" * 40 + '"', "content-length": "10"}, "hf://o/r/f")
 
 
+def test_x_repo_commit_must_be_a_commit(the_hub, tmp_path: Path) -> None:
+    """§1.6: a Hub answering X-Repo-Commit with something that is no commit (a branch name, a
+    short id) is refused, nothing written: the document pins a commit, 40 hex digits."""
+    server, _ = the_hub
+    server.files["t.gguf"] = b"x" * 10
+    server.hub["org/tiny"] = ("main", server.hub["org/tiny"][1])
+    out = add("hf://org/tiny/t.gguf@main", "--hf-endpoint", server.base,
+              "-o", str(tmp_path / "m.yaml"))
+    assert out.returncode == 1 and "X-Repo-Commit 'main' is not a commit" in out.stderr
+    assert not (tmp_path / "m.yaml").exists()
+    lfs = {"x-linked-etag": '"' + "b" * 64 + '"', "x-linked-size": "10"}
+    for bad in ("0123456", COMMIT.upper(), COMMIT + "0"):
+        with pytest.raises(ValueError, match="is not a commit"):
+            hub.file_meta(lfs | {"x-repo-commit": bad}, "hf://o/r/f")
+    assert hub.file_meta(lfs | {"x-repo-commit": COMMIT}, "hf://o/r/f").commit == COMMIT
+
+
 def test_a_url_needs_its_sha256_unless_the_server_states_it(tmp_path) -> None:
     server = FaultServer()
     try:

@@ -150,3 +150,44 @@ def test_a_restart_waiting_for_its_model_keeps_what_the_server_holds() -> None:
     assert (d.decision.verb, d.decision.reserve, d.holds, d.devices, d.claim) == (
         Verb.WAIT, 0, 5 * GB, (("gpu0", GB),), None)
     assert d.decision.pid == 42 and d.decision.devices == (("gpu0", GB),)
+
+
+def test_the_disk_check_counts_the_fetches_planned_before_it() -> None:
+    """§1.6: two Models of 4 GB, min_free 10 GB, 16 GB free: each fits alone, both do not, so
+    the second role is refused no_disk, naming the 4 GB fetched before it."""
+    n = node()
+    models = {m.name: m for m in models_on((model("qwen"), model("llama")), n)}
+    specs = {"a": role("a", "qwen"), "b": role("b", "llama")}
+    obs = {name: FetchObservation(model=name, generation="g", state=FetchState.NEEDED,
+                                  total=4 * GB, missing=4 * GB, free=16 * GB)
+           for name in ("qwen", "llama")}
+    drafts, fetches = fetchrungs.gate([start("a"), start("b")], specs, models, obs, n)
+    assert [f.model for f in fetches] == ["qwen"]
+    d = drafts[1].decision
+    assert (d.verb, d.reason) == (Verb.REFUSE, Reason.NO_DISK)
+    assert "(+4.0 GB fetched before it)" in d.detail
+
+
+def test_roles_waiting_for_one_model_share_its_fetch_and_its_disk() -> None:
+    """§1.6: the second role on a Model already planned waits for that fetch: its bytes are not
+    counted again (4 GB + min_free 10 GB fit 17 GB free once, not twice)."""
+    drafts, fetches = gate([start("a"), start("b")], [seen(FetchState.NEEDED, free=17 * GB)],
+                           roles=("a", "b"))
+    assert [f.model for f in fetches] == ["qwen"]
+    assert [(d.decision.verb, d.decision.status) for d in drafts] == [
+        (Verb.WAIT, Status.FETCHING), (Verb.WAIT, Status.FETCHING)]
+
+
+def test_a_draft_model_with_a_source_is_fetched_before_the_start() -> None:
+    """§1.6: the main Model is here, the draft Model (speculative decoding) is not: the start
+    waits and the draft Model's fetch is planned."""
+    n = node()
+    models = {m.name: m for m in models_on((model("qwen"), model("tiny")), n)}
+    spec = RoleSpec(name="coder", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="qwen",
+                    serve=ServeSpec(port=8090, draft_model="tiny"))
+    obs = {"qwen": seen(FetchState.DONE, missing=0),
+           "tiny": FetchObservation(model="tiny", generation="g", state=FetchState.NEEDED,
+                                    total=GB, missing=GB, free=38 * GB)}
+    drafts, fetches = fetchrungs.gate([start("coder")], {"coder": spec}, models, obs, n)
+    assert [f.model for f in fetches] == ["tiny"]
+    assert (drafts[0].decision.verb, drafts[0].decision.status) == (Verb.WAIT, Status.FETCHING)
