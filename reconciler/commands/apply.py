@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import attrs
@@ -44,10 +43,10 @@ def run_plan(g: GlobalOptions, o: PlanOptions) -> int:
         from reconciler.planner import memoryview
 
         ledger = memoryview.host_ram(result.plan, reserved, result.desired, applied=False)
-        print(json.dumps({"plan": render.as_json(result.plan), "git_commit": result.git_commit,
-                          "ledger": memoryview.as_json(ledger)}, indent=2))
+        common.print_json({"plan": render.as_json(result.plan), "git_commit": result.git_commit,
+                           "ledger": memoryview.as_json(ledger)})
     else:
-        print(render.text(result.plan).rstrip("\n"))
+        common.print_text(render.text(result.plan))
     if o.detailed_exitcode and (result.plan.changes or result.plan.fetches):
         return Exit.CHANGES
     return Exit.OK
@@ -126,15 +125,14 @@ def _pass_and_report(g: GlobalOptions, o: ApplyOptions, store,
         return common.report_problems(result.problems)
     common.report_warnings(result.warnings)
     if o.json:
-        print(json.dumps({
+        common.print_json({
             "plan": render.as_json(result.plan),
             "outcomes": [_outcome_json(o) for o in result.outcomes],
             "git_commit": result.git_commit,
-        }, indent=2))
+        })
     else:
-        print(render.text(result.plan).rstrip("\n"))
-        for line in _outcome_lines(result.outcomes):
-            print(line)
+        common.print_text("\n".join([render.text(result.plan).rstrip("\n"),
+                                     *_outcome_lines(result.outcomes)]))
     # A refusal found while acting (a model that fails verification at spawn) or a
     # new server found exposed needs an operator, exactly as if the plan had found it.
     failed = [o for o in result.outcomes if not (o.ok or o.skipped)]

@@ -17,6 +17,7 @@ from typing import Iterator
 import attrs
 
 from reconciler.commands.options import GlobalOptions
+from reconciler.core.errors import shown, shown_json
 from reconciler.core.exitcodes import Exit
 from reconciler.manifests.fleet import NodeChoice
 from reconciler.state.lock import Lock
@@ -108,5 +109,12 @@ def report_warnings(warnings) -> None:
         print(f"warning: {warning}", file=sys.stderr)
 
 
-def print_json(value) -> None:
-    print(json.dumps(value, indent=2, sort_keys=False))
+def print_json(value, **dumps) -> None:
+    """``value`` as JSON on stdout; DEL and C1 in its strings escaped (§1.5), as JSON does C0."""
+    print(shown_json(json.dumps(value, **{"indent": 2, **dumps})))
+
+
+def print_text(text: str) -> None:
+    """A rendered text on stdout, its control characters escaped (§1.5: text from a manifest
+    never reaches a terminal raw), without its last line break."""
+    print(shown(text.rstrip("\n")))

@@ -16,6 +16,7 @@ import attrs
 
 from reconciler.commands import common
 from reconciler.commands.options import GlobalOptions
+from reconciler.core.errors import shown, shown_json
 from reconciler.core.exitcodes import Exit
 from reconciler.core.units import parse_duration
 
@@ -39,14 +40,14 @@ def run(g: GlobalOptions, o: EventsOptions) -> int:
         events = store.events(role=o.name, since=since)
     for e in events:
         if o.json:
-            print(json.dumps({
+            print(shown_json(json.dumps({
                 "id": e.id, "at": e.at, "role": e.role, "verb": e.kind, "reason": e.reason,
                 "detail": e.detail, "ok": e.ok, "git_commit": e.git_commit,
-            }))
+            })))
         else:
             when = dt.datetime.fromtimestamp(e.at).isoformat(sep=" ", timespec="seconds")
             ok = "" if e.ok is None else (" ok" if e.ok else " FAILED")
             commit = f" @{e.git_commit[:10]}" if e.git_commit else ""
-            print(f"{when}  {e.role:<16} {e.kind} ({e.reason}){ok}{commit}"
-                  + (f": {e.detail}" if e.detail else ""))
+            print(shown(f"{when}  {e.role:<16} {e.kind} ({e.reason}){ok}{commit}"
+                        + (f": {e.detail}" if e.detail else "")))
     return Exit.OK

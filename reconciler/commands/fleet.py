@@ -12,7 +12,6 @@ line per node or role that changes (``fleetdiff``). Exit codes as ``plan
 from __future__ import annotations
 
 import gc
-import json
 import sys
 
 import attrs
@@ -60,9 +59,9 @@ def _show(o: FleetOptions, paths: list[str], loaded, implicit: str) -> int:
     if o.diff:
         return _diff(o, paths, now, implicit)
     if o.json:
-        print(json.dumps(fleetview.as_json(now), indent=2, ensure_ascii=False))
+        common.print_json(fleetview.as_json(now), ensure_ascii=False)
     else:
-        print(fleetview.text(now).rstrip("\n"))
+        common.print_text(fleetview.text(now))
     return Exit.OK
 
 
@@ -79,10 +78,9 @@ def _diff(o: FleetOptions, paths: list[str], now, implicit: str) -> int:
         return Exit.ERROR
     changes = fleetdiff.diff(fleetview.view(before.fleet, implicit=implicit), now)
     if o.json:
-        print(json.dumps({**fleetdiff.as_json(changes), "rev": o.diff}, indent=2,
-                         ensure_ascii=False))
+        common.print_json({**fleetdiff.as_json(changes), "rev": o.diff}, ensure_ascii=False)
     else:
-        print(fleetdiff.text(changes).rstrip("\n"))
+        common.print_text(fleetdiff.text(changes))
     return Exit.CHANGES if changes else Exit.OK
 
 
@@ -95,10 +93,10 @@ def run_offline_plan(g: GlobalOptions, o: PlanOptions) -> int:
     common.report_warnings(loaded.warnings)
     plan = offline.plan(loaded.desired)
     if o.json:
-        print(json.dumps({"plan": render.as_json(plan), "git_commit": manifests_commit(paths),
-                          "node": loaded.desired.node.name, "offline": True}, indent=2))
+        common.print_json({"plan": render.as_json(plan), "git_commit": manifests_commit(paths),
+                           "node": loaded.desired.node.name, "offline": True})
     else:
-        print(render.text(plan).rstrip("\n"))
+        common.print_text(render.text(plan))
     if o.detailed_exitcode and plan.changes:
         return Exit.CHANGES
     return Exit.OK

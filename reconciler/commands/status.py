@@ -108,8 +108,9 @@ def _print_table(rows: list[dict]) -> None:
         for r in rows
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS) - 1)]
-    for row in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+    common.print_text("\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1]
+        for row in table))
 
 
 def _as_recorded(row: dict) -> dict:

@@ -17,6 +17,7 @@ import attrs
 
 from reconciler.commands import options as opt
 from reconciler.commands.options import GlobalOptions
+from reconciler.core.errors import shown_json
 from reconciler.repo import sources
 
 
@@ -33,7 +34,8 @@ def run(g: GlobalOptions, o: ValidateOptions) -> int:
         print(f"{warning.file}:{warning.line}: {warning.path}: warning: {warning.message}",
               file=sys.stderr)
     if o.json:
-        print(json.dumps([p.as_dict() for p in result.problems], indent=2, ensure_ascii=False))
+        print(shown_json(json.dumps([p.as_dict() for p in result.problems], indent=2,
+                                    ensure_ascii=False)))
     else:
         for problem in result.problems:
             print(problem)

@@ -25,6 +25,23 @@ from typing import Iterable
 import attrs
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+#: What never reaches a terminal raw: C0 controls but the line break, DEL, C1 controls.
+_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+#: What JSON leaves raw of those (it escapes C0 itself; not DEL, nor C1 with ensure_ascii off).
+_RAW_IN_JSON = re.compile(r"[\x7f-\x9f]")
+
+
+def shown(text: str) -> str:
+    """``text`` for a terminal (§1.5): every control character but the line break (C0, DEL,
+    C1) written as an escape (``\\x1b[2J``, ``\\x9b``), so text from a manifest never moves
+    an operator's cursor or clears the screen. Everything else is left as it is."""
+    return _CONTROL.sub(lambda m: m[0].encode("unicode_escape").decode("ascii"), text)
+
+
+def shown_json(text: str) -> str:
+    """A JSON document for a terminal: DEL and C1 in its strings escaped as ``\\u009b``
+    (JSON escapes C0 itself); still the same JSON value."""
+    return _RAW_IN_JSON.sub(lambda m: f"\\u{ord(m[0]):04x}", text)
 
 
 def json_path(parts: Iterable[str | int]) -> str:

@@ -143,12 +143,28 @@ def _sources(r: _Reader, files: list[tuple[tuple[str | int, ...], ModelFile]],
     for path, f in files:
         if f.url is not None and f.repo_path is not None:
             r.add((*path, "url"), "give 'url' or 'repo_path', not both")
+        _mirror(r, (*path, "url"), f.url)
         if f.repo_path is not None and "hf" not in source:
             r.add((*path, "repo_path"), "a path in the repository needs spec.source.hf")
         fetchable = f.url is not None or "hf" in source
         if fetchable and f.size is None:
             r.add(path, "missing required key 'size' (a file with a source is fetched: its "
                         "size bounds the download and the disk check)")
+
+
+def _mirror(r: _Reader, path: Path, url: str | None) -> None:
+    """§1.6/§5: plain http only to a loopback mirror, as the fetch will decide it.
+
+    The schema checked the shape (``http://HOST[:PORT][/…]``, no user); whether
+    HOST is loopback is the owner's question (``core/loopback``), so ``validate``
+    never passes a URL every fetch then refuses (``http://127.0.0.999``).
+    """
+    if url is None or not url.startswith("http://"):
+        return
+    authority = url.removeprefix("http://").partition("/")[0]
+    if not loopback.is_loopback(authority):
+        r.add(path, f"plain http:// goes only to a loopback mirror (127.0.0.0/8, [::1], "
+                    f"localhost); {authority!r} is not loopback: use https://")
 
 
 def model_spec(doc: Document) -> tuple[ModelSpec | None, list[Problem]]:
@@ -290,6 +306,7 @@ def _fetch(r: _Reader) -> FetchConfig | None:
         return None
     defaults = FetchConfig()
     min_free = r.size("spec", "fetch", "min_free")
+    _mirror(r, ("spec", "fetch", "hf_endpoint"), raw.get("hf_endpoint"))
     return FetchConfig(
         cache=raw["cache"],
         max_parallel=int(raw.get("max_parallel", defaults.max_parallel)),

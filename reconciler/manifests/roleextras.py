@@ -36,6 +36,10 @@ _WHY_NEVER = {
 Add = Callable[[tuple[str | int, ...], str], None]
 
 
+#: §1.5: a control character (C0, DEL, C1) in printed text would reach a terminal raw.
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def matches(name: str, pattern: str) -> bool:
     return name.startswith(pattern[:-1]) if pattern.endswith("*") else name == pattern
 
@@ -52,12 +56,22 @@ def env_problem(runtime: Runtime, name: str, value: object) -> str | None:
                 f"{', '.join(allowed) or 'none'})")
     if not isinstance(value, str):
         return f"the value of {name} must be a string (quote numbers: \"0\")"
-    if "\x00" in value or "\n" in value or len(value) > MAX_VALUE_CHARS:
-        return f"the value of {name} must be one line of at most {MAX_VALUE_CHARS} characters"
+    if CONTROL.search(value):
+        return (f"the value of {name} must be text without control characters (C0, DEL or "
+                f"C1), not {value!r}")
+    if len(value) > MAX_VALUE_CHARS:
+        return f"the value of {name} must be at most {MAX_VALUE_CHARS} characters"
     return None
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+def alias_problem(alias: object) -> str | None:
+    """Why ``alias`` cannot be one of ``spec.aliases`` (§9), or None."""
+    text = str(alias)
+    if not text.strip():
+        return "an alias must not be blank: clients send it as `model`"
+    if CONTROL.search(text):
+        return f"an alias is text without control characters (C0, DEL or C1), not {text!r}"
+    return None
 
 
 def read(get: Callable[..., Any], add: Add, runtime: Runtime, file: str,
@@ -73,8 +87,9 @@ def read(get: Callable[..., Any], add: Add, runtime: Runtime, file: str,
     role: dict[str, Any] = {}
     aliases = get("spec", "aliases") or ()
     for i, alias in enumerate(aliases):
-        if not str(alias).strip() or _CONTROL.search(str(alias)):
-            add(("spec", "aliases", i), "an alias is text without control characters")
+        problem = alias_problem(alias)
+        if problem:
+            add(("spec", "aliases", i), problem)
     role["aliases"] = tuple(dict.fromkeys(str(a) for a in aliases))
     env = get("spec", "env") or {}
     devices = spec_of(runtime).devices

@@ -28,6 +28,8 @@ import threading
 import time
 from typing import IO, Any, Callable, Mapping
 
+from reconciler.core.errors import shown, shown_json
+
 LOGGER = logging.getLogger("reconciler")
 _FIELDS = "fields"  # the LogRecord attribute that carries structured fields
 
@@ -45,7 +47,7 @@ class TextFormatter(logging.Formatter):
         line = f"{_utc(record.created, millis=False)} {level}{record.getMessage()}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
-        return line
+        return shown(line)  # §1.5: a decision's text never reaches a terminal raw
 
 
 class JsonFormatter(logging.Formatter):
@@ -60,7 +62,7 @@ class JsonFormatter(logging.Formatter):
         out.update(getattr(record, _FIELDS, None) or {})
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, ensure_ascii=False, default=str)
+        return shown_json(json.dumps(out, ensure_ascii=False, default=str))
 
 
 def setup(fmt: str = "text", *, stream: IO[str] | None = None, level: int = logging.INFO

@@ -151,3 +151,38 @@ def test_fleet_diff_reads_repository_files_at_the_revision(repo, capsys) -> None
     (repo / "manifests" / "t" / "chat.jinja").write_text("two")
     code, _, err = run(capsys, "-f", str(repo / "manifests"), "fleet", "--diff", "HEAD")
     assert code == 1 and "a symlink at HEAD" in err, err
+
+
+def test_fleet_diff_never_prints_a_manifest_control_character_raw(repo, capsys) -> None:
+    """§1.5 text from a manifest never reaches a terminal raw: an ESC sequence in a role's
+    ``spec.env`` and a C1 CSI in an alias are refused (``FILE:LINE: $.path``, exit 1), and
+    nothing ``fleet --diff`` writes holds ESC or C1 raw (it printed ``033 [ 2 J``)."""
+    commit(repo, *NODES, role("chat", 8002))
+    hostile = role("chat", 8002)
+    hostile["spec"]["env"] = {"GGML_SCHED": "\x1b[2J"}
+    hostile["spec"]["aliases"] = ["gpt\x9b4"]
+    write(repo / "manifests", *NODES, hostile)
+    code, out, err = run(capsys, "-f", str(repo / "manifests"), "fleet", "--diff", "HEAD")
+    assert code == 1
+    assert "$.spec.env.GGML_SCHED: the value of GGML_SCHED must be text without control" in err
+    assert "$.spec.aliases[0]: an alias is text without control characters" in err
+    assert not any(c in out + err for c in "\x1b\x9b"), (out, err)
+    assert "'\\x1b[2J'" in err and "'gpt\\x9b4'" in err
+
+
+def test_what_a_command_prints_has_its_control_characters_escaped(capsys) -> None:
+    """§1.5 escape wherever printed: the text and JSON a command prints (fleet --diff, plan,
+    status, fleet go through ``print_text``/``print_json``) carry C0, DEL and C1 escaped,
+    whatever reached them; the JSON is still the same value."""
+    from reconciler.commands import common
+    from reconciler.fleet import fleetdiff
+
+    change = fleetdiff.Change(node="gpu-1", role="chat", sign="~",
+                              detail="env A=\x1b[2J → A=\x9b2J\x7f, aliases a → b\tc")
+    common.print_text(fleetdiff.text([change]))
+    common.print_json(fleetdiff.as_json([change]), ensure_ascii=False)
+    out = capsys.readouterr().out
+    assert not any(c in out for c in "\x1b\x9b\x7f\t"), out
+    text, _, document = out.partition("1 change on 1 node.\n")
+    assert text == "~ gpu-1 chat (env A=\\x1b[2J → A=\\x9b2J\\x7f, aliases a → b\\tc)\n"
+    assert json.loads(document)["changes"][0]["detail"] == change.detail

@@ -160,6 +160,35 @@ def test_limits_match_behaviour() -> None:
     assert (extra_args.MAX_ENTRIES, extra_args.MAX_VALUE_CHARS) == (128, 4096)
 
 
+def test_a_value_of_exactly_4_kib_is_fine() -> None:
+    """§1.4 the value-length limit is 4 KiB *inclusive*: an extra_args value or a role's env
+    value of exactly 4096 characters is fine, one more is refused."""
+    from reconciler.manifests import roleextras
+
+    limit = extra_args.MAX_VALUE_CHARS
+    assert check(LLAMA, ["--reverse-prompt", "x" * limit]) == []
+    assert check(LLAMA, ["--reverse-prompt", "x" * (limit + 1)]) == [
+        (1, f"the value of --reverse-prompt must be at most {limit} characters")]
+    assert roleextras.env_problem(LLAMA, "GGML_X", "x" * limit) is None
+    assert roleextras.env_problem(LLAMA, "GGML_X", "x" * (limit + 1)) is not None
+
+
+@pytest.mark.parametrize(("args", "cls", "why"), [
+    (["--reuse-port"], FlagClass.EXPECTS, "another process answer on the role's port"),
+    (["--hf-token", "hf_x"], FlagClass.NETWORK, "fetch.hf_token_file"),
+    (["-hft", "hf_x"], FlagClass.NETWORK, "fetch.hf_token_file"),
+    (["--tools", "all"], FlagClass.EXPECTS, "shell commands"),
+], ids=["reuse-port", "hf-token", "hft", "tools"])
+def test_reuse_port_hf_token_and_tools_are_refused(args: list, cls: FlagClass, why: str) -> None:
+    """§1.4 `--reuse-port` (another process on the role's port), `--hf-token` (a secret in git;
+    the node fetches) and `--tools` (shell commands on the node) are refused, each in its
+    refused class: a role's extra_args naming one is an error that says why."""
+    found = lookup(LLAMA, args[0])
+    assert found is not None and found.cls is cls and cls in REFUSED
+    (finding,) = check(LLAMA, args)
+    assert finding[0] == 0 and why in finding[1], finding
+
+
 def test_an_empty_value_is_named_as_empty() -> None:
     """An empty value is refused with a message that says so (not as bad characters)."""
     assert check(LLAMA, ["--threads", ""]) == [(1, "the value of --threads must not be empty")]

@@ -91,6 +91,56 @@ def test_a_flag_without_its_value_is_refused_with_why():
     assert tr.serve["extra_args"] == ["--temp", "0.6"]
 
 
+def test_a_value_may_start_with_a_dash_only_when_it_is_a_number():
+    """§1.7 a value may start with `-` only when it is a number: `--seed -1` keeps its value,
+    while `-t -ngl 99` is `-t` without its value, then `-ngl 99` (nothing eaten)."""
+    numbers = translate.translate(["llama-server", "-m", "m.gguf", "--seed", "-1", "-ngl", "-1",
+                                   "--temp", "-.5"])
+    assert numbers.expressed, numbers.lost
+    assert numbers.serve["extra_args"] == ["--seed", "-1", "-ngl", "-1", "--temp", "-.5"]
+    flag = translate.translate(["llama-server", "-m", "m.gguf", "-t", "-ngl", "99"])
+    assert [n.flag for n in flag.lost] == ["-t"] and "needs a value" in flag.lost[0].what
+    assert flag.serve["extra_args"] == ["-ngl", "99"]
+
+
+def test_a_scaled_lora_keeps_its_scale():
+    """§1.7 `--lora-scaled A:0.5` keeps its scale, into the written spec.serve.loras; a plain
+    `--lora` is scale 1."""
+    from reconciler.manifests import importdocs
+
+    tr = translate.translate(["llama-server", "-m", "/m/q.gguf", "--lora-scaled",
+                              "/m/a.gguf:0.5,/m/b.gguf:2", "--lora", "/m/c.gguf"])
+    assert tr.expressed, tr.lost
+    assert [(m.path, m.scale) for m in tr.models if m.weight is Weight.LORA] == [
+        ("/m/a.gguf", 0.5), ("/m/b.gguf", 2.0), ("/m/c.gguf", None)]
+    written = importdocs.documents([importdocs.RoleDraft(name="chat", translation=tr)], {},
+                                   programs={})
+    (role,) = [d for d in written.documents if d["kind"] == "InferenceSpec"]
+    assert role["spec"]["serve"]["loras"] == [{"model": "a", "scale": 0.5},
+                                              {"model": "b", "scale": 2.0},
+                                              {"model": "c", "scale": 1.0}]
+
+
+def test_a_given_port_fills_only_a_missing_port():
+    """§1.7 llama-swap's `${PORT}` (the `port` given beside the line) fills a *missing*
+    `--port` only: a line's own `--port 9001` stays."""
+    own = translate.translate(["llama-server", "-m", "m.gguf", "--port", "9001"], port=5800)
+    assert own.serve["port"] == 9001
+    missing = translate.translate(["llama-server", "-m", "m.gguf"], port=5800)
+    assert missing.serve["port"] == 5800
+
+
+def test_only_mlx_lms_model_org_repo_is_a_hub_repository():
+    """§1.7 only mlx_lm.server's `--model ORG/REPO` is a Hub repository (it downloads one);
+    llama-server's `-m models/q` is a path, as is mlx-lm's `--model /m/q`."""
+    llama = translate.translate(["llama-server", "-m", "models/q"])
+    assert [(m.path, m.hf_repo) for m in llama.models] == [("models/q", None)]
+    mlx = translate.translate(["mlx_lm.server", "--model", "org/repo"])
+    assert [(m.path, m.hf_repo) for m in mlx.models] == [(None, "org/repo")]
+    local = translate.translate(["mlx_lm.server", "--model", "/m/q"])
+    assert [(m.path, m.hf_repo) for m in local.models] == [("/m/q", None)]
+
+
 def test_env_prefix_wrappers_and_python_m():
     """ENV=V and numactl before the program; `python -m mlx_lm.server`; a Hub id is a Hub model."""
     tr = translate.translate(["CUDA_VISIBLE_DEVICES=0,1", "numactl", "--interleave=all",

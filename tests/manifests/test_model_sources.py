@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from reconciler.core.desired import FetchConfig
 from reconciler.manifests import loader
 
@@ -83,3 +85,42 @@ def test_fetch_fields_are_parsed_with_units() -> None:
     assert node.fetch == FetchConfig(cache="/var/cache/r", max_parallel=4, min_free=2 * 2**30,
                                      hf_endpoint="http://127.0.0.1:9000",
                                      hf_token_file="/etc/hf")
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.999:8000/x.gguf", "http://127.1.2.3:8000/x.gguf", "http://127.0.0.1/x.gguf",
+    "http://localhost:8000/x.gguf", "http://[::1]:8000/x.gguf", "http://127.256.0.1/x.gguf",
+    "http://127.0.0.1.example/x.gguf", "https://mirror.example/x.gguf",
+])
+def test_validate_and_fetch_agree_on_a_loopback_mirror(url: str) -> None:
+    """§1.6/§5 plain http only to a loopback mirror: validation asks the loopback owner, so a
+    Model ``url`` and a ``fetch.hf_endpoint`` validate exactly when the fetch would use them
+    (``http://127.0.0.999`` passed the schema's pattern and every fetch then refused it)."""
+    from reconciler.models import fetchpolicy
+
+    fetchable = fetchpolicy.url_refusal(url) is None
+    model = _load(f"shards: [{{path: m.gguf, size: 10, sha256: {SHA}, url: '{url}'}}]")
+    endpoint = _load(f"root: /srv, shards: [{{path: m.gguf, size: 10, sha256: {SHA}}}]",
+                     f", fetch: {{cache: /var/cache/r, hf_endpoint: '{url}'}}")
+    assert model.ok is fetchable, messages(model)
+    assert endpoint.ok is fetchable, messages(endpoint)
+
+
+def test_a_plain_http_mirror_beyond_loopback_is_refused_where_it_is_written(tmp_path,
+                                                                          capsys) -> None:
+    """§1.5/§1.6: ``validate`` reports ``FILE:LINE: $.path: message`` for a URL that is not
+    loopback although it looks like 127.x (``127.0.0.999``), and exits 1."""
+    from reconciler.cli import main
+
+    (tmp_path / "m.yaml").write_text(
+        "apiVersion: reconciler/v1\nkind: Model\nmetadata: {name: m}\nspec:\n  format: gguf\n"
+        f"  shards:\n    - {{path: m.gguf, size: 10, sha256: {SHA},\n"
+        "       url: 'http://127.0.0.999:8000/x.gguf'}\n"
+        "---\napiVersion: reconciler/v1\nkind: NodeConfig\nmetadata: {name: n}\nspec:\n"
+        "  fetch: {cache: /var/cache/r, hf_endpoint: 'http://127.0.0.999:8080'}\n")
+    assert main(["validate", str(tmp_path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(": ", 2)[:2] for ln in lines[:2]] == [
+        [f"{tmp_path}/m.yaml:8", "$.spec.shards[0].url"],
+        [f"{tmp_path}/m.yaml:14", "$.spec.fetch.hf_endpoint"]], lines
+    assert all("'127.0.0.999:80" in ln and "not loopback" in ln for ln in lines[:2]), lines

@@ -23,8 +23,10 @@ def test_names_are_unique_and_the_sample_is_broad() -> None:
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
 def test_mutant_applies_once_and_compiles(mutant) -> None:
-    """The original text occurs exactly once, and the mutated module still compiles."""
+    """The original text occurs exactly once, and the mutated module still compiles (a
+    mutant of the status page's script, ``page.js``, is not Python: it is only applied)."""
     source = (REPO / mutant.path).read_text()
     assert source.count(mutant.old) == 1, f"{mutant.path}: the code this mutant breaks moved"
     assert mutant.old != mutant.new
-    compile(source.replace(mutant.old, mutant.new), mutant.path, "exec")
+    if mutant.path.endswith(".py"):
+        compile(source.replace(mutant.old, mutant.new), mutant.path, "exec")

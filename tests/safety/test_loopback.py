@@ -27,6 +27,9 @@ GOLDEN = [
     ("::ffff:10.0.0.1", False), ("::ffff:0.0.0.0", False), ("128.0.0.1", False),
     ("127.evil.example", False), ("localhost.example", False), ("LOCALHOST", False),
     ("[::1]:port", False), ("127.0.0.1:", False), ("::1:8090", False),
+    # only the name `localhost` itself: not a name that ends (or starts) with it
+    ("notlocalhost", False), ("notlocalhost:9000", False), ("evil.localhost", False),
+    ("localhostx", False),
 ]
 
 

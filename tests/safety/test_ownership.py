@@ -35,6 +35,8 @@ def test_owned_needs_pid_create_time_and_marker() -> None:
     ({"uid": 0}, "another uid"),
     ({"cwd": f"/srv/other/{IID}"}, "another data root (another node's)"),
     ({"cwd": f"{ROOT}/{IID}/sub"}, "below the instance directory, not in it"),
+    ({"cwd": f"{ROOT}/{IID}/sub", "marker": f"{IID}/sub"},
+     "below the instance directory, with a marker naming that path"),
     ({"cwd": ROOT}, "the data root itself"),
     ({"cwd": None}, "its directory unread"),
     ({"marker": "other-00000000"}, "a marker that is not its directory's"),
@@ -52,6 +54,7 @@ def test_instance_in_and_leads_group() -> None:
     assert ownership.instance_in(ROOT, f"{ROOT}/{IID}") == IID
     assert ownership.instance_in(ROOT, f"{ROOT}x/{IID}") is None
     assert ownership.instance_in(ROOT, f"{ROOT}/") is None
+    assert ownership.instance_in(ROOT, f"{ROOT}/{IID}/sub") is None, "exactly <root>/<id>"
     assert ownership.leads_group(7, 7) and not ownership.leads_group(7, 1)
     assert ownership.instance_dir(ROOT, IID) == f"{ROOT}/{IID}"
 

@@ -153,3 +153,64 @@ def test_a_fetch_on_its_way_is_drawn_as_its_share_of_bytes() -> None:
     assert {html.unescape(k) for k in drawn} == {"qwen", EVIL}
     assert float(drawn["qwen"]) == page.BAR_UNITS * 3000 / 4000
     assert EVIL not in out and html.escape(EVIL) in out
+
+
+#: A document with just what page.js touches, recording every way HTML could be written.
+_FAKE_DOM = r"""
+const sinks = [], sources = [];
+function element(id, value) {
+  const el = {id, value, children: [], listeners: {}, textContent: "", scrollTop: 0,
+              scrollHeight: 0, classList: {toggle() {}},
+              appendChild(n) { this.children.push(n); },
+              addEventListener(kind, f) { this.listeners[kind] = f; },
+              insertAdjacentHTML(_, html) { sinks.push(["insertAdjacentHTML", html]); },
+              getAttribute() { return null; }};
+  for (const name of ["innerHTML", "outerHTML"]) {
+    Object.defineProperty(el, name, {set(html) { sinks.push([name, html]); },
+                                     get() { return ""; }});
+  }
+  return el;
+}
+const els = {"log-role": element("log-role", "chat"), "log-lines": element("log-lines"),
+             "log-state": element("log-state")};
+class FakeSource {
+  constructor(url) { this.url = url; this.listeners = {}; sources.push(this); }
+  addEventListener(kind, f) { this.listeners[kind] = f; }
+  close() {}
+}
+globalThis.window = {EventSource: FakeSource};
+globalThis.EventSource = FakeSource;
+globalThis.document = {
+  getElementById: (id) => els[id] || null,
+  querySelectorAll: () => [],
+  createTextNode: (text) => ({text}),
+  write: (html) => sinks.push(["document.write", html]),
+};
+require("vm").runInThisContext(require("fs").readFileSync(process.argv[2], "utf8"));
+for (const line of process.argv.slice(3)) sources[0].listeners.line({data: line});
+console.log(JSON.stringify({url: sources[0].url, lines: els["log-lines"].children, sinks}));
+"""
+
+
+def test_the_followed_log_is_text_never_html(tmp_path) -> None:
+    """§11 the followed server log is text, never HTML: each line a followed log sends (a server
+    writes what it likes) is appended to the page as a text node, through no HTML sink
+    (runs page.js in node with a recording document; the browser test does it for real)."""
+    import json
+    import shutil
+    import subprocess
+
+    import pytest
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    (tmp_path / "dom.js").write_text(_FAKE_DOM)
+    (tmp_path / "page.js").write_text(page.SCRIPT)
+    lines = ["plain", '<img src=x onerror="alert(1)">', EVIL]
+    done = subprocess.run([node, str(tmp_path / "dom.js"), str(tmp_path / "page.js"), *lines],
+                          capture_output=True, text=True, timeout=30, check=True)
+    got = json.loads(done.stdout)
+    assert got["url"] == "/status/logs?role=chat"
+    assert got["sinks"] == []
+    assert got["lines"] == [{"text": f"{line}\n"} for line in lines]

@@ -64,3 +64,16 @@ def test_status_html_of_a_valid_set(tmp_path, capsys) -> None:
                     str(tmp_path / "no" / "such" / "dir.html")])
     assert bad == Exit.ERROR
     assert "cannot write" in capsys.readouterr().err
+
+
+def test_the_status_table_escapes_control_characters(capsys) -> None:
+    """§1.5 text never reaches a terminal raw: a detail holding ESC or C1 (recorded text, a
+    server's words) is printed by ``status`` with those escaped."""
+    from reconciler.commands import status
+
+    status._print_table([{"role": "chat", "runtime": "llamacpp", "mode": "managed",
+                          "status": "failed", "pid": None, "port": 8000, "restarts": 0,
+                          "reserved_bytes": 0, "detail": "exit: \x1b[2J\x9b2J"}])
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x9b" not in out
+    assert out.splitlines()[1].endswith("exit: \\x1b[2J\\x9b2J")

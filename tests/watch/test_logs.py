@@ -117,3 +117,19 @@ def test_a_line_says_the_pid_and_the_retry_once(capture):
     assert first.endswith(" chat restart (crashed: restart 1 of 3) ok pid 9")
     assert result.outcomes[0].text() == "pid 9"  # as the outcome line and the event say it
     assert second.count("retry in") == 1
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_a_log_line_never_carries_a_control_character_raw(capture, fmt):
+    """§1.5 text never reaches a terminal raw: a decision's detail holding ESC or C1 (a server's
+    words, a recorded text) is logged escaped, and a JSON line is still the same value."""
+    out = capture(fmt)
+    hostile = Decision(role="chat", verb=Verb.WAIT, reason=Reason.BACKOFF, status=Status.BACKOFF,
+                       detail="exit: \x1b[2J\x9b2J\x7f", retry_in=4.0)
+    logs.log_pass(PassResult(plan=Plan(decisions=(hostile,))))
+    text = out.getvalue()
+    assert not any(c in text for c in "\x1b\x9b\x7f"), text
+    if fmt == "json":
+        assert json.loads(text)["detail"] == hostile.detail
+    else:
+        assert "exit: \\x1b[2J\\x9b2J\\x7f" in text
