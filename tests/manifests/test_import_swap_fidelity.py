@@ -69,6 +69,24 @@ models:
         assert projector["shards"][0]["sha256"] == files[f"{folder}/mmproj-F16"]
 
 
+def test_a_model_not_here_is_finished_under_the_name_the_role_uses(tmp_path: Path) -> None:
+    """§1.7: the `to finish:` step for a projector not on this machine names it as the role
+    does (`--name b-mmproj-F16`), so that running the step makes the set valid."""
+    gone = tmp_path / "gone"
+    config = tmp_path / "config.yaml"
+    config.write_text(f"""
+models:
+  a: {{cmd: llama-server -m {gone}/a/m.gguf --mmproj {gone}/a/mmproj-F16.gguf}}
+  b: {{cmd: llama-server -m {gone}/a/m.gguf --mmproj {gone}/b/mmproj-F16.gguf}}
+""")
+    done = _reconcile("import", "llama-swap", str(config), "-o", str(tmp_path / "out"),
+                      cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert f"reconcile models add {gone}/b/mmproj-F16.gguf --name b-mmproj-F16`" in done.stderr
+    assert f"reconcile models add {gone}/a/m.gguf`" in done.stderr
+    assert done.stderr.count("to finish: Model m:") == 1
+
+
 def test_one_path_is_one_model_whichever_roles_name_it() -> None:
     """§1.7: one file named by two roles (and once as `./`-spelt) is one Model; files that
     share a stem are told apart by the fewest folders that differ, numbered only when no
