@@ -137,7 +137,8 @@ def documents(roles: Iterable[RoleDraft], located: Mapping[ModelNeed, Located], 
             name = names[need]
             found = located.get(need)
             if found is None:
-                missing.append((name, need))
+                if all(name != m for m, _ in missing):  # one step per Model, however many roles
+                    missing.append((name, need))
             elif name not in models:
                 models[name] = _model(name, found)
         spec = _role_spec(role, names, key_dir)

@@ -9,13 +9,14 @@ ours:
 
 * ``ttl`` → ``state: on-demand`` + ``idle_after`` (every llama-swap model starts on its
   first request; ``ttl: 0`` never stops it for idleness: ``idle_after`` is left at a day);
-* ``groups`` → ``excludes`` (``swap: true``: members exclude each other; ``exclusive: true``:
-  members exclude every model outside the group unless that group is ``persistent``); with no
-  groups, llama-swap runs one model at a time, so every model excludes every other;
+* which models may run together (``routing.router.settings`` groups or matrix, or the older
+  top-level ``groups``) → ``excludes``, and what excludes cannot say → notes
+  (``swaprouting.py``); with no groups, llama-swap runs one model at a time, so every model
+  excludes every other;
 * ``aliases`` (strings or ``{id: …}``) → ``spec.aliases``, the model id itself too when it is
   not a plain role name; ``env`` → ``spec.env``;
-* the rest (``filters``, ``proxy`` to a non-loopback host, ``cmdStop``, ``peers``,
-  ``matrix``, …) is a ``Note`` saying why it is not carried.
+* the rest (``filters``, ``proxy`` to a non-loopback host, ``cmdStop``, ``peers``, …) is a
+  ``Note`` saying why it is not carried.
 
 Macros that read the environment (``${env.HOME}``) are left as written, with a note: their
 value exists only on the machine llama-swap ran on.
@@ -29,6 +30,7 @@ from typing import Any, Mapping
 
 import attrs
 
+from reconciler.manifests import swaprouting
 from reconciler.manifests.translate import Note, role_name
 
 frozen = attrs.frozen(kw_only=True)
@@ -105,8 +107,11 @@ def read(config: Mapping[str, Any], *, listen_port: int = DEFAULT_LISTEN_PORT) -
         drafts.append(dict(model_id=str(model_id), role=roles[model_id], argv=tuple(argv),
                            port=port, idle_after=f"{ttl}s" if ttl > 0 else NEVER_IDLE,
                            aliases=aliases, env=_env(body.get("env"), notes), notes=notes))
-    excludes = _excludes(config.get("groups"), [d["model_id"] for d in drafts], roles, top_notes)
-    out = tuple(SwapModel(**{**d, "notes": tuple(d["notes"])}, excludes=excludes[d["model_id"]])
+    routing = swaprouting.read(config, [d["model_id"] for d in drafts],
+                               {str(k): v for k, v in roles.items()})
+    top_notes += routing.config_notes
+    out = tuple(SwapModel(**{**d, "notes": (*d["notes"], *routing.notes.get(d["model_id"], ()))},
+                          excludes=routing.excludes[d["model_id"]])
                 for d in drafts)
     return SwapConfig(models=out, router_port=listen_port, notes=tuple(top_notes))
 
@@ -172,47 +177,17 @@ def _proxy_port(proxy: str, notes: list[Note]) -> int | None:
     return int(m.group(2)) if m.group(2) else None
 
 
-def _excludes(groups: Any, ids: list[str], roles: Mapping[str, str],
-              notes: list[Note]) -> dict[str, tuple[str, ...]]:
-    """Each model's ``excludes`` from llama-swap's groups (or its one-at-a-time default)."""
-    member_of: dict[str, tuple[str, dict]] = {}
-    if isinstance(groups, Mapping):
-        for name, group in groups.items():
-            group = group if isinstance(group, Mapping) else {}
-            for member in group.get("members") or ():
-                if str(member) in roles:
-                    member_of[str(member)] = (str(name), group)
-                else:
-                    notes.append(Note(flag=f"groups.{name}", kept=False,
-                                      what=f"member {member!r} is not a model of the config"))
-    default = {"swap": True, "exclusive": True, "persistent": False}
-    out: dict[str, set[str]] = {i: set() for i in ids}
-    for a in ids:
-        ga, conf_a = member_of.get(a, ("", default))
-        for b in ids:
-            if a == b:
-                continue
-            gb, conf_b = member_of.get(b, ("", default))
-            same = ga == gb
-            if same and conf_a.get("swap", True):
-                out[a].add(b)
-            elif not same and conf_a.get("exclusive", True) and not conf_b.get("persistent", False):
-                out[a].add(b)
-                out[b].add(a)  # excludes are symmetric in effect; write both sides
-    return {i: tuple(sorted(f"role:{roles[x]}" for x in out[i])) for i in ids}
-
-
 def _top_notes(config: Mapping[str, Any]) -> list[Note]:
     notes = []
     for key in sorted(config):
-        if key in ("models", "groups", "macros", "startPort", "globalTTL") or key in _TOP_IGNORED:
+        if key in ("models", "groups", "matrix", "routing", "macros", "startPort", "globalTTL") \
+                or key in _TOP_IGNORED:
             continue
         what = {"apiKeys": "keys never go in git: put NAME:SHA256 lines in the router's "
                            "api_keys_file on the node",
                 "hooks": "startup preloads are not carried: a role that must always run is "
                          "`state: running`",
-                "peers": "remote peers are not carried: the router forwards to this machine only",
-                "matrix": "the matrix's sets are not carried: write `excludes` by hand"}.get(
+                "peers": "remote peers are not carried: the router forwards to this machine only"}.get(
             key, f"llama-swap's `{key}` has no counterpart here")
         notes.append(Note(flag=key, kept=False, what=what))
     return notes

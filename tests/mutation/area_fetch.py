@@ -57,3 +57,22 @@ MUTANTS += (
            "§1.7: two projectors named mmproj-F16.gguf in two folders become one Model; the "
            "second role serves the first role's projector", "tests/manifests"),
 )
+MUTANTS += (
+    mutant("manifests/swaprouting.py", "routing-groups-ignored",
+           '        return settings.get("groups"), None', "        return None, None",
+           "§1.7: groups under routing.router.settings are ignored: models a config lets run "
+           "together exclude each other (one at a time), said nowhere", "tests/manifests"),
+    mutant("manifests/swaprouting.py", "matrix-and-pairs-nothing",
+           '        if kind == "and":\n            for i, (left, _)',
+           '        if False:\n            for i, (left, _)',
+           "§1.7: the matrix's combinations are dropped: every model excludes every other",
+           "tests/manifests"),
+    mutant("manifests/swaprouting.py", "three-way-unsaid",
+           "if len(clique) > 2 and not any(clique <= c for c in combos):", "if False:",
+           "§1.7: three models a matrix runs only in pairs are written to run all together, "
+           "and counted whole", "tests/manifests"),
+    mutant("manifests/swaprouting.py", "one-way-groups-unsaid",
+           "            elif a_stops_b != b_stops_a:", "            elif False:",
+           "§1.7: a pair llama-swap runs together in one start order is kept apart both ways, "
+           "and counted whole", "tests/manifests"),
+)
