@@ -18,6 +18,7 @@ from typing import Mapping
 
 from reconciler.core.desired import ModelSpec, RoleSpec, Runtime
 from reconciler.runtimes import llamacpp, mlx_lm, ollama, openai
+from reconciler.runtimes.flags import Flag
 from reconciler.runtimes.spec import RuntimeSpec
 
 #: Every runtime's declaration, in the order people read them.
@@ -29,6 +30,12 @@ SPECS: Mapping[Runtime, RuntimeSpec] = {
 def spec_of(runtime: Runtime) -> RuntimeSpec:
     """The declaration of ``runtime`` (``KeyError`` for a runtime with no module)."""
     return SPECS[runtime]
+
+
+def lookup(runtime: Runtime, spelling: str) -> Flag | None:
+    """The flag ``spelling`` names on ``runtime``'s server, exactly as the server reads it
+    (none for a runtime the reconciler never launches: its table is empty)."""
+    return SPECS[runtime].flags.find(spelling)
 
 
 def launched() -> tuple[RuntimeSpec, ...]:
