@@ -54,6 +54,9 @@ def _argv(world, name: str) -> list[str]:
 
 def test_two_devices_three_roles_freed_device_and_changed_ids(world):
     # Claims are placed in port order: a, b, c.
+    """§7.1 against real servers: three count roles on two devices (the third refused, nothing
+    moves in sync), a stop frees a device the refused role takes, and changed ids restart only
+    the role they move."""
     ports = dict(zip(("a", "b", "c"), sorted({free_port() for _ in range(3)})))
     assert len(ports) == 3
     world.node(extra=DEVICES)
@@ -117,6 +120,8 @@ def test_two_devices_three_roles_freed_device_and_changed_ids(world):
 
 
 def test_a_role_on_two_devices_gets_both_and_its_tensor_split(world):
+    """§7.1 against a real server: a role on two devices is started on both with its
+    ``--tensor-split``."""
     port = free_port()
     world.node(extra=DEVICES)
     world.model()

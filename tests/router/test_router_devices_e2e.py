@@ -37,6 +37,8 @@ def _role(world, name: str, port: int, device: str) -> None:
 
 
 def test_a_request_evicts_only_the_role_on_the_device_it_needs(routed):
+    """§9/§7.1 a request for a role evicts only an idle role on the device it needs, never one on
+    another device."""
     world = routed.world
     world.node(extra=f"""  router: {{listen: "127.0.0.1:{routed.router_port}"}}
           devices:

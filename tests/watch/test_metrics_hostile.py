@@ -15,6 +15,8 @@ from reconciler.report import logs, metrics, metricsserver
 
 
 def test_idle_and_slow_scrapers_cannot_hold_the_endpoint(monkeypatch, capsys) -> None:
+    """``/metrics``: idle connections beyond the scrape cap are closed at once while a scrape is
+    answered, a slow scrape is cut at the deadline, quietly."""
     said: list[tuple] = []
     monkeypatch.setattr(metricsserver, "SCRAPE_DEADLINE", 6.0)
     monkeypatch.setattr(metricsserver._QuietHandler, "timeout", 30.0)  # noqa: SLF001  the deadline cuts
