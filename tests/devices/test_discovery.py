@@ -12,18 +12,10 @@ from reconciler.core.desired import NodeConfig
 from reconciler.core.devices import Device, DeviceKind, DeviceUse, compare, devices_yaml
 from reconciler.system.programs import Ran
 from reconciler.world import devices
+from tests.support.fakes import FakeNvml
 
 DATA = Path(__file__).parent / "data"
 GIB = 2**30
-
-
-class FakeNvml:
-    def devices(self):
-        return [("NVIDIA RTX A5000", "GPU-a", "00000000:81:00.0", 24 * GIB, 3 * GIB),
-                ("NVIDIA RTX A5000", "GPU-b", "00000000:C1:00.0", 24 * GIB, 0)]
-
-    def processes(self, index):
-        return [(4242, 3 * GIB), (4243, None)] if index == 0 else []
 
 
 def _no_nvml():

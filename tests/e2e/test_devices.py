@@ -11,13 +11,13 @@ device takes the refused role; a changed ``ids`` restarts exactly that role.
 from __future__ import annotations
 
 import json
-import textwrap
 
 import psutil
 import pytest
 
 from tests.e2e.conftest import free_port
 from tests.e2e.test_once import alive, converge, ready
+from tests.support import roles
 
 pytestmark = pytest.mark.e2e
 
@@ -29,19 +29,8 @@ DEVICES = """\
 
 def _role(world, name: str, port: int, devices: str, *, state: str = "running",
           weights: str = "1GB") -> None:
-    world.write(f"role-{name}.yaml", textwrap.dedent(f"""\
-        apiVersion: reconciler/v1
-        kind: InferenceSpec
-        metadata: {{name: {name}}}
-        spec:
-          runtime: llamacpp
-          mode: managed
-          model: tiny
-          state: {state}
-          serve: {{port: {port}, ctx: 512, extra_args: ["--threads", "1"]}}
-          memory: {{weights: {weights}}}
-          placement: {{devices: {devices}}}
-        """))
+    world.write(f"role-{name}.yaml", roles.inference_spec(
+        name, port, state=state, memory=f"{{weights: {weights}}}", placement=f"{{devices: {devices}}}"))
 
 
 def _env(world, name: str) -> dict[str, str]:
