@@ -59,7 +59,7 @@ from reconciler.core.observed import (
 from reconciler.planner.plan import plan
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repository, for tests/support
-from tests.support.worlds import CTX, ENVIRON, GB, SERVE_PROGRAMS  # noqa: E402
+from tests.support.worlds import CTX, ENVIRON, GB, QWEN, SERVE_PROGRAMS  # noqa: E402
 
 NOW = 100_000.0
 FIRST_PORT = 20_000
@@ -78,8 +78,7 @@ KINDS = (
 
 def models(n: int) -> tuple[ModelSpec, ...]:
     out = [
-        ModelSpec(name="qwen", format=ModelFormat.GGUF, root="/m/qwen",
-                  shards=(ModelFile(path="q.gguf", sha256="0" * 64, size=GB),)),
+        QWEN,
         ModelSpec(name="mlxq", format=ModelFormat.MLX, root="/m/mlxq",
                   shards=(ModelFile(path="w.safetensors", sha256="1" * 64, size=GB),)),
     ]

@@ -15,9 +15,6 @@ from hypothesis import strategies as st
 
 from reconciler.core.desired import (
     Desired,
-    ModelFile,
-    ModelFormat,
-    ModelSpec,
     Mode,
     NodeConfig,
     RoleSpec,
@@ -31,12 +28,9 @@ from reconciler.planner import launches
 from reconciler.planner.plan import plan
 from tests.devices import worlds as device_worlds
 from tests.plan.worlds import CTX, NOW, SERVE_PROGRAMS, World, worlds
+from tests.support.worlds import GB, QWEN, gguf
 
-GB = 10**9
-QWEN = ModelSpec(name="qwen", format=ModelFormat.GGUF, root="/m/qwen",
-                 shards=(ModelFile(path="q.gguf", sha256="0" * 64, size=GB),))
-PROJ = ModelSpec(name="proj", format=ModelFormat.GGUF, root="/m/proj",
-                 shards=(ModelFile(path="p.gguf", sha256="1" * 64, size=GB),))
+PROJ = gguf("proj", path="p.gguf", sha256="1" * 64)
 NODE = NodeConfig(serve_programs=SERVE_PROGRAMS)
 ROLE = RoleSpec(name="chat", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="qwen",
                 serve=ServeSpec(port=8080, mmproj="proj"))

@@ -75,3 +75,21 @@ def test_the_role_writer_writes_documents_the_loader_accepts(kwargs) -> None:
     assert result.ok, [str(p) for p in result.problems]
     role = result.desired.role("chat")
     assert role.serve.port == 8123 and yaml.safe_load(text)["metadata"]["name"] == "chat"
+
+
+def test_the_shared_world_values_are_spelled_in_one_place() -> None:
+    """The values tests and benches share (the reconciler's environment, the qwen GGUF) are
+    written in tests/support/worlds.py alone: a copy elsewhere would drift from it unseen."""
+    from pathlib import Path
+
+    root = Path(__file__).parents[2]
+    spelled = {'("HOME", "/home/op"), ("PATH", "/usr/bin:/bin")': set(), 'root="/m/qwen"': set()}
+    for path in [*root.joinpath("tests").rglob("*.py"), *root.joinpath("bench").rglob("*.py")]:
+        if path == Path(__file__):
+            continue
+        text = path.read_text()
+        for literal, where in spelled.items():
+            if literal in text:
+                where.add(path.relative_to(root).as_posix())
+    assert spelled['("HOME", "/home/op"), ("PATH", "/usr/bin:/bin")'] == {"tests/support/worlds.py"}
+    assert spelled['root="/m/qwen"'] == set()  # worlds.gguf() builds it from the name
