@@ -1,7 +1,8 @@
 """The dependency direction of STYLE.md, enforced by parsing every module's imports.
 
 * The package is cut into layers (``LAYERS``, lowest first): no module imports
-  a module of a later layer, and the package has no import cycle.
+  a module of a later layer, and the package has no import cycle (imports inside
+  functions and through a package's ``__init__.py`` count).
 * Pure layers (the functional core), and modules of a shell layer whose
   docstring opens with PURE, import no IO library and no shell module.
 * Each IO client library is imported by exactly one module, one of its listed
