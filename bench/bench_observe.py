@@ -44,7 +44,7 @@ sys.path.insert(0, str(TREE))
 import psutil  # noqa: E402
 
 from reconciler.core.desired import Desired, Mode, RoleSpec, Runtime, ServeSpec
-from reconciler.planner.identity import MARKER_ENV
+from reconciler.core.ownership import MARKER_ENV
 from reconciler.world.observe import observe
 from reconciler.core.observed import Remembered, RoleRecord
 

@@ -27,9 +27,9 @@ import argparse
 import collections
 import sys
 import time
+from pathlib import Path
 
 from reconciler.planner import identity, launches
-from reconciler.core.decisions import PlanContext
 from reconciler.core.desired import (
     Desired,
     MemorySpec,
@@ -58,14 +58,14 @@ from reconciler.core.observed import (
 )
 from reconciler.planner.plan import plan
 
-GB = 10**9
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repository, for tests/support
+from tests.support.worlds import CTX, ENVIRON, GB, QWEN, SERVE_PROGRAMS  # noqa: E402
+
 NOW = 100_000.0
 FIRST_PORT = 20_000
 OLLAMA_FIRST_PORT = 11_000
 TAGS_PER_OLLAMA = 10
-ENVIRON = (("HOME", "/home/op"), ("PATH", "/usr/bin:/bin"))
-CTX = PlanContext(environ=ENVIRON, data_root="/srv/instances")
-PROGRAMS = ((Runtime.LLAMACPP, "/opt/llama-server"), (Runtime.MLX_LM, "/opt/mlx_lm.server"))
+PROGRAMS = SERVE_PROGRAMS
 
 #: What role ``i`` is, by ``i % 20``.
 KINDS = (
@@ -78,8 +78,7 @@ KINDS = (
 
 def models(n: int) -> tuple[ModelSpec, ...]:
     out = [
-        ModelSpec(name="qwen", format=ModelFormat.GGUF, root="/m/qwen",
-                  shards=(ModelFile(path="q.gguf", sha256="0" * 64, size=GB),)),
+        QWEN,
         ModelSpec(name="mlxq", format=ModelFormat.MLX, root="/m/mlxq",
                   shards=(ModelFile(path="w.safetensors", sha256="1" * 64, size=GB),)),
     ]

@@ -37,22 +37,19 @@ import collections
 import gc
 import sys
 import time
+from pathlib import Path
 
-from reconciler.core.decisions import PlanContext
 from reconciler.core.desired import (
     Desired,
     MemorySpec,
     Mode,
-    ModelFile,
-    ModelFormat,
-    ModelSpec,
     NodeConfig,
     PortRange,
     RoleSpec,
     Runtime,
     ServeSpec,
 )
-from reconciler.core.devices import Assignment, Device, DeviceKind, DeviceRequest
+from reconciler.core.devices import Assignment, DeviceRequest
 from reconciler.core.observed import (
     Health,
     Observed,
@@ -68,16 +65,13 @@ from reconciler.planner.launches import device_env
 
 from bench_plan import verdict  # the same goal, judged the same way (bench/ is the script's folder)
 
-GB = 10**9
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repository, for tests/support
+from tests.support.worlds import CTX, ENVIRON, GB, LLAMA_PROGRAM, QWEN, gpus  # noqa: E402
+
 NOW = 100_000.0
-ENVIRON = (("HOME", "/home/op"), ("PATH", "/usr/bin:/bin"))
-CTX = PlanContext(environ=ENVIRON, data_root="/srv/instances")
-MODEL = ModelSpec(name="qwen", format=ModelFormat.GGUF, root="/m/qwen",
-                  shards=(ModelFile(path="q.gguf", sha256="0" * 64, size=GB),))
-NODE = NodeConfig(
-    allowed_ports=PortRange(start=10_000, end=60_000),
-    serve_programs=((Runtime.LLAMACPP, "/opt/llama-server"),),
-    devices=tuple(Device(id=f"cuda:{i}", kind=DeviceKind.CUDA, memory=80 * GB) for i in range(8)))
+MODEL = QWEN
+NODE = NodeConfig(allowed_ports=PortRange(start=10_000, end=60_000), serve_programs=LLAMA_PROGRAM,
+                  devices=gpus(*[80 * GB] * 8))
 KINDS = ("in-sync",) * 5 + ("missing", "missing", "split", "crashed", "spec-changed")
 
 

@@ -6,6 +6,10 @@
   says PURE, so the folder and the docstring agree; a module that says PURE
   in a shell layer is held to the pure rule by the import test.
 * Every ``BEHAVIOUR §N`` the code cites is a section of ``docs/behaviour.md``.
+* Each module is named in its own package's section of that table, and nowhere
+  else as a row; the library-owner table is ``OWNERS`` of the import test, exactly;
+  the figures and lists the page states about the code (the vocabulary's size,
+  the test folders) are what the tree holds.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_import_direction import PURE_LAYERS, _layer
+from tests.test_import_direction import OWNERS, PURE_LAYERS, _layer
 
 ROOT = Path(__file__).parents[1]
 PACKAGE = ROOT / "reconciler"
@@ -99,3 +103,93 @@ def test_a_long_module_says_why_it_is_long(path):
     doc = ast.get_docstring(ast.parse(text)) or ""
     assert any(p.startswith("Size: ") for p in doc.split("\n\n")), (
         f"{path.relative_to(ROOT)} has {len(text.splitlines())} lines and no 'Size:' reason")
+
+
+def _sections() -> dict[str, tuple[str, str]]:
+    """Each module row of docs/architecture.md → (the ``## `` heading above it, the package
+    section row above it: ``core/`` … ``commands/``, or "" before the first)."""
+    heading, package, out = "", "", {}
+    for line in ARCHITECTURE.read_text().splitlines():
+        if line.startswith("## "):
+            heading, package = line[3:].strip(), ""
+        elif m := re.match(r"^\| \*\*`(\w+)/`\*\*", line):
+            package = m.group(1)
+        elif m := _ROW.match(line):
+            assert m.group(1) not in out, f"{m.group(1)} has two rows in docs/architecture.md"
+            out[m.group(1)] = (heading, package)
+    return out
+
+
+def test_each_module_is_named_in_its_own_package_section():
+    """A module's row sits in the "Modules" table under its own package's section row
+    (``cli.py``, above the commands, under ``commands/``): a row pasted into another table,
+    or under another package, is where a reader looking for it would not find it."""
+    misplaced = []
+    for module, (heading, package) in sorted(_sections().items()):
+        own = module.split("/")[0] if "/" in module else "commands"
+        if heading != "Modules" or package != own:
+            misplaced.append(f"{module} (under '{heading}' / {package or 'no package'}/, not {own}/)")
+    assert not misplaced, f"module rows outside their package's section: {misplaced}"
+
+
+def _owner_table() -> dict[str, set[str]]:
+    """docs/architecture.md's library → owner table: library → its owner modules (none: empty)."""
+    text = ARCHITECTURE.read_text()
+    body = text[text.index("| library | its one owner |"):].split("\n\n")[0]
+    out = {}
+    for line in body.splitlines()[2:]:
+        m = re.match(r"^\| `([\w.]+)` \| (.*) \|$", line)
+        assert m, f"not a library row: {line!r}"
+        out[m.group(1)] = {f"reconciler/{o}" for o in re.findall(r"^`([\w/]+\.py)`", m.group(2))}
+    return out
+
+
+def test_the_owner_table_is_the_import_tests_owners():
+    """docs/architecture.md's library → owner table lists exactly the libraries of the import
+    test's ``OWNERS``, each with the same owner (or none): no library missing, no module row."""
+    assert _owner_table() == OWNERS
+
+
+#: The vocabulary modules "Where to start reading" names, and how far its figure may drift.
+VOCABULARY = ("core/decisions.py", "core/desired.py", "core/observed.py")
+
+
+def test_the_vocabulary_size_the_page_states_is_the_trees():
+    """The page's "vocabulary, in about N lines": N is within 15 % of what the three modules hold."""
+    m = re.search(r"`core/observed\.py`: the vocabulary, in about (\d+) lines", ARCHITECTURE.read_text())
+    assert m, "the vocabulary's line count is no longer stated as the test expects"
+    lines = sum(len((PACKAGE / v).read_text().splitlines()) for v in VOCABULARY)
+    assert abs(int(m.group(1)) - lines) <= lines * 0.15, f"the page says {m.group(1)}, the modules hold {lines}"
+
+
+def test_every_test_folder_is_named_where_the_page_describes_the_tests():
+    """The paragraph on how tests are grouped names each folder of tests/, and no other."""
+    text = ARCHITECTURE.read_text()
+    para = next(p for p in text.split("\n\n") if p.startswith("Tests are grouped by"))
+    named = set(re.findall(r"`tests/(\w+)`", para))
+    folders = {d.name for d in (ROOT / "tests").iterdir()
+               if d.is_dir() and any(d.glob("*.py"))}
+    assert named == folders, f"unnamed: {sorted(folders - named)}, named but absent: {sorted(named - folders)}"
+
+
+#: STYLE: no module over this many lines unless it is one idea, said here and in its "Size:".
+ONE_IDEA_LINES = 450
+
+#: The modules allowed over ``ONE_IDEA_LINES``, each with why it is one idea. A module that
+#: grows past the line is split where two ideas share it, or added here with its reason.
+ONE_IDEA = {
+    "router/proxy.py": "aiohttp's one importer: both HTTP sides of the router (server handlers "
+                       "in request order, upstream client) need it; the pure rules, limits, "
+                       "keys and streams are already in rules.py, guard.py, clients.py, upstream.py",
+    "core/desired.py": "the desired-state vocabulary: one small frozen class per manifest "
+                       "concept, read by the planner as one",
+}
+
+
+def test_no_module_is_over_the_line_unless_it_is_one_idea():
+    """A module over 450 lines is listed in ``ONE_IDEA`` with why it is one idea (STYLE: a
+    long module is split where two ideas share it)."""
+    sizes = {p.relative_to(PACKAGE).as_posix(): len(p.read_text().splitlines())
+             for p in PACKAGE.rglob("*.py")}
+    over = {m for m, n in sizes.items() if n > ONE_IDEA_LINES}
+    assert over <= set(ONE_IDEA), {m: sizes[m] for m in sorted(over - set(ONE_IDEA))}

@@ -8,8 +8,9 @@ check (a listener beyond loopback is *exposed*), orphans, the executor (no
 packet to a host beyond loopback), the router (no forward off loopback), the
 status page's own server, the fetch policy (plain http only to a loopback
 mirror), ``--metrics-addr`` and the interface addresses the observer
-connects to when it cannot read the socket table. No other module imports
-``ipaddress`` (a test keeps it so).
+connects to when it cannot read the socket table. It is the one module
+that imports ``ipaddress`` (``tests/test_import_direction.py``'s ``OWNERS``
+keeps it so): the probes ask ``ip_of`` whether a host is an address.
 
 Loopback is: IPv4 ``127.0.0.0/8``, IPv6 ``::1``, an IPv4-mapped IPv6
 address of 127/8 (``::ffff:127.0.0.1``: a socket bound there accepts only

@@ -7,7 +7,7 @@ one function each, asked by every path that signals or unloads:
 
 * ``owned``: a recorded server is ours when the live process at its pid has
   the recorded create time (a recycled pid fails) and carries our marker
-  ``RECONCILER_INSTANCE=<instance id>``. Asked before every single signal
+  ``RECONCILER_INSTANCE=<instance id>`` (``MARKER_ENV``, defined here). Asked before every single signal
   (``world/stop.py``, through ``procs.is_owned``), by re-adoption and by
   ``reconcile start``'s hand-over. ``carries`` (the marker alone) picks the
   members of a dead leader's group that the stop's sweep may SIGKILL.
@@ -34,6 +34,11 @@ from __future__ import annotations
 import attrs
 
 from reconciler.core.observed import RoleRecord
+
+#: The ownership marker: the environment variable every server we launch carries, its
+#: value the instance id (§3). ``planner/identity.py`` puts it into each launch, last, so
+#: nothing overrides it; ``world/procs.py`` reads it back; the rules below judge it.
+MARKER_ENV = "RECONCILER_INSTANCE"
 
 #: psutil derives create_time from /proc ticks (10 ms); a stored float compared
 #: with a fresh reading can differ in the last digits.

@@ -107,7 +107,7 @@ def _walk(table: FlagTable, runtime: Runtime, args: Sequence[object],
             findings.append((i, "must be a string (quote numbers: \"4\")"))
             i += 1
             continue
-        spelling, inline = split(runtime, entry)
+        spelling, inline = split(table, entry)
         found = table.find(spelling)
         if found is None:
             findings.append((i, _unknown(runtime, table, entry)))

@@ -30,6 +30,7 @@ from typing import Any, Mapping
 
 import attrs
 
+from reconciler.core.loopback import is_loopback_host
 from reconciler.manifests import swaprouting
 from reconciler.manifests.translate import Note, role_name
 
@@ -171,7 +172,7 @@ def _proxy_port(proxy: str, notes: list[Note]) -> int | None:
         notes.append(Note(flag="proxy", kept=False, what=f"{proxy!r} is not http://HOST:PORT"))
         return None
     host = m.group(1).strip("[]")
-    if host not in ("127.0.0.1", "localhost", "::1"):
+    if not is_loopback_host(host):  # the one loopback rule (§5): 127/8, ::1, localhost
         notes.append(Note(flag="proxy", kept=False, what=f"{host} is not this machine: the "
                           "reconciler connects to loopback servers only"))
     return int(m.group(2)) if m.group(2) else None

@@ -36,7 +36,7 @@ import attrs
 from reconciler.core.desired import Runtime
 from reconciler.core.loopback import is_loopback_host
 from reconciler.core.units import is_plain_token
-from reconciler.runtimes import SPECS, flags as flag_tables
+from reconciler.runtimes import SPECS, flags as flag_tables, lookup as flag_lookup
 from reconciler.runtimes.flags import Flag, FlagClass
 from reconciler.runtimes.spec import CommandLine
 
@@ -188,7 +188,7 @@ def program_of(argv: Iterable[str]) -> tuple[tuple[tuple[str, str], ...], list[s
     return tuple(env), [], notes
 
 
-def translate(argv: Iterable[str], *, lookup: FlagTable = flag_tables.lookup,
+def translate(argv: Iterable[str], *, lookup: FlagTable = flag_lookup,
               port: int | None = None) -> Translation:
     """Translate one command line (``[ENV=V…] [wrapper…] llama-server ARGS…``).
 

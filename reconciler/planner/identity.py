@@ -15,9 +15,9 @@ from typing import Mapping, Sequence
 
 from reconciler.core.devices import Assignment
 from reconciler.core.desired import Launch, ModelSpec, NodeConfig, RoleSpec
+from reconciler.core.ownership import MARKER_ENV
 from reconciler.runtimes import launch_argv, spec_of
 
-MARKER_ENV = "RECONCILER_INSTANCE"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 

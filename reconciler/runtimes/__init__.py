@@ -4,7 +4,9 @@ Each runtime module (``llamacpp``, ``mlx_lm``, ``ollama``, ``openai``) knows its
 server's command line, its probe requests and how to read the answers, and
 declares all of it in one ``RuntimeSpec`` (``spec.py``). ``SPECS`` maps every
 ``Runtime`` to its declaration; ``spec_of(runtime)`` is how the rest of the
-package asks what a runtime can do. Nothing here opens a socket: the observer
+package asks what a runtime can do, ``lookup(runtime, spelling)`` which flag a
+spelling is on its server. The runtime modules never import this registry
+(it imports them): the import test finds such a cycle even inside a function. Nothing here opens a socket: the observer
 sends the requests these modules describe and hands the answers back.
 
 Adding a runtime: a module ending in ``SPEC = RuntimeSpec(...)``, its line in
@@ -18,6 +20,7 @@ from typing import Mapping
 
 from reconciler.core.desired import ModelSpec, RoleSpec, Runtime
 from reconciler.runtimes import llamacpp, mlx_lm, ollama, openai
+from reconciler.runtimes.flags import Flag
 from reconciler.runtimes.spec import RuntimeSpec
 
 #: Every runtime's declaration, in the order people read them.
@@ -29,6 +32,12 @@ SPECS: Mapping[Runtime, RuntimeSpec] = {
 def spec_of(runtime: Runtime) -> RuntimeSpec:
     """The declaration of ``runtime`` (``KeyError`` for a runtime with no module)."""
     return SPECS[runtime]
+
+
+def lookup(runtime: Runtime, spelling: str) -> Flag | None:
+    """The flag ``spelling`` names on ``runtime``'s server, exactly as the server reads it
+    (none for a runtime the reconciler never launches: its table is empty)."""
+    return SPECS[runtime].flags.find(spelling)
 
 
 def launched() -> tuple[RuntimeSpec, ...]:

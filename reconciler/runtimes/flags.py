@@ -17,9 +17,11 @@ with it in ``spec.serve.extra_args`` (BEHAVIOUR §1.4):
 - ``DEVICE``: device placement; allowed, its value type-checked, for now;
 - ``ALLOWED``: everything else; allowed, its value type-checked.
 
-``lookup(runtime, spelling)`` finds a flag as the server would (llama-server
-reads ``_`` as ``-`` in a ``--`` flag); ``split(runtime, entry)`` cuts a
-``--flag=value`` entry in two. A table is checked against the real server's
+``FlagTable.find(spelling)`` finds a flag as the server would (llama-server
+reads ``_`` as ``-`` in a ``--`` flag; ``runtimes.lookup(runtime, spelling)`` asks
+a runtime's table); ``split(table, entry)`` cuts a ``--flag=value`` entry in two.
+This module imports no other of ``runtimes/``: the registry imports it through
+the runtime modules (the import test keeps the package free of cycles). A table is checked against the real server's
 ``--help`` in both directions (``tests/manifests/test_flag_tables.py``).
 """
 
@@ -32,7 +34,7 @@ from typing import Iterable, Iterator, Mapping
 
 import attrs
 
-from reconciler.core.desired import RoleSpec, Runtime
+from reconciler.core.desired import RoleSpec
 
 
 class ValueType(enum.StrEnum):
@@ -137,24 +139,16 @@ class FlagTable(Mapping[str, Flag]):
 EMPTY = FlagTable(())
 
 
-def table_of(runtime: Runtime) -> FlagTable:
-    """The flag table of ``runtime`` (empty for a runtime the reconciler never launches)."""
-    from reconciler.runtimes import spec_of  # the registry imports the runtime modules
+def split(table: FlagTable, entry: str) -> tuple[str, str | None]:
+    """``--flag=value`` → (``--flag``, ``value``) when ``--flag`` is a spelling of ``table``
+    that takes a value; anything else → (entry, None). Launched as two argv elements.
 
-    return spec_of(runtime).flags
-
-
-def lookup(runtime: Runtime, spelling: str) -> Flag | None:
-    """The flag ``spelling`` names on ``runtime``'s server, exactly as the server reads it."""
-    return table_of(runtime).find(spelling)
-
-
-def split(runtime: Runtime, entry: str) -> tuple[str, str | None]:
-    """``--flag=value`` → (``--flag``, ``value``) when ``--flag`` is a known spelling that
-    takes a value; anything else → (entry, None). Launched as two argv elements."""
+    It takes the table, not the runtime: the runtime modules call it while the registry
+    (``runtimes/__init__.py``, which imports them) is still being built; a runtime's
+    table is ``spec_of(runtime).flags``, and ``runtimes.lookup`` finds one spelling."""
     if entry.startswith("-") and "=" in entry:
         head, _, value = entry.partition("=")
-        found = lookup(runtime, head)
+        found = table.find(head)
         if found is not None and found.takes_value:
             return head, value
     return entry, None
@@ -206,13 +200,14 @@ def value_problem(f: Flag, spelling: str, value: object) -> str | None:
     return None
 
 
-def render(role: RoleSpec) -> tuple[str, ...]:
-    """A role's ``extra_args`` as launched: ``--flag=value`` in two elements, and each
-    repository file's path replaced by its copy in the instance directory (``RepoFile``)."""
+def render(role: RoleSpec, table: FlagTable) -> tuple[str, ...]:
+    """A role's ``extra_args`` as launched (``table``: its runtime's flags): ``--flag=value``
+    in two elements, and each repository file's path replaced by its copy in the instance
+    directory (``RepoFile``)."""
     copies = {f.index: f.copy for f in role.serve.files}
     out: list[str] = []
     for i, entry in enumerate(role.serve.extra_args):
-        head, value = split(role.runtime, entry)
+        head, value = split(table, entry)
         if value is not None:
             out += [head, copies.get(i, value)]
         else:

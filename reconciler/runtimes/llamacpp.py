@@ -68,7 +68,7 @@ def argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None,
     if serve.slot_save:
         args += ["--slot-save-path", SLOT_DIR]
     args += ["--alias", role.model or role.name]
-    args += list(render(role))
+    args += list(render(role, TABLE))
     return tuple(args)
 
 

@@ -45,7 +45,7 @@ def argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None = None
         args += ["--draft-model", _root(draft)]
     if serve.adapter is not None:
         args += ["--adapter-path", _root((weights or {}).get(serve.adapter))]
-    return (*args, *render(role))
+    return (*args, *render(role, TABLE))
 
 
 # ---------------------------------------------------------------- probes

@@ -21,14 +21,18 @@ used: permissions, corruption, a newer schema, SQLite still locked after
 ``BUSY_TIMEOUT``), never a raw ``sqlite3`` or ``OSError``, so every command
 can say it in one line.
 
-Size: the only owner of sqlite3: every query of state.db is here, so the schema
-has one reader and writer.
+A role's record as a row (and back) is ``storerows.py`` (PURE); the schema is
+``storeschema.py``.
+
+Size: one idea, state.db's one reader and writer: the only owner of sqlite3,
+so every query of every table (roles, fetches, operator starts, events, stamps)
+is here, each a few lines, beside the connection, the migration and the error
+handling they all share.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 import sqlite3
@@ -41,8 +45,8 @@ import attrs
 from reconciler.core import events as ev
 from reconciler.core.errors import StateError
 from reconciler.core.events import Event, EventKind
-from reconciler.core.desired import Mode, Runtime
-from reconciler.core.observed import ExitInfo, FetchRecord, Intent, Liveness, RoleRecord, Terminal
+from reconciler.core.observed import FetchRecord, RoleRecord
+from reconciler.state import storerows
 from reconciler.state.storeschema import MIGRATIONS, SCHEMA_VERSION
 
 if TYPE_CHECKING:  # hashing models is not every pass's business: imported when stamps are read
@@ -53,7 +57,6 @@ _ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN (\w+)", re.IGNORECASE)
 #: How long a statement waits for another connection's write lock (seconds).
 BUSY_TIMEOUT = 30.0
 
-_ROLE_FIELDS = [f.name for f in attrs.fields(RoleRecord)]
 
 
 def default_state_dir(environ: dict[str, str] | None = None) -> str:
@@ -198,26 +201,16 @@ class Store:
     @_state_errors
     def roles(self) -> tuple[RoleRecord, ...]:
         rows = self._db.execute("SELECT * FROM roles ORDER BY name").fetchall()
-        return tuple(_record(row) for row in rows)
+        return tuple(storerows.record_of(row) for row in rows)
 
     @_state_errors
     def role(self, name: str) -> RoleRecord | None:
         row = self._db.execute("SELECT * FROM roles WHERE name = ?", (name,)).fetchone()
-        return _record(row) if row else None
+        return storerows.record_of(row) if row else None
 
     @_state_errors
     def put_role(self, record: RoleRecord) -> None:
-        values = attrs.asdict(record, recurse=False)
-        values["launch_argv"] = json.dumps(list(record.launch_argv))
-        values["we_loaded"] = int(record.we_loaded)
-        values["runtime"] = str(record.runtime)
-        values["mode"] = str(record.mode)
-        values["terminal"] = str(record.terminal) if record.terminal else None
-        values["exit"] = _exit_json(record.exit)
-        values["liveness"] = json.dumps(attrs.asdict(record.liveness))
-        values["intent"] = (json.dumps(attrs.asdict(record.intent), sort_keys=True)
-                            if record.intent is not None else None)
-        values["devices"] = json.dumps([list(p) for p in record.devices])
+        values = storerows.row_of(record)
         values["updated_at"] = time.time()
         cols = ", ".join(values)
         marks = ", ".join(f":{k}" for k in values)
@@ -420,44 +413,6 @@ class _Transaction:
 
     def __exit__(self, exc_type, *rest: object) -> None:
         self._db.execute("ROLLBACK" if exc_type else "COMMIT")
-
-
-def _record(row: sqlite3.Row) -> RoleRecord:
-    values = {k: row[k] for k in _ROLE_FIELDS}
-    values["runtime"] = Runtime(values["runtime"])
-    values["mode"] = Mode(values["mode"])
-    values["terminal"] = Terminal(values["terminal"]) if values["terminal"] else None
-    values["launch_argv"] = tuple(json.loads(values["launch_argv"] or "[]"))
-    values["we_loaded"] = bool(values["we_loaded"])
-    values["exit"] = _exit_value(values["exit"])
-    values["liveness"] = _liveness_value(values["liveness"])
-    values["intent"] = Intent(**json.loads(values["intent"])) if values["intent"] else None
-    values["devices"] = tuple((str(i), int(b)) for i, b in json.loads(values["devices"] or "[]"))
-    return RoleRecord(**values)
-
-
-def _exit_json(info: ExitInfo | None) -> str | None:
-    if info is None:
-        return None
-    return json.dumps({**attrs.asdict(info), "log": list(info.log)})
-
-
-def _exit_value(text: str | None) -> ExitInfo | None:
-    """A stored ``ExitInfo``; what a newer reconciler added to it is left out, not fatal."""
-    if not text:
-        return None
-    raw = json.loads(text)
-    known = {f.name for f in attrs.fields(ExitInfo)}
-    values = {k: v for k, v in raw.items() if k in known}
-    values["log"] = tuple(values.get("log") or ())
-    return ExitInfo(**values)
-
-
-def _liveness_value(text: str | None) -> Liveness:
-    if not text:
-        return Liveness()
-    known = {f.name for f in attrs.fields(Liveness)}
-    return Liveness(**{k: v for k, v in json.loads(text).items() if k in known})
 
 
 def _statements(script: str) -> list[str]:

@@ -35,7 +35,7 @@ from reconciler.system import failpoints
 from reconciler.world import probe, procs, spawn
 # The stop algorithm, and what it returns, for the executor's callers too.
 from reconciler.world.stop import EXPOSED_GRACE, StopResult, stop  # noqa: F401
-from reconciler.planner.identity import MARKER_ENV
+from reconciler.core.ownership import MARKER_ENV
 from reconciler.core import loopback
 from reconciler.core.decisions import Decision, Plan, Reason, Verb
 from reconciler.core.desired import Launch, NodeConfig

@@ -36,7 +36,6 @@ from __future__ import annotations
 import errno
 import functools
 import heapq
-import ipaddress
 import json
 import os
 import selectors
@@ -45,6 +44,7 @@ import struct
 import time
 from typing import Any, Callable, Mapping
 
+from reconciler.core.loopback import ip_of
 from reconciler.world import http11
 from reconciler.runtimes.common import (
     MAX_BODY,
@@ -135,7 +135,8 @@ class Wires:
             timeout = min(timeout, request.max_timeout)
         wire = _Wire(self, request, timeout, then)
         try:
-            ipaddress.ip_address(host)  # a probe goes to an address, never through DNS
+            if ip_of(host) is None:  # a probe goes to an address, never through DNS
+                raise ValueError(f"{host!r} does not appear to be an IPv4 or IPv6 address")
             err = wire.start(host, port, *_encode(host, port, request, key))
         except Exception as exc:  # a bad address, no socket left: never take the pass down
             wire.end(exc)  # (outside the try, what ``then`` raises is raised, not answered)

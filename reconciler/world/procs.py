@@ -23,7 +23,7 @@ import psutil
 
 from reconciler.core import loopback, ownership
 from reconciler.world.listeners import listening_inodes
-from reconciler.planner.identity import MARKER_ENV
+from reconciler.core.ownership import MARKER_ENV
 from reconciler.core.observed import ProcessFacts
 
 

@@ -22,7 +22,7 @@ import time
 import attrs
 
 from reconciler.core import ownership
-from reconciler.planner.identity import MARKER_ENV
+from reconciler.core.ownership import MARKER_ENV
 from reconciler.system import programs, signals
 from reconciler.world import procs
 

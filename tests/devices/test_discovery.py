@@ -12,18 +12,10 @@ from reconciler.core.desired import NodeConfig
 from reconciler.core.devices import Device, DeviceKind, DeviceUse, compare, devices_yaml
 from reconciler.system.programs import Ran
 from reconciler.world import devices
+from tests.support.fakes import FakeNvml
 
 DATA = Path(__file__).parent / "data"
 GIB = 2**30
-
-
-class FakeNvml:
-    def devices(self):
-        return [("NVIDIA RTX A5000", "GPU-a", "00000000:81:00.0", 24 * GIB, 3 * GIB),
-                ("NVIDIA RTX A5000", "GPU-b", "00000000:C1:00.0", 24 * GIB, 0)]
-
-    def processes(self, index):
-        return [(4242, 3 * GIB), (4243, None)] if index == 0 else []
 
 
 def _no_nvml():
@@ -40,6 +32,7 @@ def _tools(outputs: dict[str, str]):
 
 
 def test_nvml_comes_first_and_reports_use_by_pid() -> None:
+    """§7.1 discovery asks NVML first: its devices, memory and use, and the memory each pid uses."""
     found = devices.discover(run=_tools({}), nvml=lambda: (FakeNvml(), ""))
     assert found.tool == "nvml"
     assert [(d.id, d.memory, d.used) for d in found.devices] == [
@@ -48,6 +41,7 @@ def test_nvml_comes_first_and_reports_use_by_pid() -> None:
 
 
 def test_without_nvml_nvidia_smi_csv_is_read() -> None:
+    """§7.1 without NVML, nvidia-smi's CSV is read, and the note says why NVML was not used."""
     gpus = (DATA / "nvidia-smi_query-gpu_idx60292320197_4x_h200-141c.csv").read_text()
     found = devices.discover(run=_tools({"--query-gpu": gpus, "--query-compute-apps":
                                          "gpu_uuid, pid, used_gpu_memory [MiB]\n"}), nvml=_no_nvml)
@@ -56,6 +50,8 @@ def test_without_nvml_nvidia_smi_csv_is_read() -> None:
 
 
 def test_amd_then_apple_then_nothing() -> None:
+    """§7.1 without NVIDIA tools rocm-smi is asked, then Apple's; with none, no devices and a note
+    per missing tool."""
     rocm = (DATA / "rocm-smi_marimo-9237_1x_rx7900xt.json").read_text()
     found = devices.discover(run=_tools({"rocm-smi": rocm}), nvml=_no_nvml)
     assert found.tool == "rocm-smi" and found.devices[0].id == "rocm:0"
@@ -65,6 +61,8 @@ def test_amd_then_apple_then_nothing() -> None:
 
 
 def test_declared_against_found_missing_smaller_undeclared() -> None:
+    """§7.1 declared against found: a device found smaller, one not found (missing) and one found
+    but undeclared are each said."""
     found = devices.discover(run=_tools({}), nvml=lambda: (FakeNvml(), "")).devices
     node = NodeConfig(devices=(Device(id="cuda:0", kind=DeviceKind.CUDA, memory=30 * GIB),
                                Device(id="cuda:2", kind=DeviceKind.CUDA, memory=8 * GIB)))
@@ -73,6 +71,8 @@ def test_declared_against_found_missing_smaller_undeclared() -> None:
 
 
 def test_devices_yaml_leaves_room_for_the_driver_and_loads_back() -> None:
+    """``capabilities --devices-yaml`` declares a little less than found (room for the driver) and
+    its YAML loads back."""
     import yaml
 
     found = devices.discover(run=_tools({}), nvml=lambda: (FakeNvml(), "")).devices
@@ -100,6 +100,8 @@ def test_capabilities_reports_devices_and_prints_yaml(tmp_path, capsys, monkeypa
 
 
 def test_capabilities_without_any_tool_trusts_the_declaration(tmp_path, capsys, monkeypatch) -> None:
+    """§7.1 with no discovery tool, ``capabilities`` says the declaration is unchecked (exit 0);
+    ``--devices-yaml`` has nothing to write (exit 1)."""
     from reconciler import cli
 
     monkeypatch.setattr(devices, "discover", lambda: devices.Discovery(notes=("no tool",)))

@@ -22,6 +22,8 @@ def _view():
 
 
 def test_roles_go_to_the_labelled_node_then_onto_its_devices() -> None:
+    """§10/§7.1 ``reconcile fleet``: roles go to the node their labels pick, then onto its devices;
+    a role that fits none is refused; text and JSON show the devices."""
     result, view = _view()
     gpu = view.node("a100-1")
     assert [(r.name, [d for d, _ in r.decision.devices], str(r.decision.verb)) for r in gpu.roles] \

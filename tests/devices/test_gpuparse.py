@@ -28,6 +28,8 @@ def test_nvidia_smi_xml_two_rtx_a5000_with_one_server_spanning_both() -> None:
 
 
 def test_nvidia_smi_csv_mixed_cards_with_units_in_the_header() -> None:
+    """§7.1 nvidia-smi CSV with units in the header: each card's id, name and memory, from a real
+    two-card capture."""
     found = gpuparse.nvidia_smi_csv(_read("nvidia-smi_query-gpu_idx55124687134_2x_rtx4080super+rtx3090.csv"))
     assert [(d.id, d.name, d.memory, d.used) for d in found] == [
         ("cuda:0", "NVIDIA GeForce RTX 4080 SUPER", 16376 * MIB, None),
@@ -35,6 +37,8 @@ def test_nvidia_smi_csv_mixed_cards_with_units_in_the_header() -> None:
 
 
 def test_nvidia_smi_csv_four_h200_and_a_containers_view_of_one() -> None:
+    """§7.1 four H200s read with their memory and use; a container's view of one of them is that
+    card, same uuid, as ``cuda:0``."""
     host = gpuparse.nvidia_smi_csv(_read("nvidia-smi_query-gpu_idx60292320197_4x_h200-141c.csv"))
     assert [d.id for d in host] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
     assert {d.memory for d in host} == {144384 * MIB}
@@ -70,17 +74,22 @@ def test_compute_apps_rows_map_to_devices_by_uuid() -> None:
 
 
 def test_compute_apps_header_only_when_idle() -> None:
+    """§7.1 an idle GPU's compute-apps CSV (a header only) is no use by any process."""
     header = "timestamp, gpu_name, gpu_bus_id, gpu_serial, gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n"
     assert gpuparse.nvidia_smi_apps_csv(header, ()) == ()
 
 
 def test_rocm_smi_four_mi100_skip_the_system_entry() -> None:
+    """§7.1 rocm-smi JSON: four MI100s as ``rocm:0..3`` with memory and use; the ``system`` entry is
+    no device."""
     found = gpuparse.rocm_smi_json(_read("rocm-smi_telegraf_4x_mi100_rocm602.json"))
     assert [(d.id, d.kind, d.memory, d.used) for d in found] == [
         (f"rocm:{i}", DeviceKind.ROCM, 34342961152, 6750208) for i in range(4)]
 
 
 def test_rocm_smi_newer_keys_and_a_pasted_issue() -> None:
+    """§7.1 rocm-smi's newer keys and a capture pasted into an issue read the same: memory, use and
+    name."""
     (rx7800,) = gpuparse.rocm_smi_json(_read("rocm-smi_gpustack_1x_rx7800xt.json"))
     assert (rx7800.memory, rx7800.used) == (17163091968, 11615076352)
     assert "7800 XT" in rx7800.name
@@ -89,11 +98,13 @@ def test_rocm_smi_newer_keys_and_a_pasted_issue() -> None:
 
 
 def test_rocm_smi_mi250_is_two_devices() -> None:
+    """§7.1 an MI250 (two GCDs) is two devices, each with its own memory."""
     found = gpuparse.rocm_smi_json(_read("rocm-smi_torchserve_mi250-2gcd_metrics.json"))
     assert [(d.id, d.memory) for d in found] == [("rocm:0", 68702699520), ("rocm:1", 68702699520)]
 
 
 def test_system_profiler_apple_silicon_has_one_metal_device_on_unified_memory() -> None:
+    """§7.1 Apple silicon is one ``metal:0`` device whose memory is the machine's unified memory."""
     found = gpuparse.system_profiler(_read("system_profiler_SPDisplays_tirekick_apple-m1pro-14core.json"),
                                      _read("system_profiler_SPHardware_tirekick_m5max-128GB.json"))
     assert [(d.id, d.kind, d.name, d.memory) for d in found] == [
@@ -105,4 +116,5 @@ def test_system_profiler_apple_silicon_has_one_metal_device_on_unified_memory() 
 
 
 def test_sysctl_memsize_agrees_with_system_profiler() -> None:
+    """§7.1 ``sysctl hw.memsize`` gives the same unified memory as system_profiler."""
     assert gpuparse.sysctl_memsize(_read("sysctl_tirekick_gh-runner-macos26_m1-virtual.txt")) == 7 * 2**30

@@ -38,6 +38,8 @@ def _messages(result) -> list[str]:
 
 
 def test_devices_and_placement_are_parsed_with_units() -> None:
+    """§7.1 NodeConfig devices (sorted by id, kind from the id) and ``placement.devices`` (ids,
+    split, count) are parsed with units."""
     result = _load(", devices: [{id: 'cuda:1', kind: cuda, memory: 24GB}, {id: 'cuda:0', memory: 24GB}]",
                    _role("coder", 8090, ", memory: {weights: 12GB, kv: 1GB, host: 2GB}, "
                                         "placement: {devices: {ids: ['cuda:0', 'cuda:1'], split: [3, 1]}}"),
@@ -53,12 +55,16 @@ def test_devices_and_placement_are_parsed_with_units() -> None:
 
 
 def test_a_role_without_devices_counts_its_footprint_on_the_host() -> None:
+    """§7.1 a role without ``placement.devices`` claims its whole footprint (weights + kv) from host
+    memory."""
     result = _load("", _role("coder", 8090, ", memory: {weights: 12GB, kv: 1GB}"))
     coder = result.desired.role("coder")
     assert coder.devices is None and coder.host_need == 13 * GB
 
 
 def test_device_problems_are_all_reported_at_their_paths() -> None:
+    """§1.5/§7.1 every device problem (kind against id, duplicate id, zero memory, split length,
+    count and ids together, mixed kinds) is reported, each at its path."""
     result = _load(", devices: [{id: 'cuda:0', kind: rocm, memory: 24GB}, {id: 'cuda:0', memory: 0}]",
                    _role("a", 8090, ", placement: {devices: {ids: ['cuda:0', 'cuda:1'], split: [1]}}"),
                    _role("b", 8091, ", placement: {devices: {count: 3}}"),
@@ -75,6 +81,8 @@ def test_device_problems_are_all_reported_at_their_paths() -> None:
 
 
 def test_ids_not_declared_and_counts_beyond_the_node_are_errors() -> None:
+    """§7.1 ids the node does not declare, and a count beyond the devices it declares, are errors
+    naming what it has."""
     result = _load(", devices: [{id: 'cuda:0', memory: 24GB}]",
                    _role("a", 8090, ", placement: {devices: {ids: ['cuda:3']}}"),
                    _role("b", 8091, ", placement: {devices: {count: 2}}"))
@@ -94,6 +102,7 @@ def test_device_flags_are_the_planners_with_placement_devices() -> None:
 
 
 def test_ollama_roles_claim_host_memory_only() -> None:
+    """§7.1 an Ollama role cannot claim devices: it claims host memory only."""
     result = _load(", devices: [{id: 'cuda:0', memory: 24GB}]",
                    _role("a", 11434, ", model: m, placement: {devices: {count: 1}}", runtime="ollama"))
     text = "\n".join(str(p) for p in result.problems)
@@ -101,6 +110,8 @@ def test_ollama_roles_claim_host_memory_only() -> None:
 
 
 def test_always_on_roles_beyond_a_device_are_a_warning_naming_it() -> None:
+    """§7.1 always-on roles that cannot all fit the devices at once are a warning naming the role
+    and its need, not an error."""
     result = _load(", devices: [{id: 'cuda:0', memory: 24GB}, {id: 'cuda:1', memory: 24GB}]",
                    _role("a", 8090, ", memory: {weights: 20GB}, placement: {devices: {count: 1}}"),
                    _role("b", 8091, ", memory: {weights: 20GB}, placement: {devices: {count: 1}}"),
@@ -112,6 +123,7 @@ def test_always_on_roles_beyond_a_device_are_a_warning_naming_it() -> None:
 
 
 def test_always_on_roles_that_fit_their_devices_warn_nothing_about_devices() -> None:
+    """§7.1 always-on roles that fit their devices at once give no device warning."""
     result = _load(", devices: [{id: 'cuda:0', memory: 24GB}, {id: 'cuda:1', memory: 24GB}]",
                    _role("a", 8090, ", memory: {weights: 20GB}, placement: {devices: {count: 1}}"),
                    _role("b", 8091, ", memory: {weights: 20GB}, placement: {devices: {count: 1}}"))

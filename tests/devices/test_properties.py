@@ -53,6 +53,8 @@ def _drive(desired, passes: int, demand=None):
 
 @given(desireds(on_demand=False))
 def test_no_device_is_ever_planned_over_its_memory(desired) -> None:
+    """Property §7.1: over passes of any fleet, no device is ever planned to hold more than its
+    memory."""
     capacity = {d.id: d.memory for d in desired.node.devices}
     for p, _, _ in _drive(desired, 3):
         for device, used in _per_device(p).items():

@@ -23,6 +23,8 @@ def _result():
 
 
 def test_device_table_has_memory_reserved_and_used_per_role() -> None:
+    """§7.1/§11 the device table: each device's memory, what each role reserves on it and what its
+    server uses."""
     result = _result()
     uses = placement.uses_by_pid(result.observed.device_use)
     table = placement.device_table(result.desired.node, result.plan.decisions, uses)
@@ -35,6 +37,8 @@ def test_device_table_has_memory_reserved_and_used_per_role() -> None:
 
 
 def test_metrics_publish_device_memory_reserved_and_used() -> None:
+    """§7.1 metrics publish each device's memory, each role's reservation and its observed use, per
+    node."""
     text = metrics.render(_result(), None, problems_count=0, last_pass_ts=1.0, duration=0.1,
                           failed=False, node="gpu-1")
     assert 'reconciler_device_memory_bytes{device="cuda:0",node="gpu-1"} 2.4e+10' in text
@@ -46,12 +50,14 @@ def test_metrics_publish_device_memory_reserved_and_used() -> None:
 
 
 def test_uses_of_one_pid_on_one_device_add_up() -> None:
+    """§7.1 several uses reported for one pid on one device add up."""
     uses = placement.uses_by_pid([DeviceUse(pid=1, device="cuda:0", used=1),
                                   DeviceUse(pid=1, device="cuda:0", used=2)])
     assert uses == {1: {"cuda:0": 3}}
 
 
 def test_a_node_without_devices_publishes_no_device_series() -> None:
+    """A node without devices publishes no device series."""
     result = SimpleNamespace(plan=Plan(), desired=None, observed=Observed(), ok=True)
     text = metrics.render(result, None, problems_count=0, last_pass_ts=1.0, duration=0.1,
                           failed=False, node="n")

@@ -15,22 +15,15 @@ from reconciler.core.decisions import PlanContext
 from reconciler.core.desired import (
     Desired,
     MemorySpec,
-    Mode,
-    ModelFile,
-    ModelFormat,
-    ModelSpec,
     NodeConfig,
-    RoleSpec,
     Runtime,
-    ServeSpec,
     WantedState,
 )
 from reconciler.core.devices import Device, DeviceKind, DeviceRequest
+from tests.support.worlds import DATA_ROOT, GB, QWEN, role
 
-GB = 10**9
-CTX = PlanContext(environ=(("PATH", "/usr/bin"),), data_root="/srv/instances")
-MODEL = ModelSpec(name="qwen", format=ModelFormat.GGUF, root="/m/qwen",
-                  shards=(ModelFile(path="q.gguf", sha256="0" * 64, size=GB),))
+CTX = PlanContext(environ=(("PATH", "/usr/bin"),), data_root=DATA_ROOT)  # PATH only: as it was
+MODEL = QWEN
 NAMES = ("a", "b", "c", "d", "e", "f")
 
 
@@ -66,10 +59,8 @@ def desireds(draw, on_demand: bool = True, only_on_demand: bool = False) -> Desi
             [WantedState.ON_DEMAND] if on_demand else [])
         if only_on_demand:
             states = [WantedState.ON_DEMAND]
-        roles.append(RoleSpec(
-            name=name, runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="qwen",
-            state=draw(st.sampled_from(states)),
-            serve=ServeSpec(port=8080 + i),
+        roles.append(role(
+            name, 8080 + i, state=draw(st.sampled_from(states)),
             memory=MemorySpec(weights=draw(st.integers(1, 20)) * GB,
                               kv=draw(st.sampled_from([0, GB // 2]))),
             devices=draw(requests(node))))

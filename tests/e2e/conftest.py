@@ -25,6 +25,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support import roles
+
 TESTBED = Path(os.environ.get("RECONCILER_TESTBED", "/opt/reconciler-testbed"))
 LLAMA_SERVER = TESTBED / "bin" / "llama-server"
 TINY_GGUF = TESTBED / "models" / "tiny.gguf"
@@ -117,18 +119,8 @@ class World:
 
     def role(self, name: str, port: int, *, ctx: int = 512, state: str = "running",
              memory: str = "", extra_args: str = '["--threads", "1"]') -> None:
-        self.write(f"role-{name}.yaml", f"""\
-        apiVersion: reconciler/v1
-        kind: InferenceSpec
-        metadata: {{name: {name}}}
-        spec:
-          runtime: llamacpp
-          mode: managed
-          model: tiny
-          state: {state}
-          serve: {{port: {port}, ctx: {ctx}, extra_args: {extra_args}}}
-          {memory}
-        """)
+        self.write(f"role-{name}.yaml", roles.inference_spec(
+            name, port, state=state, ctx=ctx, extra_args=extra_args, raw=memory))
 
     def ollama_model(self, name: str, tag: str) -> None:
         """A Model for an Ollama tag: Ollama keeps its own files (no root, no shards)."""
@@ -144,18 +136,9 @@ class World:
     def ollama_role(self, name: str, port: int, *, model: str, mode: str = "managed",
                     state: str = "running", keep_alive: str = "10m") -> None:
         """An InferenceSpec driving a running Ollama (or its double) on ``port``."""
-        self.write(f"role-{name}.yaml", f"""\
-        apiVersion: reconciler/v1
-        kind: InferenceSpec
-        metadata: {{name: {name}}}
-        spec:
-          runtime: ollama
-          mode: {mode}
-          model: {model}
-          state: {state}
-          keep_alive: {keep_alive}
-          serve: {{port: {port}}}
-        """)
+        self.write(f"role-{name}.yaml", roles.inference_spec(
+            name, port, runtime="ollama", mode=mode, model=model, state=state, ctx=None,
+            extra_args=None, keep_alive=keep_alive))
 
     # ------------------------------------------------------------ commands
 

@@ -11,13 +11,13 @@ device takes the refused role; a changed ``ids`` restarts exactly that role.
 from __future__ import annotations
 
 import json
-import textwrap
 
 import psutil
 import pytest
 
 from tests.e2e.conftest import free_port
 from tests.e2e.test_once import alive, converge, ready
+from tests.support import roles
 
 pytestmark = pytest.mark.e2e
 
@@ -29,19 +29,8 @@ DEVICES = """\
 
 def _role(world, name: str, port: int, devices: str, *, state: str = "running",
           weights: str = "1GB") -> None:
-    world.write(f"role-{name}.yaml", textwrap.dedent(f"""\
-        apiVersion: reconciler/v1
-        kind: InferenceSpec
-        metadata: {{name: {name}}}
-        spec:
-          runtime: llamacpp
-          mode: managed
-          model: tiny
-          state: {state}
-          serve: {{port: {port}, ctx: 512, extra_args: ["--threads", "1"]}}
-          memory: {{weights: {weights}}}
-          placement: {{devices: {devices}}}
-        """))
+    world.write(f"role-{name}.yaml", roles.inference_spec(
+        name, port, state=state, memory=f"{{weights: {weights}}}", placement=f"{{devices: {devices}}}"))
 
 
 def _env(world, name: str) -> dict[str, str]:
@@ -54,6 +43,9 @@ def _argv(world, name: str) -> list[str]:
 
 def test_two_devices_three_roles_freed_device_and_changed_ids(world):
     # Claims are placed in port order: a, b, c.
+    """§7.1 against real servers: three count roles on two devices (the third refused, nothing
+    moves in sync), a stop frees a device the refused role takes, and changed ids restart only
+    the role they move."""
     ports = dict(zip(("a", "b", "c"), sorted({free_port() for _ in range(3)})))
     assert len(ports) == 3
     world.node(extra=DEVICES)
@@ -117,6 +109,8 @@ def test_two_devices_three_roles_freed_device_and_changed_ids(world):
 
 
 def test_a_role_on_two_devices_gets_both_and_its_tensor_split(world):
+    """§7.1 against a real server: a role on two devices is started on both with its
+    ``--tensor-split``."""
     port = free_port()
     world.node(extra=DEVICES)
     world.model()

@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from tests.e2e.conftest import free_port, http_get, wait_for
+from tests.support import roles
 
 pytestmark = pytest.mark.e2e
 
@@ -24,17 +25,8 @@ WHY = "K cache type q8_0 with block size 32 does not divide n_embd_head_k=16"
 
 
 def _role(world, name: str, port: int, *, kv_quant: str = "") -> None:
-    quant = f", kv_quant: {kv_quant}" if kv_quant else ""
-    world.write(f"role-{name}.yaml", f"""\
-    apiVersion: reconciler/v1
-    kind: InferenceSpec
-    metadata: {{name: {name}}}
-    spec:
-      runtime: llamacpp
-      mode: managed
-      model: tiny
-      serve: {{port: {port}, ctx: 512{quant}, extra_args: ["--threads", "1"]}}
-    """)
+    world.write(f"role-{name}.yaml", roles.inference_spec(
+        name, port, serve=f"kv_quant: {kv_quant}" if kv_quant else ""))
 
 
 def _status(world, name: str) -> dict:

@@ -16,6 +16,7 @@ import pytest
 
 from tests.e2e.conftest import NOBODY, free_port, http_get, wait_for
 from tests.e2e.test_once import converge, ready
+from tests.support import roles
 
 pytestmark = pytest.mark.e2e
 
@@ -24,16 +25,7 @@ TEMPLATE = ("{% for message in messages %}{{ message['role'] }}: {{ message['con
 
 
 def role(world, name: str, port: int, serve: str) -> None:
-    world.write(f"role-{name}.yaml", f"""\
-    apiVersion: reconciler/v1
-    kind: InferenceSpec
-    metadata: {{name: {name}}}
-    spec:
-      runtime: llamacpp
-      mode: managed
-      model: tiny
-      serve: {{port: {port}, ctx: 512, {serve}}}
-    """)
+    world.write(f"role-{name}.yaml", roles.inference_spec(name, port, extra_args=None, serve=serve))
 
 
 def up(world, port: int, name: str = "chat") -> None:

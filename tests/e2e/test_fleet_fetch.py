@@ -22,6 +22,8 @@ pytestmark = [pytest.mark.e2e,
 
 
 def test_a_commit_with_a_sourced_model_fetches_on_two_nodes_and_not_the_third(fleet, tmp_path):
+    """§1.6/§10 a commit with a sourced Model: ``fleet`` shows the fetches per node; the two nodes
+    that need it fetch and serve, the third fetches nothing."""
     www = tmp_path / "www"
     www.mkdir()
     (www / "tiny.gguf").write_bytes(TINY_GGUF.read_bytes())

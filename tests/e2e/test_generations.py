@@ -3,29 +3,21 @@
 from __future__ import annotations
 
 import subprocess
-import textwrap
 
 import pytest
 
 from tests.e2e.conftest import free_port, http_get, wait_for
 from tests.e2e.test_once import alive, converge, executable, ready
+from tests.support import roles
 
 pytestmark = pytest.mark.e2e
 
 
 def _role(world, name: str, port: int, *, kv_quant: str | None = None,
           restarted_at: str | None = None, ctx: int = 512) -> None:
-    lines = [f"kv_quant: {kv_quant}"] if kv_quant else []
-    world.write(f"role-{name}.yaml", textwrap.dedent(f"""\
-        apiVersion: reconciler/v1
-        kind: InferenceSpec
-        metadata: {{name: {name}}}
-        spec:
-          runtime: llamacpp
-          mode: managed
-          model: tiny
-          serve: {{port: {port}, ctx: {ctx}, extra_args: ["--threads", "1"]{", " + lines[0] if lines else ""}}}
-        """) + (f'  restarted_at: "{restarted_at}"\n' if restarted_at else ""))
+    more = {"restarted_at": f'"{restarted_at}"'} if restarted_at else {}
+    world.write(f"role-{name}.yaml", roles.inference_spec(
+        name, port, ctx=ctx, serve=f"kv_quant: {kv_quant}" if kv_quant else "", **more))
 
 
 def _git(world, *args: str) -> str:

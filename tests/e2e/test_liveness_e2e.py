@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from tests.e2e.conftest import LLAMA_SERVER, NOBODY, TINY_GGUF, free_port, http_get, wait_for
+from tests.support import roles
 
 pytestmark = pytest.mark.e2e
 
@@ -27,17 +28,9 @@ PERIOD, FAILURES = 1.0, 2
 
 def _role(world, name: str, port: int, *, mode: str = "managed", extra: str = '"--threads", "1"',
           timeout: str = "500ms", ctx: int = 512) -> None:
-    world.write(f"role-{name}.yaml", f"""\
-    apiVersion: reconciler/v1
-    kind: InferenceSpec
-    metadata: {{name: {name}}}
-    spec:
-      runtime: llamacpp
-      mode: {mode}
-      model: tiny
-      serve: {{port: {port}, ctx: {ctx}, extra_args: [{extra}]}}
-      liveness: {{period: {PERIOD:g}s, timeout: {timeout}, failures: {FAILURES}, grace: 0s}}
-    """)
+    world.write(f"role-{name}.yaml", roles.inference_spec(
+        name, port, mode=mode, ctx=ctx, extra_args=f"[{extra}]",
+        liveness=f"{{period: {PERIOD:g}s, timeout: {timeout}, failures: {FAILURES}, grace: 0s}}"))
 
 
 def _watch(world) -> subprocess.Popen:

@@ -20,7 +20,8 @@ import pytest
 
 from reconciler.system import programs
 from reconciler.world import spawn
-from reconciler.planner.identity import DEFAULT_PATH, MARKER_ENV
+from reconciler.core.ownership import MARKER_ENV
+from reconciler.planner.identity import DEFAULT_PATH
 from reconciler.core.desired import Launch, RunAs
 
 PYTHON = "/usr/bin/python3"  # runnable by any uid, unlike the venv's interpreter

@@ -10,7 +10,7 @@ import attrs
 import pytest
 
 from reconciler.world import execute
-from reconciler.planner.identity import MARKER_ENV
+from reconciler.core.ownership import MARKER_ENV
 from reconciler.core.decisions import Decision, Plan, Reason, Verb
 from reconciler.core.desired import NodeConfig
 from reconciler.core.outcomes import Guard, Refusal

@@ -11,7 +11,7 @@ import pytest
 
 from reconciler.system import programs
 from reconciler.world import serverlog, spawn
-from reconciler.planner.identity import MARKER_ENV
+from reconciler.core.ownership import MARKER_ENV
 
 from .conftest import NOBODY, alive, wait_for
 

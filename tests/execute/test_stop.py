@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from reconciler.world import execute
-from reconciler.planner.identity import MARKER_ENV
+from reconciler.core.ownership import MARKER_ENV
 
 from .conftest import alive, wait_for
 

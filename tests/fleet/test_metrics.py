@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from reconciler.report import metrics
 from reconciler.core.decisions import Decision, Reason, Status, Verb
 from reconciler.state.store import Store
-from tests.watch.fakes import bad, desired, good, keep
+from tests.support.fakes import bad, desired, good, keep
 
 
 @pytest.fixture

@@ -32,6 +32,8 @@ def _nvml_or_skip():
 
 
 def test_nvml_discovery_reports_every_gpu_with_its_memory() -> None:
+    """§7.1 on a real GPU: NVML reports every device with its memory, use and uuid, and discovery
+    prefers it."""
     reader = _nvml_or_skip()
     found = devices.from_nvml(reader)
     assert found.tool == "nvml" and found.devices
@@ -44,6 +46,8 @@ def test_nvml_discovery_reports_every_gpu_with_its_memory() -> None:
 
 
 def test_nvidia_smi_agrees_with_nvml_on_the_devices() -> None:
+    """§7.1 on a real GPU: nvidia-smi and NVML find the same devices, ids and uuids, memory within a
+    MiB."""
     _nvml_or_skip()
     via_smi = devices.from_nvidia_smi()
     if isinstance(via_smi, str):

@@ -46,6 +46,8 @@ def _launch(role: RoleSpec, assignment: Assignment):
 
 
 def test_one_cuda_device_sets_its_index_and_no_split() -> None:
+    """§7.1 one CUDA device: ``CUDA_VISIBLE_DEVICES`` is its index (the planner's, over NodeConfig
+    env) and no ``--tensor-split``."""
     launch = _launch(_role(DeviceRequest(count=1)), Assignment(ids=("cuda:1",)))
     env = dict(launch.env)
     assert env["CUDA_VISIBLE_DEVICES"] == "1"  # the planner's, over NodeConfig env's
@@ -53,6 +55,8 @@ def test_one_cuda_device_sets_its_index_and_no_split() -> None:
 
 
 def test_several_devices_split_by_the_request() -> None:
+    """§7.1 several devices: all visible, ``--tensor-split`` as requested, even when no split is
+    given."""
     role = _role(DeviceRequest(ids=("cuda:0", "cuda:1"), split=(3.0, 1.0)))
     launch = _launch(role, Assignment(ids=("cuda:0", "cuda:1"), split=(3.0, 1.0)))
     assert dict(launch.env)["CUDA_VISIBLE_DEVICES"] == "0,1"
@@ -62,11 +66,13 @@ def test_several_devices_split_by_the_request() -> None:
 
 
 def test_rocm_uses_hip_visible_devices() -> None:
+    """§7.1 a ROCm device is made visible with ``HIP_VISIBLE_DEVICES``."""
     launch = _launch(_role(DeviceRequest(ids=("rocm:0",))), Assignment(ids=("rocm:0",)))
     assert dict(launch.env)["HIP_VISIBLE_DEVICES"] == "0"
 
 
 def test_the_digest_covers_the_devices_and_matches_the_canonical_text() -> None:
+    """§6 the launch digest changes with the devices and is the sha256 of the canonical text."""
     role = _role(DeviceRequest(count=1))
     a, b = _launch(role, Assignment(ids=("cuda:0",))), _launch(role, Assignment(ids=("cuda:1",)))
     assert a.digest != b.digest
@@ -77,11 +83,14 @@ def test_the_digest_covers_the_devices_and_matches_the_canonical_text() -> None:
 
 
 def test_a_host_only_role_launches_as_before() -> None:
+    """§7.1 a role without devices launches exactly as with an empty assignment (nothing added)."""
     role = _role(None)
     assert identity.launch(role, {"q": MODEL}, NODE, ENVIRON, "/srv") == _launch(role, Assignment())
 
 
 def test_the_planned_start_carries_the_assigned_devices_in_its_launch() -> None:
+    """§7.1 the planned start's launch makes visible exactly the devices it was assigned (two roles,
+    one device each)."""
     roles = (_role(DeviceRequest(count=1), "a"),
              attrs_port(_role(DeviceRequest(count=1), "b"), 8091))
     p = plan(Desired(roles=roles, models=(MODEL,), node=NODE), Observed(), Remembered(),

@@ -14,7 +14,7 @@ import pytest
 from reconciler.engine import loop
 from reconciler.world import procs
 from reconciler.core.decisions import Reason, Verb
-from reconciler.planner.identity import MARKER_ENV
+from reconciler.core.ownership import MARKER_ENV
 from reconciler.state.store import Store
 
 NOW = 1_700_000_000.0

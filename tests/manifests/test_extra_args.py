@@ -9,8 +9,8 @@ import pytest
 from reconciler.manifests import extra_args
 from reconciler.manifests.extra_args import check
 from reconciler.core.desired import Runtime
-from reconciler.runtimes import SPECS, spec_of
-from reconciler.runtimes.flags import REFUSED, FlagClass, lookup, split
+from reconciler.runtimes import SPECS, lookup, spec_of
+from reconciler.runtimes.flags import REFUSED, FlagClass, split
 
 LLAMA, MLX, OLLAMA = Runtime.LLAMACPP, Runtime.MLX_LM, Runtime.OLLAMA
 
@@ -150,9 +150,9 @@ def test_every_spelling_means_its_flag() -> None:
     ngl = lookup(LLAMA, "-ngl")
     assert ngl is not None and ngl is lookup(LLAMA, "--gpu-layers") is lookup(LLAMA, "--n_gpu_layers")
     assert lookup(MLX, "--max_tokens") is None
-    assert split(LLAMA, "--override-kv=a=int:1") == ("--override-kv", "a=int:1")
-    assert split(LLAMA, "--jinja=1") == ("--jinja=1", None)
-    assert split(LLAMA, "blk=CPU") == ("blk=CPU", None)
+    assert split(spec_of(LLAMA).flags, "--override-kv=a=int:1") == ("--override-kv", "a=int:1")
+    assert split(spec_of(LLAMA).flags, "--jinja=1") == ("--jinja=1", None)
+    assert split(spec_of(LLAMA).flags, "blk=CPU") == ("blk=CPU", None)
 
 
 def test_limits_match_behaviour() -> None:

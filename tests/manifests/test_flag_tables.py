@@ -20,8 +20,8 @@ from hypothesis import given, strategies as st
 
 from reconciler.core.desired import Mode, RoleSpec, Runtime, ServeSpec
 from reconciler.manifests.extra_args import check
-from reconciler.runtimes import spec_of
-from reconciler.runtimes.flags import REFUSED, FlagClass, lookup, render
+from reconciler.runtimes import lookup, spec_of
+from reconciler.runtimes.flags import REFUSED, FlagClass, render
 
 TESTBED = Path(os.environ.get("RECONCILER_TESTBED", "/opt/reconciler-testbed"))
 LLAMA_SERVER = TESTBED / "bin" / "llama-server"
@@ -123,8 +123,8 @@ def test_no_unclassified_flag_ever_reaches_argv(runtime: Runtime, args: list[str
         return
     role = RoleSpec(name="r", runtime=runtime, mode=Mode.MANAGED, model="m",
                     serve=ServeSpec(port=8080, extra_args=tuple(args)))
-    out = render(role)
     table = spec_of(runtime).flags
+    out = render(role, table)
     i = 0
     while i < len(out):
         found = table.find(out[i])
@@ -132,4 +132,4 @@ def test_no_unclassified_flag_ever_reaches_argv(runtime: Runtime, args: list[str
         assert found.cls not in REFUSED, out[i]
         i += 1 + found.arity
     assert i == len(out)
-    assert render(attrs.evolve(role)) == out
+    assert render(attrs.evolve(role), table) == out

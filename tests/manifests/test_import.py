@@ -199,6 +199,20 @@ def test_swap_groups_become_excludes():
     assert ex["c"] == ("role:a", "role:b") and ex["d"] == ()
 
 
+@pytest.mark.parametrize("host, kept", [("127.0.0.1", True), ("127.0.0.2", True), ("[::1]", True),
+                                        ("localhost", True), ("10.0.0.5", False),
+                                        ("0.0.0.0", False), ("notlocalhost", False)])
+def test_swap_proxy_is_loopback_by_the_one_rule(host, kept):
+    """§5: a model's ``proxy`` host is judged by core/loopback (all of 127/8, ``::1``, the
+    name ``localhost``), not by a list of its own; a host beyond it is noted as dropped."""
+    config = yaml.safe_load(f"""
+        models: {{m: {{cmd: "llama-server --port 9000 -m m.gguf", proxy: "http://{host}:9000"}}}}
+    """)
+    (model,) = llamaswap.read(config).models
+    dropped = [n for n in model.notes if n.flag == "proxy"]
+    assert (not dropped) is kept, dropped
+
+
 @pytest.mark.parametrize("path", SWAP_CONFIGS, ids=lambda p: p.stem)
 def test_real_swap_configs_read_whole(path):
     """Each real config (kept with its source) is read: every model, notes with reasons."""

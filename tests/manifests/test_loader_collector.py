@@ -13,6 +13,8 @@ from tests.fleet.worlds import files, model, node
 @pytest.mark.parametrize("enabled", [True, False])
 @pytest.mark.parametrize("clean", [True, False], ids=["clean", "problems"])
 def test_collector_left_as_found(enabled: bool, clean: bool) -> None:
+    """The loader pauses the cyclic collector while it reads files, and leaves it as it found it (on
+    or off), clean set or not."""
     docs = files(node("gpu-1"), model()) if clean else [("f.yaml", b"a: [1\n")]
     seen: list[bool] = []
     real = yamlsafe.parse
@@ -35,6 +37,7 @@ def test_collector_left_as_found(enabled: bool, clean: bool) -> None:
 
 
 def test_collector_back_on_after_an_exception(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The collector the loader paused is back on after the load raises."""
     def boom(*args):
         raise RuntimeError("boom")
 

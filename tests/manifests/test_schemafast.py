@@ -190,6 +190,7 @@ def test_what_it_does_not_mirror_is_refused(schema: dict) -> None:
 
 
 def test_recursive_reference() -> None:
+    """The compiled schema check follows a recursive ``$ref`` as jsonschema does."""
     schema = {"$defs": {"t": {"type": "array", "items": {"$ref": "#/$defs/t"}}},
               "$ref": "#/$defs/t"}
     check = schemafast.compile_schema(schema, lambda p: schemacheck._compile(p).search)

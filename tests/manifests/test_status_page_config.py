@@ -9,6 +9,8 @@ from tests.manifests.test_router_config import _load
 
 
 def test_status_page_is_parsed() -> None:
+    """§11 NodeConfig ``status_page``: ``listen`` (``localhost`` as 127.0.0.1, ``[::1]`` kept) and
+    ``api_key_file`` are parsed."""
     result = _load(', router: {listen: "127.0.0.1:9100"}, '
                    'status_page: {listen: "localhost:9101", api_key_file: /etc/r/key}')
     assert not result.problems, result.problems
@@ -21,6 +23,8 @@ def test_status_page_is_parsed() -> None:
 @pytest.mark.parametrize("listen", ["0.0.0.0:9101", "192.168.1.5:9101", "[::]:9101",
                                     "example.com:9101", ":9101"])
 def test_a_status_page_beyond_loopback_is_refused(listen: str) -> None:
+    """§5/§11 a status page ``listen`` beyond loopback (wildcards, other addresses, names, no host)
+    is refused at its path."""
     result = _load(f', router: {{listen: "127.0.0.1:9100"}}, status_page: {{listen: "{listen}"}}')
     assert result.desired is None
     assert any("$.spec.status_page.listen" in str(p) and "loopback" in str(p)
@@ -44,6 +48,8 @@ def test_the_loader_refuses_a_non_loopback_host_the_schema_let_through() -> None
 
 @pytest.mark.parametrize("port,who", [(8090, "role 'coder'"), (9100, "the router's")])
 def test_the_status_page_needs_a_port_of_its_own(port: int, who: str) -> None:
+    """§11 the status page's port may be neither a role's nor the router's: refused, naming who has
+    it."""
     result = _load(f', router: {{listen: "127.0.0.1:9100"}}, '
                    f'status_page: {{listen: "127.0.0.1:{port}"}}')
     assert result.desired is None

@@ -66,6 +66,8 @@ def test_missing_partial_and_done(tmp_path: Path) -> None:
 
 
 def test_the_last_result_decides_failed_backoff_running_or_needed(tmp_path: Path) -> None:
+    """§1.6 a fetch's last result decides its state: a mismatch fails for good, a network error
+    backs off then is needed again, busy is running."""
     d = desired(tmp_path)
     result(tmp_path, d, "mismatch", age=3600)
     assert seen(tmp_path, d).state is FetchState.FAILED  # sticky: however old
@@ -78,6 +80,7 @@ def test_the_last_result_decides_failed_backoff_running_or_needed(tmp_path: Path
 
 
 def test_a_token_failure_lasts_while_the_file_is_unreadable(tmp_path: Path) -> None:
+    """§1.6 a token failure lasts while the token file cannot be read, and clears once it can."""
     token = tmp_path / "token"
     d = desired(tmp_path, str(token))
     result(tmp_path, d, "token", age=3600)

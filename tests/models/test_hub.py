@@ -52,6 +52,8 @@ def test_a_branch_is_written_as_the_commit_it_names_now(the_hub, tmp_path: Path)
 
 
 def test_a_split_gguf_brings_every_part_at_one_commit(the_hub) -> None:
+    """§1.6 ``models add hf://…-00001-of-00003.gguf`` writes every part of a split GGUF, with its
+    size, at one commit."""
     server, _ = the_hub
     for i in (1, 2, 3):
         server.files[f"big-0000{i}-of-00003.gguf"] = os.urandom(100 * i)
@@ -64,12 +66,16 @@ def test_a_split_gguf_brings_every_part_at_one_commit(the_hub) -> None:
 
 
 def test_a_missing_file_says_what_the_hub_said(the_hub) -> None:
+    """§1.6 a file the Hub does not have fails ``models add`` (exit 1) with what the Hub said (404,
+    EntryNotFound)."""
     server, _ = the_hub
     out = add("hf://org/tiny/nope.gguf@main", "--hf-endpoint", server.base)
     assert out.returncode == 1 and "HTTP 404 (EntryNotFound)" in out.stderr
 
 
 def test_the_token_goes_to_the_hub_and_a_missing_token_file_is_named(the_hub, tmp_path) -> None:
+    """§1.6 the token from ``--hf-token-file`` goes to the Hub as a Bearer token; a missing token
+    file is named in the error."""
     server, cdn = the_hub
     server.files["t.gguf"] = b"x" * 10
     token = tmp_path / "tok"
@@ -106,6 +112,8 @@ def test_x_repo_commit_must_be_a_commit(the_hub, tmp_path: Path) -> None:
 
 
 def test_a_url_needs_its_sha256_unless_the_server_states_it(tmp_path) -> None:
+    """§1.6 ``models add --url`` needs ``--sha256`` unless the server states the file's hash; given,
+    it is written to the shard."""
     server = FaultServer()
     try:
         server.files["x.gguf"] = b"y" * 77
@@ -121,6 +129,8 @@ def test_a_url_needs_its_sha256_unless_the_server_states_it(tmp_path) -> None:
 
 
 def test_hf_names_parse_and_refuse() -> None:
+    """§1.6 ``hf://ORG/REPO/PATH[@REV]`` parses (revision ``main`` by default); a name without a
+    repository is refused."""
     assert hub.parse_name("hf://o/r/a/b.gguf@v1.0") == hub.HubName(repo="o/r", path="a/b.gguf",
                                                                   revision="v1.0")
     assert hub.parse_name("hf://o/r/b.gguf").revision == "main"

@@ -40,6 +40,8 @@ def sockets():
 
 
 def test_the_dump_finds_our_listeners_and_only_listeners(sockets) -> None:
+    """§5 the socket dump finds each listening socket by inode with its address (v4 and v6), and no
+    established one."""
     v4, v6, client, server = sockets
     table = listeners.listening_inodes()
     assert table[_inode(v4)] == f"127.0.0.1:{v4.getsockname()[1]}"

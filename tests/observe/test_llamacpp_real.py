@@ -15,7 +15,8 @@ import psutil
 import pytest
 
 from reconciler.commands.health import deep_check
-from reconciler.planner.identity import MARKER_ENV, instance_id
+from reconciler.core.ownership import MARKER_ENV
+from reconciler.planner.identity import instance_id
 from reconciler.core.desired import Desired, Mode, RoleSpec, Runtime, ServeSpec
 from reconciler.core.observed import Health, Remembered, RoleRecord
 from reconciler.world.observe import observe

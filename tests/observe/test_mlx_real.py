@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from reconciler.world import probe
-from reconciler.planner.identity import MARKER_ENV
+from reconciler.core.ownership import MARKER_ENV
 from reconciler.core.desired import Desired, Mode, RoleSpec, Runtime, ServeSpec
 from reconciler.core.observed import Health, Remembered, RoleRecord
 from reconciler.world.observe import observe

@@ -15,7 +15,7 @@ import attrs
 import psutil
 import pytest
 
-from reconciler.planner.identity import MARKER_ENV
+from reconciler.core.ownership import MARKER_ENV
 from reconciler.core.desired import (
     Desired,
     Mode,

@@ -7,6 +7,7 @@ from reconciler.world import probe
 
 
 def test_the_key_is_sent_as_a_bearer_token_only_when_given() -> None:
+    """§2 a probe carries the role's key as a Bearer token only when there is one."""
     request = ProbeRequest(method="GET", path="/props")
     _, wire = probe._encode("127.0.0.1", 8080, request, "k3y")
     assert b"\r\nAuthorization: Bearer k3y\r\n" in wire

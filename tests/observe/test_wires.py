@@ -107,6 +107,8 @@ def test_a_known_batch_is_not_sent_again() -> None:
 
 
 def test_an_address_that_is_no_ip_is_an_answer_not_an_exception() -> None:
+    """§5 a probe to a host name (not an address) is a transport-error answer, never a DNS lookup
+    nor an exception."""
     got = []
     wires = probe.Wires()
     wires.ask("localhost", 80, ProbeRequest(method="GET", path="/x"), timeout=1, then=got.append)

@@ -112,9 +112,9 @@ from reconciler.core.devices import (
 )
 from reconciler.core.units import parse_size
 from reconciler.planner.launches import device_env
+from tests.support.worlds import ENVIRON
 
 GOLDEN = Path(__file__).parent / "golden"
-ENVIRON = (("HOME", "/home/op"), ("PATH", "/usr/bin:/bin"))
 DATA_ROOT = "/var/lib/reconciler/instances"
 
 DEFAULT_MODELS: dict[str, dict[str, Any]] = {

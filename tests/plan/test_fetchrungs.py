@@ -67,6 +67,7 @@ def test_a_model_in_the_cache_lets_the_start_through() -> None:
 
 
 def test_two_roles_on_one_model_share_one_fetch() -> None:
+    """§1.6 two roles waiting for one Model share one fetch; both wait ``fetching``."""
     drafts, fetches = gate([start("a"), start("b")], [seen(FetchState.NEEDED)], roles=("a", "b"))
     assert len(fetches) == 1
     assert [d.decision.status for d in drafts] == [Status.FETCHING, Status.FETCHING]
@@ -87,6 +88,8 @@ def test_just_enough_disk_is_enough() -> None:
 
 
 def test_a_running_fetch_shows_its_progress() -> None:
+    """§1.6 while a fetch runs no new one starts; the start waits ``fetching`` with percent, rate
+    and time left, polled."""
     drafts, fetches = gate([start("coder")], [seen(FetchState.RUNNING, missing=2 * GB,
                                                    rate=1.0 * GB)])
     d = drafts[0].decision
@@ -95,6 +98,7 @@ def test_a_running_fetch_shows_its_progress() -> None:
 
 
 def test_a_failed_fetch_refuses_and_says_how_to_retry() -> None:
+    """§1.6 a failed fetch refuses the start (``fetch_failed``), saying why and how to retry."""
     drafts, fetches = gate([start("coder")], [seen(FetchState.FAILED, detail="sha256 mismatch")])
     d = drafts[0].decision
     assert fetches == () and (d.verb, d.reason, d.status) == (
@@ -103,6 +107,8 @@ def test_a_failed_fetch_refuses_and_says_how_to_retry() -> None:
 
 
 def test_a_node_without_fetch_refuses_saying_the_model_has_a_source() -> None:
+    """§1.6 on a node without ``fetch`` a Model that is not here is refused (``no_fetch``), saying
+    it has a source and the node does not fetch."""
     n = NodeConfig(name="n2")
     drafts, fetches = gate([start("coder")], [], n=n, models={"qwen": model()})
     d = drafts[0].decision

@@ -15,9 +15,6 @@ from hypothesis import strategies as st
 
 from reconciler.core.desired import (
     Desired,
-    ModelFile,
-    ModelFormat,
-    ModelSpec,
     Mode,
     NodeConfig,
     RoleSpec,
@@ -31,12 +28,9 @@ from reconciler.planner import launches
 from reconciler.planner.plan import plan
 from tests.devices import worlds as device_worlds
 from tests.plan.worlds import CTX, NOW, SERVE_PROGRAMS, World, worlds
+from tests.support.worlds import GB, QWEN, gguf
 
-GB = 10**9
-QWEN = ModelSpec(name="qwen", format=ModelFormat.GGUF, root="/m/qwen",
-                 shards=(ModelFile(path="q.gguf", sha256="0" * 64, size=GB),))
-PROJ = ModelSpec(name="proj", format=ModelFormat.GGUF, root="/m/proj",
-                 shards=(ModelFile(path="p.gguf", sha256="1" * 64, size=GB),))
+PROJ = gguf("proj", path="p.gguf", sha256="1" * 64)
 NODE = NodeConfig(serve_programs=SERVE_PROGRAMS)
 ROLE = RoleSpec(name="chat", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="qwen",
                 serve=ServeSpec(port=8080, mmproj="proj"))
@@ -78,6 +72,8 @@ def test_the_launches_a_start_carries_come_from_the_memo_unchanged() -> None:
 
 
 def test_a_changed_model_root_changes_the_argv() -> None:
+    """§6 the launch memo is keyed by the Model's root: a moved Model plans its new path, never a
+    stale launch."""
     moved = attrs.evolve(QWEN, root="/elsewhere/qwen")
     second = _world(Desired(roles=(ROLE,), models=(PROJ, moved), node=NODE))
     assert_no_stale_launch(_world(_one()), second)
@@ -93,6 +89,8 @@ def test_a_changed_model_another_flag_loads_changes_the_argv() -> None:
 
 
 def test_node_launch_settings_are_part_of_the_key() -> None:
+    """§6 run_as, serve programs, env and env passthrough of the NodeConfig are part of the launch
+    memo's key."""
     base = _world(_one())
     for changed in (_one(run_as=RunAs(uid=1000, gid=1000)),
                     _one(serve_programs=((Runtime.LLAMACPP, "/usr/local/bin/llama-server"),)),
@@ -113,6 +111,7 @@ def test_a_passed_through_value_changes_the_launch_env_not_the_digest() -> None:
 
 
 def test_the_data_root_is_part_of_the_key() -> None:
+    """§6 the data root is part of the launch memo's key: a new root gives new working directories."""
     second = _world(_one(), ctx=attrs.evolve(CTX, data_root="/var/lib/other"))
     assert_no_stale_launch(_world(_one()), second)
     assert _plan(second).decisions[0].launch.cwd.startswith("/var/lib/other/")
@@ -153,6 +152,7 @@ def test_the_table_is_bounded(monkeypatch) -> None:
 @settings(max_examples=60)
 @given(worlds(), worlds())
 def test_any_world_after_any_other_plans_as_with_a_fresh_memo(first, second) -> None:
+    """Property §6: planning any world after any other gives the launches a fresh memo would."""
     assert_no_stale_launch(first, second)
 
 

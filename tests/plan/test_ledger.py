@@ -102,6 +102,8 @@ def test_a_refusal_among_thousands_names_the_largest_holders_and_counts_the_rest
 
 
 def test_a_claimant_among_the_largest_is_not_named_and_not_counted() -> None:
+    """§7 a refusal names the largest holders but never the claimant itself, and counts the rest; as
+    the oracle ledger says."""
     gb = 10**9
     items = [Draft(decision=_d(f"h{i}", Verb.KEEP, 0), holds=gb) for i in range(9)]
     items.append(Draft(decision=_d("big", Verb.RESTART, 20 * gb, port=1), holds=5 * gb,

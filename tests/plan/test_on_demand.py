@@ -20,9 +20,6 @@ from reconciler.core.desired import (
     Desired,
     MemorySpec,
     Mode,
-    ModelFile,
-    ModelFormat,
-    ModelSpec,
     NodeConfig,
     RoleSpec,
     Runtime,
@@ -40,13 +37,13 @@ from reconciler.core.observed import (
 )
 from reconciler.planner.plan import plan
 from reconciler.planner import identity
+from tests.support.worlds import LLAMA_PROGRAM, gguf
 
 GB = 10**9
 NOW = 10_000.0
 CTX = PlanContext(environ=(("PATH", "/usr/bin"),), data_root="/srv/instances")
-MODEL = ModelSpec(name="qwen", format=ModelFormat.GGUF, root="/m",
-                  shards=(ModelFile(path="q.gguf", sha256="0" * 64, size=GB),))
-NODE = NodeConfig(serve_programs=((Runtime.LLAMACPP, "/opt/llama-server"),))
+MODEL = gguf("qwen", root="/m")
+NODE = NodeConfig(serve_programs=LLAMA_PROGRAM)
 
 
 @attrs.frozen(kw_only=True)

@@ -43,22 +43,19 @@ from reconciler.core.observed import (
     RoleRecord,
     Terminal,
 )
+from tests.support.worlds import CTX, ENVIRON, GB, QWEN, SERVE_PROGRAMS  # noqa: F401  (re-exported)
 
-GB = 10**9
 NAMES = ("a", "b", "c", "d", "e")
 PORTS = (8080, 8081, 8082, 8083, 8084, 9000)
 OLLAMA_PORT = 8086
 NOW = 1000.0
-ENVIRON = (("HOME", "/home/op"), ("PATH", "/usr/bin:/bin"))
-CTX = PlanContext(environ=ENVIRON, data_root="/srv/instances")
 
 MODELS = (
     ModelSpec(name="mlxq", format=ModelFormat.MLX, root="/m/mlxq",
               shards=(ModelFile(path="w.safetensors", sha256="1" * 64, size=GB),)),
     ModelSpec(name="llama3", format=ModelFormat.OLLAMA, source=ModelSourceInfo(ollama_tag="llama3:8b")),
     ModelSpec(name="phi", format=ModelFormat.OLLAMA, source=ModelSourceInfo(ollama_tag="phi3:mini")),
-    ModelSpec(name="qwen", format=ModelFormat.GGUF, root="/m/qwen",
-              shards=(ModelFile(path="q.gguf", sha256="0" * 64, size=GB),)),
+    QWEN,
 )
 MODELS_BY_NAME = {m.name: m for m in MODELS}
 TAGS = ("llama3:8b", "phi3:mini")
@@ -66,7 +63,6 @@ TAGS = ("llama3:8b", "phi3:mini")
 #: one address each, none of them loopback; and loopback ones, which are fine.
 EXPOSED = ("0.0.0.0:{}", "[::]:{}", "192.168.1.5:{}", "[2001:db8::5]:{}")
 LOOPBACK = ("127.0.0.1:{}", "127.0.0.9:{}", "[::1]:{}")
-SERVE_PROGRAMS = ((Runtime.LLAMACPP, "/opt/llama-server"), (Runtime.MLX_LM, "/opt/mlx_lm.server"))
 
 
 @attrs.frozen(kw_only=True)

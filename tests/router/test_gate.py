@@ -134,6 +134,8 @@ def test_a_request_in_flight_holds_the_stop_and_one_arriving_meanwhile_waits() -
 
 
 def test_max_concurrency_holds_the_rest_in_the_queue() -> None:
+    """§9 ``max_concurrency``: no more requests than that are in flight at a role's server; the rest
+    wait in the queue and are served after."""
     async def test(rig, s):
         rig.publish(_route(RouteState.READY, rig.upstream.port, max_concurrency=1))
         peak = []
@@ -158,6 +160,8 @@ def test_max_concurrency_holds_the_rest_in_the_queue() -> None:
 
 
 def test_usage_of_an_answer_and_of_a_stream_is_counted_per_key() -> None:
+    """§9 token usage of a plain answer and of a stream is counted per client key (``api_keys_file``
+    names)."""
     registry = CollectorRegistry()
     metrics = RouterMetrics(registry, node="n")
 
@@ -184,6 +188,8 @@ def test_usage_of_an_answer_and_of_a_stream_is_counted_per_key() -> None:
 
 
 def test_usage_is_read_from_an_answers_tail() -> None:
+    """§9 usage is read from an answer's tail in every shape servers send it (OpenAI, llama.cpp,
+    Ollama); none when absent."""
     stream = (b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
               b'data: {"choices":[],"usage":{"completion_tokens":4,"prompt_tokens":9,'
               b'"total_tokens":13}}\n\ndata: [DONE]\n\n')
@@ -197,6 +203,8 @@ def test_usage_is_read_from_an_answers_tail() -> None:
 
 
 def test_api_keys_file_lines() -> None:
+    """§9 ``api_keys_file``: ``NAME:SHA256`` lines (comments, blanks skipped) name a key's client; a
+    malformed line is refused naming the file."""
     keys = clients.parse_keys(f"# clients\nalice:{clients.digest('ka')}\n\n")
     assert clients.client_of("ka", keys) == "alice" and clients.client_of("kb", keys) is None
     for bad in ("alice", "alice:1234", f"al ice:{clients.digest('x')}", ""):

@@ -72,6 +72,8 @@ MALFORMED = {
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_each_malformed_input_is_its_4xx_in_the_openai_shape(case: str) -> None:
+    """§9 each malformed request is answered with its own 4xx in OpenAI's error shape, never reaches
+    a server, and logs no traceback."""
     data, want = MALFORMED[case]
     said: list[tuple] = []
 
@@ -87,6 +89,8 @@ def test_each_malformed_input_is_its_4xx_in_the_openai_shape(case: str) -> None:
 
 
 def test_a_gzip_body_that_is_really_gzip_is_read() -> None:
+    """§9 a body sent with ``Content-Encoding: gzip`` that is gzip is read and routed like any
+    other."""
     async def test(rig, s):
         rig.publish(_route(RouteState.READY, rig.upstream.port))
         body = gzip.compress(b'{"model":"chat"}')
@@ -198,6 +202,8 @@ def test_client_mistakes_are_logged_one_line_per_kind() -> None:
 
 
 def test_hush_says_one_line_per_kind_per_interval_and_counts_the_rest() -> None:
+    """§9 the quiet log: one line per kind of client mistake per interval, then the count of those
+    it held back."""
     said: list[str] = []
     now = [0.0]
     hush = guard.Hush(interval=10, clock=lambda: now[0], emit=lambda m, **k: said.append(m))
@@ -211,6 +217,8 @@ def test_hush_says_one_line_per_kind_per_interval_and_counts_the_rest() -> None:
 
 
 def test_cors_preflight_from_an_allowed_and_a_refused_origin() -> None:
+    """§9 CORS: a preflight from a listed origin is allowed with its methods; one from another
+    origin gets no allow header."""
     async def test(rig, s):
         rig.publish(_route(RouteState.READY, rig.upstream.port))
         ask = {"Access-Control-Request-Method": "POST",

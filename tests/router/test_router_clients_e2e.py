@@ -30,6 +30,8 @@ pytestmark = pytest.mark.e2e
 
 
 def test_two_keys_are_counted_apart_with_their_tokens(routed):
+    """§9 against a real server: two client keys' requests and tokens are counted apart in the
+    router's metrics."""
     world, port = routed.world, free_port()
     keys = world.root / "keys"
     keys.write_text("".join(f"{name}:{hashlib.sha256(key.encode()).hexdigest()}\n"
@@ -96,6 +98,8 @@ def test_max_concurrency_1_never_lets_two_requests_reach_the_server(routed):
 
 
 def test_cors_preflight_from_an_allowed_and_a_refused_origin(routed):
+    """§9 against a real daemon: a preflight from a listed ``cors_origins`` entry is allowed, from
+    another origin refused."""
     world, port = routed.world, free_port()
     routed.node(router=', cors_origins: ["http://localhost:3000"]')
     world.model()

@@ -8,7 +8,6 @@ the device it needs — and not ``c``, though ``c`` was used longer ago.
 
 from __future__ import annotations
 
-import textwrap
 
 import psutil
 import pytest
@@ -16,27 +15,20 @@ import pytest
 from tests.e2e.conftest import free_port, wait_for
 from tests.router.test_router_e2e import HI, kinds
 from tests.watch.test_watch_e2e import alive
+from tests.support import roles
 
 pytestmark = pytest.mark.e2e
 
 
 def _role(world, name: str, port: int, device: str) -> None:
-    world.write(f"role-{name}.yaml", textwrap.dedent(f"""\
-        apiVersion: reconciler/v1
-        kind: InferenceSpec
-        metadata: {{name: {name}}}
-        spec:
-          runtime: llamacpp
-          mode: managed
-          model: tiny
-          state: on-demand
-          serve: {{port: {port}, ctx: 512, extra_args: ["--threads", "1"]}}
-          memory: {{weights: 1GB}}
-          placement: {{devices: {{ids: ["{device}"]}}}}
-        """))
+    world.write(f"role-{name}.yaml", roles.inference_spec(
+        name, port, state="on-demand", memory="{weights: 1GB}",
+        placement=f'{{devices: {{ids: ["{device}"]}}}}'))
 
 
 def test_a_request_evicts_only_the_role_on_the_device_it_needs(routed):
+    """§9/§7.1 a request for a role evicts only an idle role on the device it needs, never one on
+    another device."""
     world = routed.world
     world.node(extra=f"""  router: {{listen: "127.0.0.1:{routed.router_port}"}}
           devices:

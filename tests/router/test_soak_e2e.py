@@ -25,6 +25,8 @@ TOOL = Path(__file__).resolve().parents[2] / "tools" / "soak_router.py"
 
 
 def test_soak_swaps_and_kills_lose_no_request_of_ours() -> None:
+    """§9 a minute of requests while roles swap and servers are killed: at least 100 requests, none
+    lost by the router, no 503."""
     _testbed_or_skip()
     done = subprocess.run(
         [sys.executable, str(TOOL), "--seconds", "60", "--workers", "8", "--kill-every", "15",

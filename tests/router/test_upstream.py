@@ -73,6 +73,8 @@ def run(coro) -> None:
 
 @pytest.mark.parametrize("framing", ["chunked", "length", "close"])
 def test_each_framing_is_relayed_piece_by_piece_to_its_end(framing: str) -> None:
+    """§9 a streamed answer, chunked, sized or closed-delimited, reaches the client piece by piece
+    as it came, whole, never held back for the rest."""
     events = [b"data: 1\n\n", b"data: 2\n\n", b"data: [DONE]\n\n"]
     if framing == "chunked":
         parts = [HEAD + b"transfer-encoding: chunked\r\n\r\n"]
@@ -101,6 +103,7 @@ def test_each_framing_is_relayed_piece_by_piece_to_its_end(framing: str) -> None
 
 
 def test_a_refused_port_is_refused_and_nothing_is_sent() -> None:
+    """§9 a port nobody listens on is ``Refused`` (the router's 502 path), not a failure mid-answer."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, not listening: the connect is refused
@@ -119,6 +122,8 @@ def test_a_refused_port_is_refused_and_nothing_is_sent() -> None:
     ([HEAD + b"transfer-encoding: chunked\r\n\r\n", b"zz\r\n"], "body"),  # bad chunk size
 ])
 def test_a_server_that_fails_is_failed_where_it_failed(parts: list[bytes], when: str) -> None:
+    """§9 a server that breaks its answer fails the stream where it broke: in the head, or in the
+    body after it."""
     async def test() -> None:
         server, port = await _serve(parts)
         async with server:
@@ -135,6 +140,8 @@ def test_a_server_that_fails_is_failed_where_it_failed(parts: list[bytes], when:
 
 
 def test_the_body_read_before_a_failure_is_still_given() -> None:
+    """§9 the pieces read before the server failed are handed on first; the failure comes with the
+    next read."""
     parts = [HEAD + b"transfer-encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n"]
 
     async def test() -> None:
@@ -150,6 +157,7 @@ def test_the_body_read_before_a_failure_is_still_given() -> None:
 
 
 def test_interim_answers_are_skipped() -> None:
+    """HTTP/1.1: a 1xx interim answer is skipped; the head given is the final answer's."""
     parts = [b"HTTP/1.1 100 Continue\r\n\r\n", HEAD + b"content-length: 2\r\n\r\nok"]
 
     async def test() -> None:
@@ -163,6 +171,8 @@ def test_interim_answers_are_skipped() -> None:
 
 
 def test_reading_pauses_while_the_untaken_bytes_are_over_the_mark() -> None:
+    """§9 back-pressure: reading stops while more than ``HIGH`` bytes wait untaken, resumes once
+    taken, and loses no byte."""
     big = b"x" * (upstream.HIGH * 4)
     parts = [HEAD + b"content-length: %d\r\n\r\n" % len(big), big]
 
@@ -185,6 +195,7 @@ def test_reading_pauses_while_the_untaken_bytes_are_over_the_mark() -> None:
 
 
 def test_a_header_that_cannot_go_on_the_wire_is_a_value_error_before_any_connect() -> None:
+    """A header with CR/LF in it (an injection) is a ValueError before any connection is opened."""
     async def test() -> None:
         with pytest.raises(ValueError):
             await upstream.open_stream("127.0.0.1", 9, "/v1/completions",
@@ -240,6 +251,8 @@ class Sink:
 
 
 def test_a_pipe_writes_each_piece_as_a_chunk_until_the_body_ends() -> None:
+    """§9 piping: each piece after the first goes to the client as one chunk, in order, until the
+    body ends."""
     events = [b"data: 1\n\n", b"data: 2\n\n", b"data: [DONE]\n\n"]
     parts = [HEAD + b"transfer-encoding: chunked\r\n\r\n"]
     parts += [b"%x\r\n%s\r\n" % (len(e), e) for e in events] + [b"0\r\n\r\n"]
@@ -260,6 +273,8 @@ def test_a_pipe_writes_each_piece_as_a_chunk_until_the_body_ends() -> None:
 
 
 def test_a_full_sink_pauses_reading_until_resumed() -> None:
+    """§9 a client that reads nothing pauses the upstream read (nothing more is taken) until it
+    drains and resumes."""
     events = [b"data: %d\n\n" % i for i in range(4)]
     parts = [HEAD + b"transfer-encoding: chunked\r\n\r\n"]
     parts += [b"%x\r\n%s\r\n" % (len(e), e) for e in events] + [b"0\r\n\r\n"]
@@ -283,6 +298,8 @@ def test_a_full_sink_pauses_reading_until_resumed() -> None:
 
 
 def test_a_pipe_whose_server_fails_mid_body_is_failed() -> None:
+    """§9 a pipe whose server fails mid-body ends ``Failed``, after writing what came before the
+    failure."""
     parts = [HEAD + b"transfer-encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n", b"9\r\ndata: 2\n\n\r\n"]
 
     async def test() -> None:

@@ -106,18 +106,20 @@ def test_split_host_port() -> None:
 
 
 def test_no_other_module_decides_loopback() -> None:
-    """One owner: only ``core/loopback.py`` imports ``ipaddress`` (``world/probe.py`` too, to
-    refuse a host name: no DNS) and nothing else spells the old ad-hoc checks."""
+    """One owner: only ``core/loopback.py`` imports ``ipaddress`` (``world/probe.py`` asks its
+    ``ip_of`` to refuse a host name: no DNS) and nothing else spells the old ad-hoc checks,
+    nor a list of loopback names of its own (llama-swap's ``proxy`` once had one)."""
     importers, adhoc = set(), set()
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text()
         rel = path.relative_to(PACKAGE).as_posix()
         if re.search(r"^\s*(import ipaddress|from ipaddress )", text, re.M):
             importers.add(rel)
-        if re.search(r"""startswith\(["']127\.|== ["']::1["']|(?<!loopback)\.is_loopback\b|127\\\.\\d""",
+        if re.search(r"""startswith\(["']127\.|== ["']::1["']|(?<!loopback)\.is_loopback\b|127\\\.\\d"""
+                     r"""|\(["'](127\.0\.0\.1|localhost|::1)["'], ["'](127\.0\.0\.1|localhost|::1)["']""",
                      text):
             adhoc.add(rel)
-    assert importers == {"core/loopback.py", "world/probe.py"}
+    assert importers == {"core/loopback.py"}
     assert adhoc <= {"core/loopback.py"}
 
 

@@ -74,3 +74,19 @@ def test_a_model_we_loaded() -> None:
     assert not ownership.loaded_by_us(_record(model_tag="llama3:latest")), "a client's load"
     assert not ownership.our_load(_record(we_loaded=True)), "no tag"
     assert not ownership.our_load(None)
+
+
+def test_the_marker_is_defined_by_the_ownership_owner_alone() -> None:
+    """§3: the marker's name is a string in core/ownership.py only (``MARKER_ENV``); the launch
+    that sets it, the process table that reads it and the guards that name it import it there."""
+    import ast
+    from pathlib import Path
+
+    package = Path(ownership.__file__).parents[1]
+    spelled = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value == "RECONCILER_INSTANCE":
+                spelled.add(path.relative_to(package).as_posix())
+    assert spelled == {"core/ownership.py"}
+    assert ownership.MARKER_ENV == "RECONCILER_INSTANCE"

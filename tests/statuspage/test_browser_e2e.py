@@ -110,6 +110,8 @@ def _shot(driver, tmp_path: Path, name: str) -> Path:
 
 
 def test_the_page_of_a_live_daemon_in_a_real_browser(world, browser, tmp_path):  # noqa: F811
+    """§11 a live daemon's page in a real browser: every role with its status, and the memory
+    bars drawn to the ledger's shares of the budget that ``plan --json`` reports."""
     router = free_port()
     world.node(budget="1GiB", extra=f"  router: {{listen: \"127.0.0.1:{router}\"}}")
     world.model()

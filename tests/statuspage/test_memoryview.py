@@ -18,16 +18,20 @@ BEFORE = {"kept": 100, "grown": 200, "gone": 400}
 
 
 def test_a_plan_not_yet_carried_out_counts_its_reserves_and_releases() -> None:
+    """§7/§11 the ledger of a plan not yet carried out counts what it would reserve and release."""
     assert memoryview.held_after(PLAN, BEFORE, applied=False) == {
         "kept": 100, "new": 300, "grown": 500}
 
 
 def test_after_a_pass_that_acted_the_store_already_holds_the_ledger() -> None:
+    """§7/§11 after a pass that acted, the store's reservations are the ledger as it is."""
     after = {"kept": 100, "new": 300, "grown": 500}
     assert memoryview.held_after(PLAN, after, applied=True) == after
 
 
 def test_the_host_ram_bar_and_its_json() -> None:
+    """§7/§11 the host RAM bar: each role's hold and observed use, the budget and scale, and the
+    same in ``plan --json``'s ledger."""
     desired = Desired(node=NodeConfig(memory_budget=1000))
     bar = memoryview.host_ram(PLAN, BEFORE, desired, applied=False, observed={"kept": 42})
     assert [(h.role, h.held, h.observed) for h in bar.holdings] == [

@@ -56,6 +56,8 @@ def test_untrusted_text_is_escaped_everywhere() -> None:
 
 
 def test_no_inline_script_or_style_attribute_so_the_csp_holds() -> None:
+    """§11 the page has no inline script, no ``style=``/``on*=`` attribute, and its one style block
+    is the hash the CSP allows."""
     out = page.render(_snapshot())
     assert not re.search(r"\sstyle=", out)
     assert not re.search(r"\son[a-z]+=", out)
@@ -67,6 +69,8 @@ def test_no_inline_script_or_style_attribute_so_the_csp_holds() -> None:
 
 
 def test_the_bars_widths_are_the_ledgers_shares_of_the_budget() -> None:
+    """§7/§11 each bar segment's width is the role's share of the budget; evictable roles and
+    observed use are drawn as such."""
     out = page.render(_snapshot())
     widths = {html.unescape(m[0]): (int(m[1]), float(m[2])) for m in re.findall(
         r'<rect class="seg[^"]*" data-role="([^"]*)" data-held="(\d+)" x="[\d.]+" y="2" '
@@ -80,6 +84,8 @@ def test_the_bars_widths_are_the_ledgers_shares_of_the_budget() -> None:
 
 
 def test_a_ledger_over_its_budget_scales_to_what_is_held() -> None:
+    """§11 a ledger over its budget is scaled to what is held (the budget line inside the bar); with
+    no budget the bar is what is held."""
     bar = page.draw(MemoryBar(budget=100, holdings=(Holding(role="a", held=150),
                                                     Holding(role="b", held=50))))
     assert [(s.x, s.width) for s in bar.segments] == [(0.0, 750.0), (750.0, 250.0)]
@@ -89,6 +95,8 @@ def test_a_ledger_over_its_budget_scales_to_what_is_held() -> None:
 
 
 def test_every_role_and_status_is_shown_and_events_filter_by_role() -> None:
+    """§11 every role is shown with its status (names escaped); the events filter by role; demand
+    and the starting commit are shown."""
     out = page.render(_snapshot(), role_filter="coder")
     for name, status in (("coder", "running"), (html.escape(EVIL), "backoff"),
                          ("chat", "running")):
@@ -100,6 +108,7 @@ def test_every_role_and_status_is_shown_and_events_filter_by_role() -> None:
 
 
 def test_invalid_manifests_are_shown_first() -> None:
+    """§11 invalid manifests are shown first, escaped, above the last recorded state."""
     out = page.render(_snapshot(problems=("m.yaml:3: $.spec: bad <b>",)))
     assert out.index("manifests invalid: showing the last recorded state") < out.index(
         'id="roles"')
@@ -107,6 +116,8 @@ def test_invalid_manifests_are_shown_first() -> None:
 
 
 def test_the_file_page_has_no_script_and_no_reload() -> None:
+    """§11 ``status --html FILE`` has no script and no reload; the live page reloads itself without
+    JavaScript."""
     out = page.render(_snapshot(), live=False)
     assert "<script" not in out and "refresh" not in out
     live = page.render(_snapshot())

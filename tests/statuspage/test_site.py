@@ -22,6 +22,8 @@ def _run(coro):
 
 
 def test_the_key_bearer_or_basic() -> None:
+    """§11 the page's key: no key means open; with one, a Bearer token or Basic password equal to it
+    passes, anything else (absent, blank, wrong, malformed) does not."""
     basic = "Basic " + base64.b64encode(b"anyone:k3y").decode()
     ok = key_check("k3y")
     assert authorized(None, None) and key_check(None) is None
@@ -32,6 +34,8 @@ def test_the_key_bearer_or_basic() -> None:
 
 
 def test_answers_carry_the_csp_and_nosniff_and_refuse_writes() -> None:
+    """§11 every answer carries the page's CSP and ``nosniff``; the page shows the roles; a write
+    method is 405."""
     site = Site()
     site.publish(_snapshot())
     got = _run(site.answer("GET", "/", "", None))
@@ -51,6 +55,7 @@ def test_answers_carry_the_csp_and_nosniff_and_refuse_writes() -> None:
 
 
 def test_a_publish_is_pushed_to_an_open_stream_at_once() -> None:
+    """§11 a pass published is pushed at once to an open server-sent-events stream (no polling)."""
     site = Site()
     site.publish(_snapshot())
 
@@ -72,6 +77,8 @@ def test_a_publish_is_pushed_to_an_open_stream_at_once() -> None:
 
 
 def test_a_log_streams_its_last_lines_then_what_is_appended(tmp_path) -> None:
+    """§11 a role's log streams its last lines, then what is appended, as text events (markup stays
+    text)."""
     (tmp_path / "server.log").write_text("one\n<script>two</script>\n")
     site = Site()
     site.publish(Snapshot(), {"chat": str(tmp_path)})
@@ -104,6 +111,8 @@ def _get(port: int, path: str, auth: str | None = None) -> bytes:
 
 
 def test_its_own_server_on_loopback() -> None:
+    """§11 ``status_page.listen``: its own server answers on loopback, 401 without the key, the page
+    with it."""
     site = Site()
     site.publish(_snapshot())
     server = StatusServer("127.0.0.1", 0, site, key="k")
@@ -122,6 +131,8 @@ def test_its_own_server_on_loopback() -> None:
 
 
 def test_a_port_in_use_is_a_start_error() -> None:
+    """§11 a status port already in use is an error when the server starts, not a silent failure
+    later."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
@@ -182,5 +193,6 @@ def test_the_page_on_the_routers_port_with_its_key(tmp_path) -> None:
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.5", "localhost.example"])
 def test_its_own_server_never_binds_beyond_loopback(host: str) -> None:
+    """§5/§11 the status page's own server refuses any address beyond loopback before binding."""
     with pytest.raises(ValueError, match="not a loopback address"):
         StatusServer(host, 0, Site()).start()

@@ -25,6 +25,7 @@ spec: {runtime: llamacpp, mode: managed, model: nope, serve: {port: "<script>x</
 
 
 def test_broken_manifests_show_the_problems_then_what_is_recorded(tmp_path, capsys) -> None:
+    """§11 ``status --html`` with broken manifests shows the problems, then what the store recorded."""
     manifests, state = tmp_path / "m", tmp_path / "state"
     manifests.mkdir()
     (manifests / "node.yaml").write_text(NODE)
@@ -51,6 +52,7 @@ def test_broken_manifests_show_the_problems_then_what_is_recorded(tmp_path, caps
 
 
 def test_status_html_of_a_valid_set(tmp_path, capsys) -> None:
+    """§11 ``status --html FILE`` of a valid set writes the page and exits 0."""
     manifests, state = tmp_path / "m", tmp_path / "state"
     manifests.mkdir()
     (manifests / "node.yaml").write_text(NODE)

@@ -16,7 +16,7 @@ from reconciler.report import logs
 from reconciler.state.store import Store
 from reconciler.daemon.watch import Daemon
 from reconciler.engine.loop import PassInputs
-from tests.watch.fakes import desired, good
+from tests.support.fakes import desired, good
 
 
 def main() -> int:

@@ -22,7 +22,7 @@ from reconciler.engine.loop import PassInputs
 from reconciler.core.desired import Mode, Runtime, WantedState
 from reconciler.core.observed import RoleRecord
 from reconciler.state.store import Store
-from tests.watch.fakes import FakePasses, bad, desired, good, role_spec
+from tests.support.fakes import FakePasses, bad, desired, good, role_spec
 
 
 @pytest.fixture

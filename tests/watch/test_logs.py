@@ -13,7 +13,7 @@ from reconciler.report import logs
 from reconciler.core.outcomes import Outcome, Refusal, Guard
 from reconciler.engine.loop import PassResult
 from reconciler.core.decisions import Decision, Plan, Reason, Status, Verb
-from tests.watch.fakes import bad, keep
+from tests.support.fakes import bad, keep
 
 TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
 

@@ -15,7 +15,7 @@ from reconciler.core.decisions import Decision, Reason, Status, Verb
 from reconciler.core.desired import Mode, Runtime
 from reconciler.core.observed import RoleRecord
 from reconciler.state.store import Store
-from tests.watch.fakes import bad, desired, good, keep
+from tests.support.fakes import bad, desired, good, keep
 
 DOCUMENTED = {
     "reconciler_role_status", "reconciler_role_restarts", "reconciler_reserved_bytes",

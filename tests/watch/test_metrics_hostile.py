@@ -11,20 +11,22 @@ import socket
 import time
 import urllib.request
 
-from reconciler.report import logs, metrics
+from reconciler.report import logs, metrics, metricsserver
 
 
 def test_idle_and_slow_scrapers_cannot_hold_the_endpoint(monkeypatch, capsys) -> None:
+    """``/metrics``: idle connections beyond the scrape cap are closed at once while a scrape is
+    answered, a slow scrape is cut at the deadline, quietly."""
     said: list[tuple] = []
-    monkeypatch.setattr(metrics, "SCRAPE_DEADLINE", 6.0)
-    monkeypatch.setattr(metrics._QuietHandler, "timeout", 30.0)  # noqa: SLF001  the deadline cuts
-    monkeypatch.setattr(metrics._Server, "hush", logs.Hush(  # noqa: SLF001
+    monkeypatch.setattr(metricsserver, "SCRAPE_DEADLINE", 6.0)
+    monkeypatch.setattr(metricsserver._QuietHandler, "timeout", 30.0)  # noqa: SLF001  the deadline cuts
+    monkeypatch.setattr(metricsserver._Server, "hush", logs.Hush(  # noqa: SLF001
         emit=lambda *a, **k: said.append((a, k)), event="metrics"))
     server = metrics.MetricsServer("127.0.0.1:0", metrics.DaemonMetrics().registry)
     idle: list[socket.socket] = []
     try:
         host, port = server.address
-        idle = [socket.create_connection((host, port)) for _ in range(metrics.MAX_SCRAPES - 1)]
+        idle = [socket.create_connection((host, port)) for _ in range(metricsserver.MAX_SCRAPES - 1)]
         slow = idle[0]
         slow.sendall(b"GET /metr")  # never finished
         slots = server._server._slots  # noqa: SLF001
@@ -62,7 +64,7 @@ def test_idle_and_slow_scrapers_cannot_hold_the_endpoint(monkeypatch, capsys) ->
                 continue
             except OSError:
                 break
-        assert time.monotonic() - began < metrics.SCRAPE_DEADLINE + 1.5  # cut at the deadline
+        assert time.monotonic() - began < metricsserver.SCRAPE_DEADLINE + 1.5  # cut at the deadline
     finally:
         for s in idle:
             s.close()

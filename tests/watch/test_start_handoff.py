@@ -25,7 +25,7 @@ from reconciler.core.desired import Mode, Runtime
 from reconciler.engine.loop import PassInputs
 from reconciler.core.observed import RoleRecord, Terminal
 from reconciler.state.store import Store
-from tests.watch.fakes import FakePasses, bad, desired, good
+from tests.support.fakes import FakePasses, bad, desired, good
 
 REPO = Path(__file__).parents[2]
 
@@ -65,7 +65,7 @@ FAKE_WATCH = textwrap.dedent("""\
     from reconciler.state.store import Store
     from reconciler.daemon.watch import Daemon
     from reconciler.engine.loop import PassInputs
-    from tests.watch.fakes import desired, good
+    from tests.support.fakes import desired, good
 
     state = sys.argv[1]
     lock = Lock(state)

@@ -1,4 +1,10 @@
-"""Scripted pass results for in-process tests of the daemon, logs and metrics."""
+"""Stand-ins for the shell's parts, shared by tests (and their contract with the real thing).
+
+* scripted pass results (``desired``, ``good``, ``bad``, ``keep``) and ``FakePasses``, a
+  stand-in for ``loop.apply_pass``: in-process tests of the daemon, logs and metrics;
+* ``FakeNvml``: an ``NvmlReader`` (``world/devices.py``) of two GPUs, one process on the
+  first; ``tests/support/test_contracts.py`` holds it and the real NVML to one contract.
+"""
 
 from __future__ import annotations
 
@@ -13,15 +19,13 @@ from reconciler.core.desired import (
     Mode,
     NodeConfig,
     RoleSpec,
-    Runtime,
-    ServeSpec,
 )
 from reconciler.core.observed import Health, Observed, ProbeFacts, RoleObservation
+from tests.support import worlds
 
 
 def role_spec(name: str, port: int = 20001, mode: Mode = Mode.MANAGED) -> RoleSpec:
-    return RoleSpec(name=name, runtime=Runtime.LLAMACPP, mode=mode, model="tiny",
-                    serve=ServeSpec(port=port), memory=MemorySpec(weights=1000, kv=24))
+    return worlds.role(name, port, mode=mode, model="tiny", memory=MemorySpec(weights=1000, kv=24))
 
 
 def desired(*names: str, budget: int | None = None) -> Desired:
@@ -72,3 +76,18 @@ class FakePasses:
 
 def evolve(value, **kw):
     return attrs.evolve(value, **kw)
+
+
+GIB = 2**30
+
+
+class FakeNvml:
+    """An ``NvmlReader`` of two RTX A5000s: pid 4242 uses 3 GiB of the first, pid 4243 an
+    amount NVML does not know (``None``, as for a process of another container)."""
+
+    def devices(self):
+        return [("NVIDIA RTX A5000", "GPU-a", "00000000:81:00.0", 24 * GIB, 3 * GIB),
+                ("NVIDIA RTX A5000", "GPU-b", "00000000:C1:00.0", 24 * GIB, 0)]
+
+    def processes(self, index):
+        return [(4242, 3 * GIB), (4243, None)] if index == 0 else []
