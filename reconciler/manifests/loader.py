@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import attrs
 
-from reconciler.manifests import documents, extra_args, fleet as fleets, yamlsafe
+from reconciler.manifests import documents, extra_args, fleet as fleets, nodedoc, yamlsafe
 from reconciler.runtimes import spec_of
 from reconciler.manifests.crosscheck import Declared, assemble
 from reconciler.manifests.documents import RoleDraft
@@ -228,7 +228,7 @@ def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str
             if draft is not None:
                 drafts.append(draft)
         else:
-            config, found = documents.node_config(doc)
+            config, found = nodedoc.node_config(doc)
             if config is not None:
                 nodes.append((config, doc))
         problems += found

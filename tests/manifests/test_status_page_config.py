@@ -33,7 +33,7 @@ def test_a_status_page_beyond_loopback_is_refused(listen: str) -> None:
 
 def test_the_loader_refuses_a_non_loopback_host_the_schema_let_through() -> None:
     """127.x passes the schema; the loader's own check is what keeps 0.0.0.0-like hosts out."""
-    from reconciler.manifests import documents
+    from reconciler.manifests import nodedoc
 
     problems = []
 
@@ -41,7 +41,7 @@ def test_the_loader_refuses_a_non_loopback_host_the_schema_let_through() -> None
         def add(self, path, message):
             problems.append((path, message))
 
-    host, port = documents._loopback(Reader(), "status_page", "10.0.0.1:80")
+    host, port = nodedoc._loopback(Reader(), "status_page", "10.0.0.1:80")
     assert (host, port) == ("10.0.0.1", 80)
     assert problems and "not a loopback address" in problems[0][1]
 

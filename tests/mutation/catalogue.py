@@ -55,6 +55,7 @@ _TESTS = {
     "placement": ("tests/devices", "tests/plan"),
     "orphans": ("tests/plan",),  # the orphan proof of ownership (shell, but a safety rule)
     "documents": ("tests/manifests",),
+    "nodedoc": ("tests/manifests",),
     "memoryview": ("tests/statuspage",),
     "page": ("tests/statuspage",),
     "fetchrungs": ("tests/plan",),
@@ -80,7 +81,7 @@ _PACKAGE_OF = {
     **dict.fromkeys(("decisions", "labels", "demand", "events", "desired", "observed", "loopback",
                      "ownership", "errors"),
                     "core/"),
-    **dict.fromkeys(("extra_args", "crosscheck", "nodecheck", "fleet", "documents", "roleextras",
+    **dict.fromkeys(("extra_args", "crosscheck", "nodecheck", "fleet", "documents", "nodedoc", "roleextras",
                      "schemafast"),
                     "manifests/"),
     **dict.fromkeys(("fleetdiff", "fleetview", "offline"), "fleet/"),
@@ -618,7 +619,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(RR, "queue-unbounded", "return waiting < max_queue", "return True",
        "§9: the queue has no bound (never 429)"),
     # ------------------------------------------------------------ §11 the status page
-    _m("documents", "listen-anywhere", "    if not loopback.is_loopback_host(host):\n        r.add(",
+    _m("nodedoc", "listen-anywhere", "    if not loopback.is_loopback_host(host):\n        r.add(",
        "    if False:\n        r.add(",
        "§5/§11: the router or the status page listens beyond loopback"),
     _m("nodecheck", "status-page-shares-a-port", "            if port == page.port:",
