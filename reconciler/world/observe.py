@@ -29,14 +29,14 @@ the process table meanwhile in a thread.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Mapping, TypeVar
+from typing import Callable, Iterable, Mapping, TypeVar
 
 import attrs
 
 from reconciler.world import instances, probe, procs
 from reconciler.models import modelchecks
 from reconciler.core import loopback
-from reconciler.core.desired import Desired, Mode, RoleSpec, Runtime
+from reconciler.core.desired import Desired, Mode, ModelSpec, RoleSpec, Runtime
 from reconciler.core.observed import (
     ExitInfo,
     Health,
@@ -77,18 +77,42 @@ class Target:
         return ("role", self.name)
 
 
-def _wanted(spec: RoleSpec | None, record: RoleRecord | None, desired: Desired) -> str | None:
+def _wanted(spec: RoleSpec | None, record: RoleRecord | None,
+            model: Callable[[str | None], ModelSpec | None]) -> str | None:
     """The model name the server should list; a removed role: the tag we loaded."""
     remembered = record.model_tag if record is not None else None
     if spec is None:
         return remembered
-    return spec_of(spec.runtime).wanted(spec, desired.model(spec.model)) or remembered
+    return spec_of(spec.runtime).wanted(spec, model(spec.model)) or remembered
 
 
 def target(name: str, desired: Desired, remembered: Remembered) -> Target:
     """What to probe for one role and how (pure; exposed for tests and commands)."""
-    spec = desired.role(name)
-    record = remembered.role(name)
+    return _target(name, desired.role(name), remembered.role(name), desired.model)
+
+
+_N = TypeVar("_N", RoleSpec, RoleRecord, ModelSpec)
+
+
+def _first_by_name(items: Iterable[_N]) -> dict[str, _N]:
+    """name → the first item of that name (as ``Desired.role``/``Remembered.role`` find it)."""
+    out: dict[str, _N] = {}
+    for item in items:
+        out.setdefault(item.name, item)
+    return out
+
+
+def targets(desired: Desired, remembered: Remembered) -> list[Target]:
+    """``target`` of every desired and remembered role, by name: each spec, record and
+    Model looked up once in an index, not by a walk of every role for each role."""
+    specs, records = _first_by_name(desired.roles), _first_by_name(remembered.roles)
+    models = _first_by_name(desired.models)
+    return [_target(n, specs.get(n), records.get(n), models.get)
+            for n in sorted(specs.keys() | records.keys())]
+
+
+def _target(name: str, spec: RoleSpec | None, record: RoleRecord | None,
+            model: Callable[[str | None], ModelSpec | None]) -> Target:
     if spec is not None:
         runtime, managed = spec.runtime, spec.managed
         host, port = spec.serve.host, spec.serve.port
@@ -102,7 +126,7 @@ def target(name: str, desired: Desired, remembered: Remembered) -> Target:
     started = record is not None and record.started_at is not None
     starting = managed and started and record is not None and record.healthy_since is None
     ctx = ProbeContext(
-        wanted=_wanted(spec, record, desired),
+        wanted=_wanted(spec, record, model),
         adopted=not managed,
         starting=starting and rt.launched,
         # The readiness request: only for a desired managed role after a start.
@@ -137,11 +161,6 @@ def with_process(t: Target, process: ProcessFacts | None) -> Target:
         return t
     return attrs.evolve(t, ctx=attrs.evolve(t.ctx, readiness=t.ctx.readiness and ours,
                                             settled=settled))
-
-
-def targets(desired: Desired, remembered: Remembered) -> list[Target]:
-    names = sorted({r.name for r in desired.roles} | {r.name for r in remembered.roles})
-    return [target(n, desired, remembered) for n in names]
 
 
 def not_probed(port: int, desired: Desired) -> ProbeFacts:
