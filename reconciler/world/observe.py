@@ -23,7 +23,7 @@ mismatch the store remembers, a vanished model root).
 
 Size: one observation per role (probes, process facts, exposure, the port's
 other users), gathered concurrently: every probe on one selector (``probe.Wires``),
-the process table meanwhile in a thread.
+the process table in a thread while the first requests are answered.
 """
 
 from __future__ import annotations
@@ -243,24 +243,20 @@ def ask_progress(allowed: list[Target], facts: dict[str, ProbeFacts], timeout: f
     return out
 
 
-def ask_first(allowed: list[Target], timeout: float,
-              wires: probe.Wires | None = None) -> dict[object, Known]:
-    """Every exchange's first batch, sent now; by probe key.
+def send_first(allowed: list[Target], timeout: float, wires: probe.Wires) -> dict[object, Known]:
+    """Every exchange's first batch, sent now on ``wires``; by probe key, each filled in
+    as its answers arrive (``wires.run()``).
 
     A first batch never depends on the context (the contract test pins it: GETs
-    of ``/health`` or ``/api/version``), so it can go out while the process table
-    is still being read; ``probe_all`` then replays the answers.
+    of ``/health`` or ``/api/version``), so it can go out before the process table
+    is read; ``probe_all`` then replays the answers.
     """
     jobs = _jobs(allowed)
     known: dict[object, dict[ProbeRequest, ProbeAnswer]] = {key: {} for key in jobs}
-
-    def work(w: probe.Wires) -> None:
-        for key, t in jobs.items():
-            send = _sender(w, t, timeout)
-            for request in next(t.rt.exchange(t.ctx)):
-                send(request, lambda answer, got=known[key], r=request: got.__setitem__(r, answer))
-
-    _on(wires, work)
+    for key, t in jobs.items():
+        send = _sender(wires, t, timeout)
+        for request in next(t.rt.exchange(t.ctx)):
+            send(request, lambda answer, got=known[key], r=request: got.__setitem__(r, answer))
     return known  # type: ignore[return-value]
 
 
@@ -396,23 +392,24 @@ def observe(
     all_targets = targets(desired, remembered)
     allowed = [t for t in all_targets if desired.node.port_allowed(t.port)]
     allowed_names = {t.name for t in allowed}
-    # The process table decides what follows each first GET: the readiness
-    # POST goes only to a port whose listener is our own live process, never
-    # to a stranger that took the port after our server died, and only our own
-    # settled server is spared the identity requests. Reading it takes as long
-    # as a probe with many servers, so the first GETs (the same whatever it
-    # says) go out meanwhile.
-    reading = _Beside(process_side, all_targets, allowed_names, root)
     # §7.1 a node with devices: what the machine has, and each process's use (NVML, nvidia-smi).
     finding = None
     if desired.node.devices:  # (discovery's modules are imported only for such a node)
         from reconciler.world import devices
 
         finding = _Beside(devices.discover)
+    # The process table decides what follows each first GET: the readiness
+    # POST goes only to a port whose listener is our own live process, never
+    # to a stranger that took the port after our server died, and only our own
+    # settled server is spared the identity requests. Reading it takes as long
+    # as a probe with many servers, so the first GETs (the same whatever it
+    # says) go out first, and it is read while they are answered.
     wires = probe.Wires()
     try:
+        known = send_first(allowed, timeout, wires)
+        reading = _Beside(process_side, all_targets, allowed_names, root)
         try:
-            known = ask_first(allowed, timeout, wires)
+            wires.run()
         finally:
             sides = reading.result()
         allowed = [with_process(t, sides[t.name][0]) for t in allowed]
