@@ -3,7 +3,8 @@
 Run: ``.venv/bin/python bench/bench_observe.py [--servers 200] [--delay 0.05]``
 
 Two fleets, each timed as one observe() of a single role against one of all N
-roles (the ratio; probes run concurrently, so the goal is at most 2.5x):
+roles (the ratio; probes run concurrently, so the goal is at most 2.5x, and
+2.0x for servers of our own, issue 27):
 
 * **adopted** — foreign servers, asked in full every pass: mlx-lm
   ``GET /health``; llama.cpp ``/health``, then ``/v1/models`` + ``/props``.
@@ -48,7 +49,8 @@ from reconciler.core.ownership import MARKER_ENV
 from reconciler.world.observe import observe
 from reconciler.core.observed import Remembered, RoleRecord
 
-GOAL = 2.5
+#: The goal per fleet: at most this many times one role's observation.
+GOALS = {"adopted": 2.5, "managed": 2.0}
 MODEL = "/models/bench.gguf"
 
 
@@ -222,15 +224,16 @@ def main() -> int:
     print(f"{args.servers} loopback servers, each answering after {args.delay * 1000:.0f} ms; "
           f"best (median) of {args.runs} runs; reconciler from {TREE}; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
-    ratios = []
+    over = []
     for kind in SCENARIOS:
         if args.only in (None, kind):
-            ratios += scenario(kind, args.servers, args.delay, args.runs)
-    worst = max(ratios)
-    verdict = "ok" if worst <= GOAL else f"OVER the {GOAL}x goal"
-    print(f"worst ratio {worst:.2f}x (goal <= {GOAL}x): {verdict}; "
+            worst, goal = max(scenario(kind, args.servers, args.delay, args.runs)), GOALS[kind]
+            verdict = "ok" if worst <= goal else f"OVER the {goal}x goal"
+            print(f"{kind}: worst ratio {worst:.2f}x (goal <= {goal}x): {verdict}", flush=True)
+            over += [kind] if worst > goal else []
+    print(f"{'over the goal: ' + ', '.join(over) if over else 'every goal met'}; "
           f"load average now {os.getloadavg()[0]:.2f}")
-    return 0 if worst <= GOAL else 1
+    return 1 if over else 0
 
 
 if __name__ == "__main__":

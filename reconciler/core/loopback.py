@@ -25,6 +25,7 @@ be bracketed: ``::1:8080`` is read as the address ``::1:8080`` (not loopback).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 
 #: The one name that means loopback (never resolved: no DNS is asked).
@@ -35,8 +36,13 @@ LOCALHOST_ADDRESS = "127.0.0.1"
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
+@functools.lru_cache(maxsize=1024)
 def ip_of(host: str) -> Address | None:
-    """The IP address a bare host spells, or None (a name, brackets, a port, garbage)."""
+    """The IP address a bare host spells, or None (a name, brackets, a port, garbage).
+
+    Remembered (a pure parse of an immutable value): the observer asks it of every
+    listener and every probe's host, the same few hosts every pass.
+    """
     try:
         return ipaddress.ip_address(host)
     except ValueError:

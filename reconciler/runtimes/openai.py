@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import attrs
-
 from reconciler.core.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
 from reconciler.core.observed import Health, ProbeFacts
 from reconciler.runtimes.common import (
@@ -96,20 +94,20 @@ def gate(answers: Mapping[str, ProbeAnswer], ctx: ProbeContext) -> ProbeFacts | 
 
 def listing(listed: tuple[str, ...], ctx: ProbeContext, *, latency: float | None,
             unlisted: str | None = None) -> ProbeFacts:
-    """Facts of a server that is up and lists ``listed`` (``unlisted``: why it could not)."""
+    """Facts of a server that is up and lists ``listed`` (``unlisted``: why it could not);
+    its identity: the listed id the wanted name matches, or the only one listed.
+    (Built once, not built and then changed: the observer reads every server every pass.)
+    """
     matched = listed_match(ctx.wanted, listed) if ctx.wanted else None
-    facts = ProbeFacts(
-        health=Health.UP, detail="healthy", listed_models=listed, latency=latency,
-        identity=matched or (listed[0] if len(listed) == 1 else None),
-    )
-    if not ctx.wanted:
-        return facts
-    if unlisted is not None:
-        return attrs.evolve(facts, health=Health.UNHEALTHY, detail=unlisted)
-    if matched is None:
-        detail = f"model {ctx.wanted} is not listed by the server"
-        return attrs.evolve(facts, health=Health.UNHEALTHY, detail=detail)
-    return attrs.evolve(facts, detail=f"healthy; serving {ctx.wanted}")
+    health, detail = Health.UP, "healthy"
+    if ctx.wanted:
+        detail = f"healthy; serving {ctx.wanted}"
+        if matched is None:
+            health, detail = Health.UNHEALTHY, f"model {ctx.wanted} is not listed by the server"
+        if unlisted is not None:  # (it lists nothing)
+            health, detail = Health.UNHEALTHY, unlisted
+    return ProbeFacts(health=health, detail=detail, listed_models=listed, latency=latency,
+                      identity=matched or (listed[0] if len(listed) == 1 else None))
 
 
 def chat_request(model: str | None) -> ProbeRequest:

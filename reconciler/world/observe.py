@@ -23,20 +23,20 @@ mismatch the store remembers, a vanished model root).
 
 Size: one observation per role (probes, process facts, exposure, the port's
 other users), gathered concurrently: every probe on one selector (``probe.Wires``),
-the process table meanwhile in a thread.
+the process table in a thread while the first requests are answered.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Callable, Mapping, TypeVar
+from typing import Callable, Iterable, Mapping, TypeVar
 
 import attrs
 
 from reconciler.world import instances, probe, procs
 from reconciler.models import modelchecks
 from reconciler.core import loopback
-from reconciler.core.desired import Desired, Mode, RoleSpec, Runtime
+from reconciler.core.desired import Desired, Mode, ModelSpec, RoleSpec, Runtime
 from reconciler.core.observed import (
     ExitInfo,
     Health,
@@ -77,18 +77,42 @@ class Target:
         return ("role", self.name)
 
 
-def _wanted(spec: RoleSpec | None, record: RoleRecord | None, desired: Desired) -> str | None:
+def _wanted(spec: RoleSpec | None, record: RoleRecord | None,
+            model: Callable[[str | None], ModelSpec | None]) -> str | None:
     """The model name the server should list; a removed role: the tag we loaded."""
     remembered = record.model_tag if record is not None else None
     if spec is None:
         return remembered
-    return spec_of(spec.runtime).wanted(spec, desired.model(spec.model)) or remembered
+    return spec_of(spec.runtime).wanted(spec, model(spec.model)) or remembered
 
 
 def target(name: str, desired: Desired, remembered: Remembered) -> Target:
     """What to probe for one role and how (pure; exposed for tests and commands)."""
-    spec = desired.role(name)
-    record = remembered.role(name)
+    return _target(name, desired.role(name), remembered.role(name), desired.model)
+
+
+_N = TypeVar("_N", RoleSpec, RoleRecord, ModelSpec)
+
+
+def _first_by_name(items: Iterable[_N]) -> dict[str, _N]:
+    """name → the first item of that name (as ``Desired.role``/``Remembered.role`` find it)."""
+    out: dict[str, _N] = {}
+    for item in items:
+        out.setdefault(item.name, item)
+    return out
+
+
+def targets(desired: Desired, remembered: Remembered) -> list[Target]:
+    """``target`` of every desired and remembered role, by name: each spec, record and
+    Model looked up once in an index, not by a walk of every role for each role."""
+    specs, records = _first_by_name(desired.roles), _first_by_name(remembered.roles)
+    models = _first_by_name(desired.models)
+    return [_target(n, specs.get(n), records.get(n), models.get)
+            for n in sorted(specs.keys() | records.keys())]
+
+
+def _target(name: str, spec: RoleSpec | None, record: RoleRecord | None,
+            model: Callable[[str | None], ModelSpec | None]) -> Target:
     if spec is not None:
         runtime, managed = spec.runtime, spec.managed
         host, port = spec.serve.host, spec.serve.port
@@ -102,7 +126,7 @@ def target(name: str, desired: Desired, remembered: Remembered) -> Target:
     started = record is not None and record.started_at is not None
     starting = managed and started and record is not None and record.healthy_since is None
     ctx = ProbeContext(
-        wanted=_wanted(spec, record, desired),
+        wanted=_wanted(spec, record, model),
         adopted=not managed,
         starting=starting and rt.launched,
         # The readiness request: only for a desired managed role after a start.
@@ -137,11 +161,6 @@ def with_process(t: Target, process: ProcessFacts | None) -> Target:
         return t
     return attrs.evolve(t, ctx=attrs.evolve(t.ctx, readiness=t.ctx.readiness and ours,
                                             settled=settled))
-
-
-def targets(desired: Desired, remembered: Remembered) -> list[Target]:
-    names = sorted({r.name for r in desired.roles} | {r.name for r in remembered.roles})
-    return [target(n, desired, remembered) for n in names]
 
 
 def not_probed(port: int, desired: Desired) -> ProbeFacts:
@@ -224,24 +243,20 @@ def ask_progress(allowed: list[Target], facts: dict[str, ProbeFacts], timeout: f
     return out
 
 
-def ask_first(allowed: list[Target], timeout: float,
-              wires: probe.Wires | None = None) -> dict[object, Known]:
-    """Every exchange's first batch, sent now; by probe key.
+def send_first(allowed: list[Target], timeout: float, wires: probe.Wires) -> dict[object, Known]:
+    """Every exchange's first batch, sent now on ``wires``; by probe key, each filled in
+    as its answers arrive (``wires.run()``).
 
     A first batch never depends on the context (the contract test pins it: GETs
-    of ``/health`` or ``/api/version``), so it can go out while the process table
-    is still being read; ``probe_all`` then replays the answers.
+    of ``/health`` or ``/api/version``), so it can go out before the process table
+    is read; ``probe_all`` then replays the answers.
     """
     jobs = _jobs(allowed)
     known: dict[object, dict[ProbeRequest, ProbeAnswer]] = {key: {} for key in jobs}
-
-    def work(w: probe.Wires) -> None:
-        for key, t in jobs.items():
-            send = _sender(w, t, timeout)
-            for request in next(t.rt.exchange(t.ctx)):
-                send(request, lambda answer, got=known[key], r=request: got.__setitem__(r, answer))
-
-    _on(wires, work)
+    for key, t in jobs.items():
+        send = _sender(wires, t, timeout)
+        for request in next(t.rt.exchange(t.ctx)):
+            send(request, lambda answer, got=known[key], r=request: got.__setitem__(r, answer))
     return known  # type: ignore[return-value]
 
 
@@ -377,23 +392,24 @@ def observe(
     all_targets = targets(desired, remembered)
     allowed = [t for t in all_targets if desired.node.port_allowed(t.port)]
     allowed_names = {t.name for t in allowed}
-    # The process table decides what follows each first GET: the readiness
-    # POST goes only to a port whose listener is our own live process, never
-    # to a stranger that took the port after our server died, and only our own
-    # settled server is spared the identity requests. Reading it takes as long
-    # as a probe with many servers, so the first GETs (the same whatever it
-    # says) go out meanwhile.
-    reading = _Beside(process_side, all_targets, allowed_names, root)
     # §7.1 a node with devices: what the machine has, and each process's use (NVML, nvidia-smi).
     finding = None
     if desired.node.devices:  # (discovery's modules are imported only for such a node)
         from reconciler.world import devices
 
         finding = _Beside(devices.discover)
+    # The process table decides what follows each first GET: the readiness
+    # POST goes only to a port whose listener is our own live process, never
+    # to a stranger that took the port after our server died, and only our own
+    # settled server is spared the identity requests. Reading it takes as long
+    # as a probe with many servers, so the first GETs (the same whatever it
+    # says) go out first, and it is read while they are answered.
     wires = probe.Wires()
     try:
+        known = send_first(allowed, timeout, wires)
+        reading = _Beside(process_side, all_targets, allowed_names, root)
         try:
-            known = ask_first(allowed, timeout, wires)
+            wires.run()
         finally:
             sides = reading.result()
         allowed = [with_process(t, sides[t.name][0]) for t in allowed]
