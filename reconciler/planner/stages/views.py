@@ -14,6 +14,7 @@ import attrs
 from reconciler.planner import generations, intents, launches, livenessrungs, loadrungs, policy
 from reconciler.planner.rungs import Role
 from reconciler.planner.stages.values import Inputs, Views
+from reconciler.core.decisions import Target
 from reconciler.core.observed import RoleObservation
 from reconciler.runtimes import spec_of
 
@@ -79,10 +80,11 @@ def view(v: Views, name: str) -> Role:
         port=spec.serve.port if spec is not None else record.port,
         host=spec.serve.host if spec is not None else record.host,
         instance_id=instance,
-        pid=proc.pid if running and proc is not None else None,
-        create_time=proc.create_time if running and proc is not None else None,
         # An edit of model, port or host changes the instance id; the running
         # process still carries the id it was started with: stops use that.
+        process=Target(pid=proc.pid, create_time=proc.create_time,
+                       owner_id=record.instance_id if record is not None else instance)
+        if running and proc is not None else None,
         owner_id=record.instance_id if running and record is not None else None,
         generation=generation, fresh=fresh, interrupted=interrupted,
     )
