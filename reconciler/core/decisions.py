@@ -272,6 +272,19 @@ class Decision:
     def verb(self) -> Verb:
         return self.act.verb
 
+    def placed(self, devices: tuple[tuple[str, int], ...], act: Act) -> Decision:
+        """This decision with its devices (and its launch, in ``act``) placed (§7.1).
+
+        ``attrs.evolve`` spelled out: placement places every claim of every pass, and
+        evolve's generic copy costs half as much again as this. A test keeps it whole
+        (``tests/plan/test_payloads.py``: every other field is kept).
+        """
+        return Decision(role=self.role, act=act, reason=self.reason, why=self.why,
+                        status=self.status, detail=self.detail, runtime=self.runtime,
+                        port=self.port, host=self.host, instance_id=self.instance_id,
+                        release=self.release, retry_in=self.retry_in, restarts=self.restarts,
+                        devices=devices)
+
     @property
     def acts(self) -> bool:
         return self.act.verb in ACTING_VERBS

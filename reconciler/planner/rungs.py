@@ -262,10 +262,14 @@ def placed_launch(r: Role, d: Decision, got: Assignment) -> Decision:
     """
     pairs = got.pairs()
     if r.spec is None or not pairs or (r.assignment is not None and r.assignment.ids == got.ids):
-        return d if d.devices == pairs else attrs.evolve(d, devices=pairs)
+        return d if d.devices == pairs else d.placed(pairs, d.act)
     prepared = r.launcher.placed(r.spec, got, r.instance_id)
     launch = r.launcher.launch(r.spec, prepared)
     generation = generations.current(r.spec, launch.digest, None)
-    assert isinstance(d.act, (Start, Restart))
-    return attrs.evolve(d, devices=pairs,
-                        act=attrs.evolve(d.act, launch=launch, generation=generation))
+    act = d.act
+    if isinstance(act, Start):
+        return d.placed(pairs, Start(launch=launch, reserve=act.reserve, generation=generation,
+                                     restarted_at=act.restarted_at))
+    assert isinstance(act, Restart), d
+    return d.placed(pairs, Restart(launch=launch, replaces=act.replaces, reserve=act.reserve,
+                                   generation=generation, restarted_at=act.restarted_at))

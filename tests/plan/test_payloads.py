@@ -65,3 +65,20 @@ def test_every_payload_renders_and_says_its_verb() -> None:
         assert data["verb"] == str(d.verb) and data["pid"] == d.pid
         assert data["model_tag"] == ("qwen" if d.verb in (Verb.LOAD, Verb.UNLOAD) else None)
         assert data["keep_alive"] == (60.0 if d.verb is Verb.LOAD else None)
+
+
+def test_placed_keeps_every_other_field() -> None:
+    """``Decision.placed`` (evolve spelled out, for speed) changes the devices and the payload
+    and keeps every other field: a field added to Decision and forgotten there fails here."""
+    import attrs
+
+    from reconciler.core.decisions import Status, Start
+    from reconciler.core.desired import Runtime
+    values = dict(role="coder", act=Start(launch=None, reserve=3), reason=Reason.SPEC_CHANGED,
+                  why="ctx", status=Status.RUNNING, detail="d", runtime=Runtime.LLAMACPP,
+                  port=8090, host="127.0.0.1", instance_id="coder-1", release=2, retry_in=1.5,
+                  restarts=2, devices=(("cuda:0", 1),))
+    assert set(values) == {a.name for a in attrs.fields(Decision)}  # every field set, not default
+    d = Decision(**values)
+    act = Start(launch=None, reserve=3, generation="g")
+    assert d.placed((("cuda:1", 1),), act) == attrs.evolve(d, devices=(("cuda:1", 1),), act=act)
