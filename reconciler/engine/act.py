@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Callable
 
 from reconciler.system import failpoints
 from reconciler.engine import recording
-from reconciler.core.decisions import Decision, Plan
+from reconciler.core.decisions import Decision, Plan, Stop
 from reconciler.core.desired import Desired
 from reconciler.core.observed import ModelState
 from reconciler.runtimes import spec_of
@@ -110,8 +110,9 @@ class _PassHooks:
 
         node = self.desired.node
         uid = node.run_as.uid if node.run_as else os.geteuid()
-        if (decision.pid is not None and decision.create_time is not None and self.root
-                and procs.proves_ours(decision.pid, decision.create_time,
+        target = decision.act.target if isinstance(decision.act, Stop) else None  # only stops
+        if (target is not None and target.create_time is not None and self.root
+                and procs.proves_ours(target.pid, target.create_time,
                                       decision.instance_id or "", self.root, uid)):
             return None
         return Refusal(guard=Guard.NOT_PROVEN, detail=(

@@ -30,7 +30,7 @@ import attrs
 from reconciler.core import events, ownership
 from reconciler.planner import identity, records
 from reconciler.world import procs
-from reconciler.core.decisions import Decision, Reason, Verb
+from reconciler.core.decisions import Decision, Reason, Start
 from reconciler.core.desired import Desired
 from reconciler.core.observed import Orphan, Remembered, RoleRecord
 from reconciler.runtimes import spec_of
@@ -63,7 +63,7 @@ def survey(remembered: Remembered, desired: Desired, root: str) -> Survey:
         same = (launch is not None and environ == dict(launch.env)
                 and _runs(cmdline, launch.argv))
         base = record or records.new_record(role, Decision(
-            role=role.name, verb=Verb.START, reason=Reason.MISSING, instance_id=iid))
+            role=role.name, act=Start(launch=None), reason=Reason.MISSING, instance_id=iid))
         readopted.append(attrs.evolve(
             base, instance_id=iid, pid=pid, create_time=ctime, exited_at=None,
             started_at=ctime, healthy_since=None,

@@ -39,7 +39,7 @@ from typing import Callable, Collection, Mapping, Sequence
 
 import attrs
 
-from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.decisions import Decision, Forget, Reason, Status, Stop, Verb, Wait
 from reconciler.planner.ledger import CLAIMS, Draft, order_key
 
 Place = Callable[[list[Draft]], list[Decision]]
@@ -98,8 +98,11 @@ def _placed(place: Place, drafts: Sequence[Draft], evicted: Mapping[str, str]
 def _stopped(draft: Draft, claimant: str) -> Draft:
     """A kept idle role turned into its stop: it releases what it holds, it holds nothing."""
     d = draft.decision
+    # (``contended`` also tries roles that are not running yet: a stop of nothing, that only
+    # releases; ``evict`` stops only idle roles, which run: their process is the target.)
     stop = attrs.evolve(
-        d, verb=Verb.STOP, reason=Reason.EVICTED, why=f"for {claimant}", status=Status.RUNNING,
+        d, act=Stop(target=d.process) if d.process is not None else Forget(),
+        reason=Reason.EVICTED, why=f"for {claimant}", status=Status.RUNNING,
         detail=f"on-demand, idle; stopped to make room for {claimant}",
         release=draft.holds or 0, retry_in=None)
     return Draft(decision=stop)
@@ -124,7 +127,7 @@ def contended(drafts: Sequence[Draft], decisions: Sequence[Decision],
             continue
         names = ", ".join(sorted(pool))
         current[claim.role] = attrs.evolve(
-            refused, verb=Verb.WAIT, why=f"waits for {names} to make room",
+            refused, act=Wait(running=refused.process), why=f"waits for {names} to make room",
             detail=f"{refused.detail}; waits until {names} may be evicted",
             retry_in=min(pool.values()))
     return [current[d.role] for d in decisions]

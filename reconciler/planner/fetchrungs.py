@@ -27,7 +27,7 @@ from typing import Mapping
 
 import attrs
 
-from reconciler.core.decisions import Fetch, Reason, Status, Verb
+from reconciler.core.decisions import Fetch, Reason, Refuse, Status, Verb, Wait
 from reconciler.core.desired import ModelSpec, NodeConfig, RoleSpec
 from reconciler.core.observed import FetchObservation, FetchState
 from reconciler.core.units import format_duration, format_size
@@ -122,7 +122,9 @@ def _becomes(d: Draft, verb: Verb, reason: Reason, status: Status, detail: str,
              retry_in: float | None = None) -> Draft:
     """The draft turned into a wait or refusal: it claims nothing (memory or devices); a live
     server keeps what it holds."""
-    decision = attrs.evolve(d.decision, verb=verb, reason=reason, status=status, detail=detail,
-                            why=detail, launch=None, reserve=0, release=0, retry_in=retry_in,
+    running = d.decision.process  # a live server whose restart waits keeps running
+    act = Wait(running=running) if verb is Verb.WAIT else Refuse(running=running)
+    decision = attrs.evolve(d.decision, act=act, reason=reason, status=status, detail=detail,
+                            why=detail, release=0, retry_in=retry_in,
                             devices=d.devices if d.holds is not None else ())
     return attrs.evolve(d, decision=decision, claim=None)

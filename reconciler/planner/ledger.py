@@ -30,7 +30,7 @@ from typing import Callable, Mapping, Sequence
 
 import attrs
 
-from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.decisions import Decision, Reason, Refuse, Status, Verb
 from reconciler.core.devices import Assignment, Device
 from reconciler.core.units import format_size
 from reconciler.planner.placement import Claim, DeviceLedger
@@ -337,8 +337,7 @@ def _refused(draft: Draft, refusal: Refusal) -> Decision:
     d = draft.decision
     counted = d.reason in (Reason.CRASHED, Reason.EVICTED)
     return attrs.evolve(
-        d, verb=Verb.REFUSE, reason=refusal.reason, why=refusal.message,
-        status=Status.UNPLACEABLE, detail=refusal.message, launch=None, model_tag=None,
-        devices=(), keep_alive=None, reserve=0,
+        d, act=Refuse(running=d.process), reason=refusal.reason, why=refusal.message,
+        status=Status.UNPLACEABLE, detail=refusal.message, devices=(),
         release=0 if draft.keeps_on_refusal else d.release,
         retry_in=None, restarts=d.restarts - 1 if counted else d.restarts)

@@ -16,7 +16,7 @@ from typing import Mapping
 from reconciler.core import ownership
 from reconciler.planner import generations, policy
 from reconciler.planner.generations import tag_of
-from reconciler.core.decisions import Reason, Status, Verb
+from reconciler.core.decisions import Load, Reason, Status, Unload, Verb
 from reconciler.core.desired import ModelSpec, RoleSpec, WantedState
 from reconciler.planner.ledger import Draft
 from reconciler.core.observed import Health
@@ -68,9 +68,8 @@ def ollama_release(r: Role, reason: Reason) -> Draft:
                          f"{rec.model_tag} stays loaded: {', '.join(sorted(r.sharing))} {serve} it",
                          release=rec.reserved)
         if spec_of(rec.runtime).lists(probe.resident_models, rec.model_tag):
-            return draft(r, Verb.UNLOAD, reason, Status.RUNNING,
-                         f"{rec.model_tag} resident; we loaded it", model_tag=rec.model_tag,
-                         release=rec.reserved)
+            return draft(r, Unload(tag=rec.model_tag), reason, Status.RUNNING,
+                         f"{rec.model_tag} resident; we loaded it", release=rec.reserved)
     if reason is Reason.REMOVED:
         return draft(r, Verb.FORGET, reason, Status.STOPPED, "nothing of ours is resident",
                      release=r.reserved)
@@ -109,30 +108,30 @@ def ollama(r: Role, models, now: float) -> Draft:
     if (ownership.our_load(rec) and not spec_of(spec.runtime).same(rec.model_tag, tag)
             and not r.sharing and spec_of(spec.runtime).lists(probe.resident_models, rec.model_tag)):
         resident = spec_of(spec.runtime).lists(probe.resident_models, tag)
-        return draft(r, Verb.UNLOAD, Reason.SPEC_CHANGED, Status.RUNNING, f"tag changed to {tag}",
-                     why=f"tag {rec.model_tag} → {tag}", model_tag=rec.model_tag,
+        return draft(r, Unload(tag=rec.model_tag), Reason.SPEC_CHANGED, Status.RUNNING,
+                     f"tag changed to {tag}", why=f"tag {rec.model_tag} → {tag}",
                      release=rec.reserved, holds=spec.memory.footprint if resident else None)
     # §2 never pull: a tag that is not pulled is refused.
     if not spec_of(spec.runtime).lists(probe.listed_models, tag):
         msg = f"{tag} is not pulled; the reconciler never pulls"
         return draft(r, Verb.REFUSE, Reason.NOT_PULLED, Status.REFUSED, msg, why=msg,
                      release=r.reserved)
-    load = dict(model_tag=tag, keep_alive=spec.keep_alive, reserve=spec.memory.footprint,
-                release=r.reserved, retry_in=policy.POLL, generation=r.generation,
-                restarted_at=spec.restarted_at)
+    load = Load(tag=tag, keep_alive=spec.keep_alive, reserve=spec.memory.footprint,
+                generation=r.generation, restarted_at=spec.restarted_at)
+    polled = dict(release=r.reserved, retry_in=policy.POLL)
     if spec_of(spec.runtime).lists(probe.resident_models, tag):
         if r.fresh and ownership.our_load(rec) and spec_of(spec.runtime).same(rec.model_tag, tag):
             # §4 a new generation of our resident model (keep_alive, restarted_at):
             # the load is sent again, which sets the new keep_alive.
-            return draft(r, Verb.LOAD, Reason.SPEC_CHANGED, Status.RUNNING,
+            return draft(r, load, Reason.SPEC_CHANGED, Status.RUNNING,
                          f"{tag} resident; a new generation", why=generations.load_changes(rec, spec, tag),
-                         holds=r.reserved or spec.memory.footprint, **load)
+                         holds=r.reserved or spec.memory.footprint, **polled)
         return draft(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, f"{tag} resident",
                      holds=r.reserved or spec.memory.footprint)
     if r.fresh:
         # §4 a new generation is a fresh start: no hold, no backoff, loaded now.
-        return draft(r, Verb.LOAD, Reason.SPEC_CHANGED, Status.LOADED, f"{tag} not resident",
-                     why=generations.load_changes(rec, spec, tag), **load)
+        return draft(r, load, Reason.SPEC_CHANGED, Status.LOADED, f"{tag} not resident",
+                     why=generations.load_changes(rec, spec, tag), **polled)
     # §2/§4 evicted behind our back (by a client or Ollama's scheduler): a
     # reload counts against the restart policy, with backoff, like a crash.
     if ours and not r.operator and spec_of(spec.runtime).same(rec.model_tag, tag):
@@ -141,8 +140,8 @@ def ollama(r: Role, models, now: float) -> Draft:
         if held is not None:
             return held
         n, most = r.restarts + 1, r.policy.max_restarts
-        return draft(r, Verb.LOAD, Reason.EVICTED, Status.EXITED, f"{tag} evicted behind our back",
-                     why=f"reload {n} of {most}", restarts=n, holds=rec.reserved, **load)
+        return draft(r, load, Reason.EVICTED, Status.EXITED, f"{tag} evicted behind our back",
+                     why=f"reload {n} of {most}", restarts=n, holds=rec.reserved, **polled)
     # §4 a load of ours that failed is retried with backoff and counted, like
     # a crashed start: polling is not backoff.
     if rec is not None and rec.exited_at is not None and not r.operator:
@@ -150,7 +149,7 @@ def ollama(r: Role, models, now: float) -> Draft:
         if held is not None:
             return held
         n, most = r.restarts + 1, r.policy.max_restarts
-        return draft(r, Verb.LOAD, Reason.MISSING, Status.EXITED, f"loading {tag} failed before",
-                     why=f"load attempt {n + 1}; retry {n} of {most}", restarts=n, **load)
+        return draft(r, load, Reason.MISSING, Status.EXITED, f"loading {tag} failed before",
+                     why=f"load attempt {n + 1}; retry {n} of {most}", restarts=n, **polled)
     # §2 wanted, pulled, not resident → load.
-    return draft(r, Verb.LOAD, Reason.MISSING, Status.LOADED, f"{tag} not resident", **load)
+    return draft(r, load, Reason.MISSING, Status.LOADED, f"{tag} not resident", **polled)

@@ -15,7 +15,7 @@ import functools
 from typing import Iterable
 
 from reconciler.core import loopback
-from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.decisions import Decision, Keep, Reason, Status, Stop, Target
 from reconciler.planner.ledger import Draft
 from reconciler.core.observed import Orphan
 
@@ -33,13 +33,13 @@ def _draft(o: Orphan, guard: bool, twice: set[str]) -> Draft:
     ports = sorted({int(a.rsplit(":", 1)[1]) for a in o.listen if a.rsplit(":", 1)[1].isdigit()})
     decision = functools.partial(
         Decision, role=f"{o.instance_id}@{o.pid}" if o.instance_id in twice else o.instance_id,
-        port=ports[0] if ports else None, pid=o.pid,
-        create_time=o.create_time, owner_id=o.instance_id, instance_id=o.instance_id)
+        port=ports[0] if ports else None, instance_id=o.instance_id)
+    target = Target(pid=o.pid, create_time=o.create_time, owner_id=o.instance_id)
     what = f"pid {o.pid} of instance {o.instance_id}, which no role wants"
     if guard and not exposed:
         return Draft(decision=decision(
-            verb=Verb.KEEP, reason=Reason.EMPTY_MANIFESTS, status=Status.RUNNING,
+            act=Keep(running=target), reason=Reason.EMPTY_MANIFESTS, status=Status.RUNNING,
             detail=f"an orphan ({what}); nothing is stopped without --allow-empty"))
     return Draft(decision=decision(
-        verb=Verb.STOP, reason=Reason.ORPHAN, status=Status.RUNNING, why=what,
+        act=Stop(target=target), reason=Reason.ORPHAN, status=Status.RUNNING, why=what,
         detail=f"an orphan: {what}"))

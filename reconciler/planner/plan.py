@@ -1,16 +1,15 @@
-"""The decision ladder: desired + observed + remembered → Plan (PURE).
+"""The planner: desired + observed + remembered → Plan, as a pipeline of stages (PURE).
 
 ``plan(desired, observed, remembered, ctx, now)`` gives every role named in
 the manifests or in the state store exactly one ``Decision`` with a reason.
-Per role the ladder (``_decide``) is walked top to bottom and the first
-matching rule wins; each rule is one commented branch citing BEHAVIOUR.md.
-The rungs of managed servers are here; those of models loaded on a shared
-server are in ``loadrungs`` (§2), the on-demand ones in ``demandrungs`` (§9),
-the liveness ones in ``livenessrungs`` (§4.1), and what they all build on
-(``Role``, ``draft``, start gates, backoff, holds) in ``rungs``.  Memory is placed
-afterwards by ``ledger.place`` (§7): what planned stops, unloads and
-give-ups release is counted before any new reservation, and claims are
-considered restarts first, then starts/loads, each in (port, name) order.
+It runs the stages of ``planner/stages/`` in order, each a function from one
+value to the next (``stages/values.py``): the per-role views; the ladder
+(``stages/ladder.py``: per role, the first matching rung wins; each rung is
+one commented branch citing BEHAVIOUR.md); orphans; the fetch gate (§1.6);
+placement (§7: what planned stops, unloads and give-ups release is counted
+before any new reservation, and claims are considered restarts first, then
+starts/loads, each in (port, name) order; §7.1 devices); eviction (§9); device
+use (§7.1); execution order and the requeue.
 
 Contract with the shell (what it persists from a Decision):
 
@@ -58,345 +57,36 @@ Choices where the contract is silent:
   to fail is refused now, not told to wait.
 * An orphan (a server of ours by proof that no record holds, §4) is
   stopped; under the empty-manifest guard it is kept, unless exposed.
-
-Size: the ladder is read top to bottom in one place on purpose; the Ollama, on-
-demand and liveness rungs are already modules of their own.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
-
-import attrs
-
-from reconciler.core import demand as demands
-from reconciler.core import ownership
-from reconciler.planner import demandrungs, eviction, exitreasons, fetchrungs, generations, intents, launches, ledger, livenessrungs, loadrungs, orphans, placement, policy
-from reconciler.core.decisions import Plan, PlanContext, Reason, Status, Verb
-from reconciler.core.demand import Demand
-from reconciler.core.desired import Desired, Mode, NodeConfig, RouterConfig, WantedState
-from reconciler.planner.ledger import Draft
-from reconciler.core.observed import Health, ModelCheck, Observed, Remembered, RoleObservation
-from reconciler.planner.rungs import (
-    Role,
-    backoff,
-    changes,
-    draft,
-    model_refusal,
-    placed_launch,
-    start,
-    started,
-    terminal,
+from reconciler.core.decisions import Plan, PlanContext
+from reconciler.core.desired import Desired
+from reconciler.core.observed import Observed, Remembered
+from reconciler.planner.stages import (
+    deviceuse,
+    eviction,
+    fetchgate,
+    ladder,
+    order,
+    orphans,
+    placing,
+    views,
 )
-from reconciler.runtimes import spec_of
-from reconciler.runtimes.common import ANSWERING_STATUS
-from reconciler.core.units import format_duration
-
-
-#: A node without a router (§9): its defaults, built once rather than once per pass.
-_NO_ROUTER = RouterConfig()
+from reconciler.planner.stages.values import Inputs
 
 
 def plan(
     desired: Desired, observed: Observed, remembered: Remembered, ctx: PlanContext, now: float
 ) -> Plan:
     """One decision per role in ``desired`` or ``remembered``, in execution order."""
-    models = {m.name: m for m in desired.models}
-    specs = {r.name: r for r in desired.roles}
-    records = {r.name: r for r in remembered.roles}
-    observations = {o.name: o for o in observed.roles}
-    checks = {c.name: c for c in observed.models}
-    # §4 the empty-manifest guard is about the set, not this node's share (§10):
-    # roles placed on other nodes make a set that is not empty.
-    elsewhere = dict(desired.placed_elsewhere)
-    guard = not specs and not elsewhere and not ctx.allow_empty
-    launcher = launches.for_node(desired.node, dict(ctx.environ), ctx.data_root).bind(
-        desired.models, models)
-    served = loadrungs.served(desired.roles, models)
-    drafts = []
-    roles: dict[str, Role] = {}  # the roles placed on devices, for their launches after placement
-    idle: dict[str, float] = {}  # §9 on-demand roles that may be evicted → when last used
-    later: dict[str, float] = {}  # §9 other on-demand roles, that may make room later → when
-    claimants: set[str] = set()  # §9 on-demand roles whose refused claim may wait for them
-    residency = (desired.node.router or _NO_ROUTER).min_residency
-    demand = observed.demand
-    for name in sorted(specs.keys() | records.keys()):
-        obs = observations.get(name) or RoleObservation(name=name)
-        r = _role(name, specs.get(name), records.get(name), obs, desired.node, models, ctx,
-                  launcher, served, now)
-        drafted = _decide(r, desired.node, models, checks, guard, now, elsewhere.get(name),
-                          demand)
-        if r.claim is not None:
-            roles[name] = r
-        if demand is not None and r.spec is not None and r.spec.on_demand:
-            drafted = demandrungs.demand_hint(r, drafted, demand, now)
-            claimants.add(name)
-            if demandrungs.evictable(r, drafted, demand, now, residency):
-                idle[name] = demands.last_used(demand.of(name), started(r), demand.since)
-            else:  # holds memory, or claims it in this pass, or will when its backoff ends
-                later[name] = (demandrungs.evictable_in(r, demand, now, residency)
-                               if demandrungs.holds(r, drafted) else 1.0)
-        drafts.append(drafted)
-    if observed.orphans:
-        drafts += orphans.drafts(observed.orphans, set(specs) | set(records), guard)
-    # §1.6 a start whose Model is not here yet waits for its fetch (or is refused).
-    drafts, fetches = fetchrungs.gate(drafts, specs, models,
-                                      {f.model: f for f in observed.fetches}, desired.node)
-    excludes = {name: spec.excludes for name, spec in specs.items()}
-    together = {name: frozenset(group - {name}) for here in served.values()
-                for _, group in here if len(group) > 1 for name in group}
-    budget = desired.node.memory_budget
-    devices = desired.node.devices
-    broken = placement.unusable(devices, observed.devices) if devices else None
-
-    def placed(d, got):  # §7.1 a claim on devices: its launch follows them
-        return placed_launch(roles[d.role], d, got)
-
-    def place(ds: list[Draft]) -> list:
-        return ledger.place(ds, budget, excludes, together, devices, broken, placed)
-
-    decisions = place(drafts)
-    if idle:
-        # §9 a claim that does not fit may stop idle on-demand roles, LRU first.
-        decisions = eviction.evict(drafts, decisions, idle, place)
-    if later:
-        # §9 … and waits for the ones that may go later, rather than being refused.
-        decisions = eviction.contended(drafts, decisions, {**later, **{n: 0.0 for n in idle}},
-                                       claimants, place)
-    if observed.device_use:
-        # §7.1 a server over its reservation on a device is degraded (observed by pid).
-        uses = placement.uses_by_pid(observed.device_use)
-        decisions = [placement.over_reserved(d, uses) for d in decisions]
-    ordered = tuple(sorted(decisions, key=ledger.order_key))
-    hints = [d.retry_in for d in ordered if d.retry_in is not None]
-    hints += livenessrungs.wakes(specs, records, observations, now)
-    return Plan(decisions=ordered, requeue_after=min(hints) if hints else None,
-                fetches=fetches)
-
-
-def _role(name, spec, record, obs, node, models, ctx, launcher, served, now) -> Role:
-    proc = obs.process
-    running = proc is not None and proc.owned and proc.alive
-    interrupted = None
-    if record is not None and record.intent is not None:
-        finished = intents.finish_interrupted(record, obs, now)
-        if finished.pid is None and record.pid is not None:
-            interrupted = record.intent
-        record = finished
-    rpolicy = spec.restart if spec is not None else node.restart
-    operator = name in ctx.operator_starts
-    # §3 the launch, and (§7.1) the devices it is built with: fixed ids, or those it last ran on.
-    prepared = launcher.prepare(spec, record) if spec is not None else None
-    instance = prepared.instance_id if prepared is not None else record.instance_id
-    generation = prepared.generation if prepared is not None else None
-    fresh = generations.is_new(generation, record)
-    probe = obs.probe
-    answering = probe is not None and policy.answering(probe.health)
-    if spec is not None and spec_of(spec.runtime).shared_endpoint:
-        answering = answering and spec_of(spec.runtime).lists(probe.resident_models,
-                                                              loadrungs.tag_of(spec, models))
-    else:
-        answering = answering and running and not livenessrungs.failing(spec, record, probe, now)
-    restarts = policy.restart_count(record, rpolicy, now, answering=answering,
-                                    operator_start=operator or fresh)
-    sharing: frozenset[str] = frozenset()
-    if record is not None and record.model_tag and spec_of(record.runtime).shared_endpoint:
-        sharing = loadrungs.serving(served, record.host, record.port, record.model_tag,
-                                    spec_of(record.runtime)) - {name}
-    return Role(
-        name=name, spec=spec, record=record, obs=obs,
-        launcher=launcher, prepared=prepared, policy=rpolicy,
-        running=running, restarts=restarts, operator=operator, sharing=sharing,
-        runtime=spec.runtime if spec is not None else record.runtime,
-        port=spec.serve.port if spec is not None else record.port,
-        host=spec.serve.host if spec is not None else record.host,
-        instance_id=instance,
-        pid=proc.pid if running and proc is not None else None,
-        create_time=proc.create_time if running and proc is not None else None,
-        # An edit of model, port or host changes the instance id; the running
-        # process still carries the id it was started with: stops use that.
-        owner_id=record.instance_id if running and record is not None else None,
-        generation=generation, fresh=fresh, interrupted=interrupted,
-    )
-
-
-def _decide(r: Role, node: NodeConfig, models, checks, guard: bool, now: float,
-            placed: tuple[str, ...] | None = None, demand: Demand | None = None) -> Draft:
-    """The ladder for one role, top to bottom: the first rung that matches decides."""
-    spec, rec = r.spec, r.record
-    managed = spec.managed if spec is not None else rec is not None and rec.mode is Mode.MANAGED
-    # §5 loopback only: our own server reachable beyond loopback is stopped
-    # first of all (even under the empty-manifest guard, and even once its role
-    # was switched to adopted: the process is still the one we started, proven
-    # ours); terminal afterwards.
-    ours = managed or (rec is not None and rec.mode is Mode.MANAGED)
-    if r.running and r.obs.exposed and ours:
-        where = ", ".join(r.obs.exposed)
-        return draft(r, Verb.STOP, Reason.EXPOSED, Status.STOPPED_EXPOSED,
-                     f"reachable beyond loopback on {where}; stopped until `reconcile start "
-                     f"{r.name}`", why=f"listening on {where}", release=r.reserved)
-    if spec is None:
-        return _removed(r, guard, placed)
-    # §1.3/§2 port allowlist: a role outside it gets no packet and no action.
-    if not node.port_allowed(spec.serve.port):
-        return draft(r, Verb.REFUSE, Reason.PORT_NOT_ALLOWED, Status.REFUSED,
-                     f"port {spec.serve.port} is outside allowed_ports {node.allowed_ports}; "
-                     "not probed", release=0 if r.running else r.reserved,
-                     holds=r.reserved if r.running else None)
-    if not spec.managed:
-        return _adopted(r, models, now)
-    if spec_of(spec.runtime).loads_models:
-        return loadrungs.ollama(r, models, now)
-    # §4 state: stopped → stop our server; nothing running → nothing to do.
-    if spec.state is WantedState.STOPPED:
-        if r.running:
-            return draft(r, Verb.STOP, Reason.STATE_STOPPED, Status.RUNNING, "state: stopped",
-                         release=r.reserved)
-        return draft(r, Verb.KEEP, Reason.ABSENT, Status.STOPPED, "state: stopped; not running",
-                     release=r.reserved)
-    # §4 gave-up / stopped-exposed hold (for their generation) until an operator start.
-    if rec is not None and rec.terminal is not None and not r.operator and not r.fresh:
-        return terminal(r, rec)
-    # §9 on-demand: nobody asks → stays stopped; no request for idle_after → stop.
-    if spec.on_demand and not r.operator:
-        held = demandrungs.on_demand(r, demand, now)
-        if held is not None:
-            return held
-    if r.running:
-        return _running(r, checks, now)
-    # §4 a new generation is a fresh start: no hold, no backoff, applied now.
-    if r.fresh:
-        cleared = f"; {rec.terminal} cleared" if rec is not None and rec.terminal else ""
-        return start(r, checks, Verb.START, Reason.SPEC_CHANGED, Status.LOADED,
-                     f"not running; a new generation{cleared}", why=changes(r))
-    # §4 crashed: we started it and it is gone (or its pid now belongs to another).
-    if rec is not None and (rec.pid is not None or rec.exited_at is not None) and not r.operator:
-        # A known bad model outranks backoff: the role needs an operator now.
-        refused = model_refusal(r, checks, release=r.reserved, kept=None)
-        if refused is not None:
-            return refused
-        proc = r.obs.process
-        exited = rec.exited_at if rec.exited_at is not None else (
-            proc.exit_observed_at if proc is not None and proc.exit_observed_at is not None
-            else now)
-        # §4 every exit says why: its code or signal and its log's telling line.
-        ended = rec.exit if rec.exit is not None else r.obs.exit
-        what, said = (exitreasons.headline(ended), exitreasons.said(ended)) if ended else ("exited", "")
-        held = backoff(r, exited, now, what, "restart", said=said)
-        if held is not None:
-            return held
-        n, most = r.restarts + 1, r.policy.max_restarts
-        told = f"{what}: {said}" if said else what
-        return start(r, checks, Verb.RESTART, Reason.CRASHED, Status.EXITED,
-                     f"{told}; restart {n} of {most}",
-                     why=f"{told}; restart {n} of {most}" if ended else f"restart {n} of {most}",
-                     restarts=n)
-    # §4 missing: never started, cleanly stopped, or an operator start.
-    why = "operator start" if r.operator else ""
-    if r.interrupted is not None and not why:
-        why = f"a killed pass's {r.interrupted.verb} is finished; not a crash"
-    return start(r, checks, Verb.START, Reason.MISSING, Status.LOADED, "not running", why=why)
-
-
-def _removed(r: Role, guard: bool, placed: tuple[str, ...] | None) -> Draft:
-    """§4 a role the manifests no longer give this node: removed, or (§10) placed elsewhere."""
-    rec = r.record
-    assert rec is not None
-    gone = "removed from the manifests"
-    if placed is not None:  # still in the set, on other nodes (or on none)
-        where = f"placed on {_listed(placed)}" if placed else "placed on no node"
-        gone = f"{where}, not on this node"
-        r = attrs.evolve(r, why=where)
-    # §4 an empty manifest set stops nothing (and forgets nothing) unless --allow-empty.
-    if guard:
-        resident = r.running or (spec_of(rec.runtime).loads_models and ownership.loaded_by_us(rec))
-        return draft(r, Verb.KEEP, Reason.EMPTY_MANIFESTS,
-                     Status.RUNNING if r.running else Status.UNKNOWN,
-                     "the manifest set is empty; nothing is stopped without --allow-empty",
-                     holds=rec.reserved if resident or rec.reserved else None)
-    # §4 adopted role removed → forget (it was never ours to touch).
-    if rec.mode is Mode.ADOPTED:
-        return draft(r, Verb.FORGET, Reason.REMOVED, Status.UNKNOWN, f"{gone}; forgotten")
-    if spec_of(rec.runtime).loads_models:
-        return loadrungs.ollama_release(r, Reason.REMOVED)
-    # §4 managed role removed → stop our server; once gone, forget it.
-    if r.running:
-        return draft(r, Verb.STOP, Reason.REMOVED, Status.RUNNING, gone, release=rec.reserved)
-    return draft(r, Verb.FORGET, Reason.REMOVED, Status.STOPPED, f"{gone}; not running",
-                 release=rec.reserved)
-
-
-def _listed(nodes: tuple[str, ...], limit: int = 3) -> str:
-    return ", ".join(nodes) if len(nodes) <= limit else (
-        f"{', '.join(nodes[:limit])} and {len(nodes) - limit} more")
-
-
-def _running(r: Role, checks: Mapping[str, ModelCheck], now: float) -> Draft:
-    rec, holds = r.record, r.reserved
-    # §3/§4 spec_changed: a new generation (the launch digest, restarted_at) → restart
-    # (a fresh start: the count is 0). A process started as another instance than
-    # the role's is never the role's server "starting": it is replaced too.
-    if r.argv is not None and rec is not None and (
-            (rec.launch_digest is not None and r.digest != rec.launch_digest) or r.fresh
-            or r.owner_id != r.instance_id):
-        return start(r, checks, Verb.RESTART, Reason.SPEC_CHANGED, Status.RUNNING,
-                     "running a previous launch", why=changes(r), keeps=True)
-    # §4.1 liveness (opt-in): alive but failing its checks.
-    hung = livenessrungs.managed(r, checks, now)
-    if hung is not None:
-        return hung
-    # §4 in sync: alive and answering.
-    if r.health is Health.UP:
-        return draft(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, r.probe_detail("up"), holds=holds)
-    # §2 loading (503): poll again soon (polling, not backoff).
-    if r.health is Health.LOADING:
-        return draft(r, Verb.KEEP, Reason.LOADING, Status.LOADING, r.probe_detail("loading"),
-                     retry_in=policy.POLL, holds=holds)
-    # §4 a live but unhealthy server is reported, not restarted.
-    if r.health is Health.UNHEALTHY:
-        return draft(r, Verb.KEEP, Reason.UNHEALTHY, Status.DEGRADED, r.probe_detail("unhealthy"),
-                     holds=holds)
-    # Unknown is not down: alive, not answering (yet) → starting, else unknown.
-    if rec is None or rec.healthy_since is None:
-        grace = r.policy.startup_grace
-        if rec is not None and rec.started_at is not None and now - rec.started_at >= grace:
-            # §4 starting for longer than startup_grace: a failed start. Stopped;
-            # the next pass counts it and backs off as after a crash.
-            late = f"not answering {format_duration(grace)} after its start"
-            return draft(r, Verb.STOP, Reason.STARTUP_TIMEOUT, Status.STARTING,
-                         f"{late}; a failed start", why=late, holds=holds)
-        return draft(r, Verb.KEEP, Reason.STARTING, Status.STARTING,
-                     r.probe_detail("not answering yet"), retry_in=policy.POLL, holds=holds)
-    return draft(r, Verb.KEEP, Reason.UNKNOWN, Status.DEGRADED,
-                 r.probe_detail("not answering") + "; unknown is not down", holds=holds)
-
-
-def _adopted(r: Role, models, now: float) -> Draft:
-    """§1.2 adopted: observe only; status from the probe; never any action."""
-    spec = r.spec
-    assert spec is not None
-    if spec.state is WantedState.STOPPED:
-        return draft(r, Verb.FORGET, Reason.STATE_STOPPED, Status.STOPPED,
-                     "state: stopped; adopted roles are only forgotten")
-    probe, health = r.obs.probe, r.health
-    if health in ANSWERING_STATUS:
-        status = ANSWERING_STATUS[health]
-    elif health is Health.UNREACHABLE and not r.obs.port_taken:
-        status = Status.EXITED  # nothing accepts connections on its port
-    else:
-        status = Status.UNKNOWN
-    detail = r.probe_detail(str(status))
-    # Unknown is not down: a hung server still holds its memory.
-    resident = status in (Status.RUNNING, Status.LOADING, Status.DEGRADED, Status.UNKNOWN)
-    status, detail = livenessrungs.adopted(r, status, detail, now)
-    if spec_of(spec.runtime).shared_endpoint and probe is not None and resident:
-        tag = loadrungs.tag_of(spec, models)
-        resident = spec_of(spec.runtime).lists(probe.resident_models, tag)
-        if not spec_of(spec.runtime).lists(probe.listed_models, tag):
-            status, detail = Status.DEGRADED, f"wanted model {tag} is not listed"
-    # Answering adopted servers use memory: the ledger counts their footprint (or
-    # what we still hold, for a server of ours that was switched to adopted).
-    return draft(r, Verb.KEEP, Reason.ADOPTED, status, detail,
-                 retry_in=policy.POLL if status is Status.LOADING else None,
-                 holds=max(spec.memory.footprint, r.reserved) if resident else None,
-                 release=0 if resident else r.reserved)
+    viewed = views.stage(Inputs(desired=desired, observed=observed, remembered=remembered,
+                                ctx=ctx, now=now))
+    drafted = ladder.stage(viewed)       # §4 one draft per role: the first rung that matches
+    drafted = orphans.stage(drafted)     # §4 servers of ours no role wants
+    drafted = fetchgate.stage(drafted)   # §1.6 a start waits for its Model's fetch
+    placed = placing.stage(drafted)      # §7, §7.1 memory and devices for the claims
+    placed = eviction.stage(placed)      # §9 idle on-demand roles make room
+    placed = deviceuse.stage(placed)     # §7.1 over its reservation on a device: degraded
+    return order.stage(placed)           # §7 execution order; when to look again

@@ -16,15 +16,16 @@ it must not look new again on the next pass. A record that still holds an
 
 ``after_decision`` does what every verb shares (a skipped action, an intent
 to finish, a role's first record) and hands the rest to the verb's own small
-function in ``AFTER``: a new verb is one new function and one line there.
+function, chosen by ``step_of`` with a ``match`` on the decision's payload: a
+new verb is one new function and one case there.
 
-Size: the steps every verb shares and one small function per verb (``AFTER``),
+Size: the steps every verb shares and one small function per verb (``step_of``),
 each with the rule of behaviour.md it keeps.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable, assert_never
 
 import attrs
 
@@ -33,7 +34,9 @@ from reconciler.planner import liveness
 # The intent rules are re-exported: what the store remembers, from one import.
 from reconciler.planner.intents import (  # noqa: F401
     EXIT_MARGIN, finish_interrupted, intent_of, with_intent)
-from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.decisions import (
+    Act, Decision, Forget, GiveUp, Keep, Load, Reason, Refuse, Restart, Start, Status, Stop,
+    Unload, Verb, Wait)
 from reconciler.core.desired import Mode, RoleSpec
 from reconciler.core.observed import Health, Liveness, RoleObservation, RoleRecord, Terminal
 from reconciler.runtimes import spec_of
@@ -78,7 +81,7 @@ def after_decision(
 
     What every verb shares is here (a skipped action, an intent to finish, a
     first record, the current address); what each verb changes is one function
-    of ``AFTER``, the verb's own.
+    the verb's own (``step_of``).
     """
     if facts is not None and facts.skipped:
         return record  # never attempted: no crash, no count, nothing changed
@@ -99,7 +102,7 @@ def after_decision(
     elif spec is not None:
         # Keep the address current: a stop after an edit must find the server.
         record = attrs.evolve(record, host=spec.serve.host, port=spec.serve.port)
-    return AFTER[decision.verb](_After(record=record, spec=spec, decision=decision,
+    return step_of(decision.act)(_After(record=record, spec=spec, decision=decision,
                                       observation=observation, facts=facts, now=now))
 
 
@@ -125,7 +128,7 @@ def _started(a: _After) -> RoleRecord | None:
     """START, RESTART: the new server's pid and launch, or a failed spawn counted as a crash."""
     record, decision, facts, now = a.record, a.decision, a.acted, a.now
     launch = decision.launch
-    if decision.verb is Verb.RESTART and not facts.exited and decision.pid is not None:
+    if isinstance(decision.act, Restart) and not facts.exited and decision.act.replaces is not None:
         # The old server could not be stopped (or the restart was refused
         # before stopping it): it still runs, as recorded. Keep it all.
         return record
@@ -237,21 +240,27 @@ def _looked(a: _After) -> RoleRecord | None:
 
 
 #: What the store remembers after each verb: one small function per verb.
-AFTER: Mapping[Verb, Callable[[_After], RoleRecord | None]] = {
-    Verb.START: _started,
-    Verb.RESTART: _started,
-    Verb.STOP: _stopped,
-    Verb.LOAD: _loaded,
-    Verb.UNLOAD: _unloaded,
-    Verb.FORGET: _forgotten,
-    Verb.GIVE_UP: _gave_up,
-    Verb.KEEP: _looked,
-    Verb.WAIT: _looked,
-    Verb.REFUSE: _looked,
-    # §1.6 a fetch is a Model's (``Plan.fetches``, the store's fetches table), never a
-    # role's decision; a role waiting for one is a WAIT. Kept like a look, as before.
-    Verb.FETCH: _looked,
-}
+def step_of(act: Act) -> Callable[[_After], RoleRecord | None]:
+    """The verb's own step, by its payload: every verb has one (no verb falls through)."""
+    match act:
+        case Start() | Restart():
+            return _started
+        case Stop():
+            return _stopped
+        case Load():
+            return _loaded
+        case Unload():
+            return _unloaded
+        case Forget():
+            return _forgotten
+        case GiveUp():
+            return _gave_up
+        case Keep() | Wait() | Refuse():
+            # (§1.6 a fetch is a Model's, ``Plan.fetches``, never a role's decision: a
+            # role waiting for one is a WAIT.)
+            return _looked
+        case _:
+            assert_never(act)
 
 
 def _checked(record: RoleRecord, spec: RoleSpec | None, observation: RoleObservation,

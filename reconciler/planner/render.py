@@ -60,9 +60,11 @@ Reasons and statuses are the ``Reason``/``Status`` values of ``decisions.py``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, assert_never
 
-from reconciler.core.decisions import Decision, Fetch, NEEDS_OPERATOR, Plan, Reason, Status, Verb
+from reconciler.core.decisions import (
+    NEEDS_OPERATOR, Decision, Fetch, Forget, GiveUp, Keep, Load, Plan, Reason, Refuse, Restart,
+    Start, Status, Stop, Unload, Verb, Wait)
 from reconciler.core.units import format_size
 
 SYMBOLS = {
@@ -99,10 +101,17 @@ def line(d: Decision) -> str:
     parts = [SYMBOLS[d.verb], str(d.verb), d.role]
     if d.port:
         parts.append(f":{d.port}")
-    if d.model_tag and d.verb in (Verb.LOAD, Verb.UNLOAD):
-        parts.append(d.model_tag)
-    if d.devices and d.verb in (Verb.START, Verb.RESTART):
-        parts.append("on " + ", ".join(device for device, _ in d.devices))  # §7.1
+    match d.act:
+        case Load(tag=tag) | Unload(tag=tag):
+            if tag:
+                parts.append(tag)
+        case Start() | Restart():
+            if d.devices:
+                parts.append("on " + ", ".join(device for device, _ in d.devices))  # §7.1
+        case Stop() | Keep() | Wait() | Refuse() | GiveUp() | Forget():
+            pass
+        case _:
+            assert_never(d.act)
     return " ".join(parts) + f" ({reason_text(d)})"
 
 
@@ -151,14 +160,24 @@ def text(plan: Plan) -> str:
 
 
 def decision_json(d: Decision) -> dict[str, Any]:
-    launch = None
-    if d.launch is not None:
-        launch = {
-            "argv": list(d.launch.argv),
-            "cwd": d.launch.cwd,
-            "digest": d.launch.digest,
-            "env_names": [k for k, _ in d.launch.env],
-        }
+    launch, tag, keep_alive = None, None, None
+    match d.act:
+        case Start(launch=spawned) | Restart(launch=spawned):
+            if spawned is not None:
+                launch = {
+                    "argv": list(spawned.argv),
+                    "cwd": spawned.cwd,
+                    "digest": spawned.digest,
+                    "env_names": [k for k, _ in spawned.env],
+                }
+        case Load(tag=tag, keep_alive=keep_alive):
+            pass
+        case Unload(tag=tag):
+            pass
+        case Stop() | Keep() | Wait() | Refuse() | GiveUp() | Forget():
+            pass
+        case _:
+            assert_never(d.act)
     return {
         "role": d.role,
         "verb": str(d.verb),
@@ -172,8 +191,8 @@ def decision_json(d: Decision) -> dict[str, Any]:
         "pid": d.pid,
         "instance_id": d.instance_id,
         "launch": launch,
-        "model_tag": d.model_tag,
-        "keep_alive": d.keep_alive,
+        "model_tag": tag,
+        "keep_alive": keep_alive,
         "reserve": d.reserve,
         "release": d.release,
         "retry_in": d.retry_in,

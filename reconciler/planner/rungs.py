@@ -17,7 +17,9 @@ import attrs
 
 from reconciler.planner import generations, policy
 from reconciler.planner.launches import Bound, Prepared
-from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.decisions import (
+    Act, Decision, Forget, GiveUp, Keep, Reason, Refuse, Restart, Start, Status, Stop, Target, Verb,
+    Wait)
 from reconciler.core.desired import Launch, RestartPolicy, RoleSpec, Runtime
 from reconciler.core.devices import Assignment
 from reconciler.planner.ledger import CLAIMS, Draft
@@ -59,8 +61,7 @@ class Role:
     port: int
     host: str
     instance_id: str
-    pid: int | None  # our own live process, the one a stop/restart targets
-    create_time: float | None
+    process: Target | None  # our own live process, the one a stop/restart targets
     owner_id: str | None  # the instance id that process was started with
     generation: str | None  # what the role runs now (§4), None: nothing to run
     fresh: bool  # a new generation: the record's holds, backoff and count do not apply
@@ -114,20 +115,40 @@ class Role:
         return probe.detail if probe is not None and probe.detail else fallback
 
 
-def draft(r: Role, verb: Verb, reason: Reason, status: Status, detail: str, *,
+def draft(r: Role, verb: Verb | Act, reason: Reason, status: Status, detail: str, *,
           holds: int | None = None, keeps: bool = False, claim: Claim | None = None,
           **kw) -> Draft:
+    """A rung's verdict as a draft. ``verb``: a verb that carries nothing but the role's
+    live process (stop, keep, wait, refuse, give-up, forget), or the payload of one that
+    carries more (``Start``, ``Restart``, ``Load``, ``Unload``)."""
     kw.setdefault("restarts", r.restarts)
     if r.why:
         kw.setdefault("why", r.why)
     devices = r.record.devices if holds is not None and r.record is not None else ()
     if devices:
         kw.setdefault("devices", devices)  # §7.1 what it holds (a claim's are placed later)
-    decision = Decision(role=r.name, verb=verb, reason=reason, status=status, detail=detail,
+    act = _OF_ROLE[verb](r.process) if isinstance(verb, Verb) else verb
+    decision = Decision(role=r.name, act=act, reason=reason, status=status, detail=detail,
                         runtime=r.runtime, port=r.port, host=r.host, instance_id=r.instance_id,
-                        pid=r.pid, create_time=r.create_time, owner_id=r.owner_id, **kw)
+                        **kw)
     return Draft(decision=decision, holds=holds, keeps_on_refusal=keeps, devices=devices,
                  claim=claim)
+
+
+def _stop(process: Target | None) -> Stop:
+    assert process is not None, "a stop of a role without a live process of ours"
+    return Stop(target=process)
+
+
+#: The payloads of the verbs that carry nothing but the role's live process.
+_OF_ROLE = {
+    Verb.STOP: _stop,
+    Verb.KEEP: lambda process: Keep(running=process),
+    Verb.WAIT: lambda process: Wait(running=process),
+    Verb.REFUSE: lambda process: Refuse(running=process),
+    Verb.GIVE_UP: lambda process: GiveUp(),
+    Verb.FORGET: lambda process: Forget(),
+}
 
 
 def changes(r: Role) -> str:
@@ -200,11 +221,15 @@ def start(r: Role, checks, verb: Verb, reason: Reason, status: Status, detail: s
     # built on its devices already says them (placement keeps it as is when they fit).
     picks = r.claim is not None and r.assignment is None
     on = {"devices": r.assignment.pairs()} if r.assignment else {}
-    return draft(r, verb, reason, status, detail, why=why, launch=None if picks else r.launch(),
-                 claim=r.claim, **on,
-                 reserve=spec.host_need, release=r.reserved, retry_in=policy.POLL,
-                 restarts=r.restarts if restarts is None else restarts, holds=held, keeps=keeps,
-                 generation=r.generation, restarted_at=spec.restarted_at)
+    launch = None if picks else r.launch()
+    act: Start | Restart = (
+        Start(launch=launch, reserve=spec.host_need, generation=r.generation,
+              restarted_at=spec.restarted_at) if verb is Verb.START else
+        Restart(launch=launch, replaces=r.process, reserve=spec.host_need,
+                generation=r.generation, restarted_at=spec.restarted_at))
+    return draft(r, act, reason, status, detail, why=why, claim=r.claim, **on,
+                 release=r.reserved, retry_in=policy.POLL,
+                 restarts=r.restarts if restarts is None else restarts, holds=held, keeps=keeps)
 
 
 def model_refusal(r: Role, checks, *, release: int, kept: int | None) -> Draft | None:
@@ -237,8 +262,14 @@ def placed_launch(r: Role, d: Decision, got: Assignment) -> Decision:
     """
     pairs = got.pairs()
     if r.spec is None or not pairs or (r.assignment is not None and r.assignment.ids == got.ids):
-        return d if d.devices == pairs else attrs.evolve(d, devices=pairs)
+        return d if d.devices == pairs else d.placed(pairs, d.act)
     prepared = r.launcher.placed(r.spec, got, r.instance_id)
     launch = r.launcher.launch(r.spec, prepared)
     generation = generations.current(r.spec, launch.digest, None)
-    return attrs.evolve(d, devices=pairs, launch=launch, generation=generation)
+    act = d.act
+    if isinstance(act, Start):
+        return d.placed(pairs, Start(launch=launch, reserve=act.reserve, generation=generation,
+                                     restarted_at=act.restarted_at))
+    assert isinstance(act, Restart), d
+    return d.placed(pairs, Restart(launch=launch, replaces=act.replaces, reserve=act.reserve,
+                                   generation=generation, restarted_at=act.restarted_at))

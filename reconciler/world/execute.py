@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Protocol
+from typing import Callable, Protocol, assert_never
 
 import attrs
 
@@ -37,7 +37,9 @@ from reconciler.world import probe, procs, spawn
 from reconciler.world.stop import EXPOSED_GRACE, StopResult, stop  # noqa: F401
 from reconciler.core.ownership import MARKER_ENV
 from reconciler.core import loopback
-from reconciler.core.decisions import Decision, Plan, Reason, Verb
+from reconciler.core.decisions import (
+    Decision, Forget, GiveUp, Keep, Load, Plan, Reason, Refuse, Restart, Start, Stop, Target,
+    Unload, Verb, Wait)
 from reconciler.core.desired import Launch, NodeConfig
 from reconciler.core.outcomes import Guard, Outcome, Refusal
 from reconciler.runtimes import spec_of
@@ -195,10 +197,11 @@ def _claims(decision: Decision) -> bool:
 
 
 def _freed(decision: Decision, outcome: Outcome) -> bool:
-    if decision.verb is Verb.UNLOAD:
-        return outcome.ok
-    if decision.verb is Verb.RESTART and decision.pid is None:
-        return True  # a crashed server's restart: nothing was running to hold memory
+    match decision.act:
+        case Unload():
+            return outcome.ok
+        case Restart(replaces=None):
+            return True  # a crashed server's restart: nothing was running to hold memory
     return outcome.exited
 
 
@@ -217,85 +220,111 @@ def _not_loopback(host: str) -> Refusal:
 def _apply_one(d: Decision, node: NodeConfig, allowed: Callable[[int], bool], hooks: Hooks) -> Outcome:
     if not d.instance_id:
         return _refused(d, Guard.NO_INSTANCE_ID, "decision without instance_id")
-    if d.verb in _NEEDS_PORT and (d.port is None or not allowed(d.port)):
+    needs_port = d.verb in _NEEDS_PORT
+    if needs_port and (d.port is None or not allowed(d.port)):
         return _refused(d, Guard.PORT_NOT_ALLOWED, f"port {d.port} is outside the allowed ports")
     host = _host(d)
-    if d.verb in _NEEDS_PORT and not loopback.is_loopback_host(host):
+    if needs_port and not loopback.is_loopback_host(host):
         return _outcome(d, ok=False, refusal=_not_loopback(host))
-    if d.verb is Verb.STOP:
-        if d.reason is Reason.ORPHAN:
-            # §4: an orphan is ours only by proof (no record names it): proven again now.
-            refusal = hooks.orphan_refusal(d)
+    # One case per verb, each with what its payload carries: a stop always has
+    # the process it targets, a load its tag; no other combination exists.
+    match d.act:
+        case Stop(target=target):
+            return _stopping(d, target, node, hooks)
+        case Restart() as restart:
+            return _restarting(d, restart, host, node, hooks)
+        case Start(launch=launch):
+            return _start(d, launch, host, hooks)
+        case Load(tag=tag, keep_alive=keep_alive):
+            runtime = _loader(d)
+            if isinstance(runtime, Outcome):
+                return runtime
+            refusal = hooks.before_start(d)
             if refusal is not None:
                 return _outcome(d, ok=False, refusal=refusal)
-        elif d.reason is not Reason.EXPOSED:
-            # §9 the router closes the role's route and drains it before the stop.
-            refusal = hooks.before_stop(d)
-            if refusal is not None:
-                return _outcome(d, ok=False, refusal=refusal)
-        if d.reason is not Reason.ORPHAN:
-            hooks.before_act(d)
-        # §5: a server reachable beyond loopback gets 3 s, not the usual grace.
-        exposed = d.reason is Reason.EXPOSED
-        stopped = _stop(d, min(node.stop_grace, EXPOSED_GRACE) if exposed else node.stop_grace)
-        if stopped.exited and d.reason is not Reason.ORPHAN:
-            # §7 the memory is free now: recorded before a later start in this
-            # pass claims it (an eviction, then the start it made room for).
-            hooks.after_stop(d, stopped)
-        return stopped
-    if d.verb is Verb.RESTART:
-        # Everything that can refuse the new launch is checked while the old
-        # server still serves: a model that fails verification must not cost
-        # the running one. The port check waits: the old server holds it.
-        refusal = _launch_refusal(d, hooks)
-        if refusal is not None:
-            kept = "the running server was left alone" if d.pid is not None else ""
-            return _outcome(d, ok=False, refusal=refusal, detail=kept)
-        hooks.before_act(d)
-        stopped = _stop(d, node.stop_grace)
-        if not stopped.exited:
-            return stopped
-        failpoints.reach("stopped")
-        # Verified again now: the stop took up to stop_grace, and what is
-        # spawned must be what was verified (the lazy re-check only stats).
-        started = _start(d, host, hooks)
-        return attrs.evolve(started, exited=True, detail="; ".join(
-            x for x in (stopped.detail, started.detail) if x))
-    if d.verb is Verb.START:
-        return _start(d, host, hooks)
-    if not d.model_tag:
-        return _refused(d, Guard.NO_MODEL_TAG, f"{d.verb} without a model tag")
-    if d.runtime is None or not spec_of(d.runtime).loads_models:
-        return _refused(d, Guard.NO_LOADER, f"{d.verb} for a runtime that loads no models")
-    runtime, timeout = spec_of(d.runtime), node.deep_timeout
-    if d.verb is Verb.LOAD:
-        refusal = hooks.before_start(d)
-        if refusal is not None:
-            return _outcome(d, ok=False, refusal=refusal)
-        keep = d.keep_alive if d.keep_alive is not None else node.keep_alive
-        result = load_model(runtime, host, d.port, d.model_tag, keep, timeout=timeout)
-    else:
-        result = unload_model(runtime, host, d.port, d.model_tag, timeout=timeout)
+            keep = keep_alive if keep_alive is not None else node.keep_alive
+            result = load_model(runtime, host, d.port, tag, keep, timeout=node.deep_timeout)
+        case Unload(tag=tag):
+            runtime = _loader(d)
+            if isinstance(runtime, Outcome):
+                return runtime
+            result = unload_model(runtime, host, d.port, tag, timeout=node.deep_timeout)
+        case Keep() | Wait() | Refuse() | GiveUp() | Forget():
+            raise AssertionError(f"{d.verb} does not act")  # apply() passes acting verbs only
+        case _:
+            assert_never(d.act)
     return _outcome(d, ok=result.ok, refusal=result.refusal,
                     detail=result.detail if result.ok else result.error)
 
 
-def _stop(d: Decision, grace: float) -> Outcome:
-    if d.pid is None:  # a crashed server's restart: nothing left to stop
-        return _outcome(d, ok=True, exited=True, detail="")
-    if d.create_time is None:
+def _loader(d: Decision) -> RuntimeSpec | Outcome:
+    """The runtime that loads a load's or unload's model (an Outcome: refused, none does)."""
+    if d.runtime is None or not spec_of(d.runtime).loads_models:
+        return _refused(d, Guard.NO_LOADER, f"{d.verb} for a runtime that loads no models")
+    return spec_of(d.runtime)
+
+
+def _stopping(d: Decision, target: Target, node: NodeConfig, hooks: Hooks) -> Outcome:
+    if d.reason is Reason.ORPHAN:
+        # §4: an orphan is ours only by proof (no record names it): proven again now.
+        refusal = hooks.orphan_refusal(d)
+        if refusal is not None:
+            return _outcome(d, ok=False, refusal=refusal)
+    elif d.reason is not Reason.EXPOSED:
+        # §9 the router closes the role's route and drains it before the stop.
+        refusal = hooks.before_stop(d)
+        if refusal is not None:
+            return _outcome(d, ok=False, refusal=refusal)
+    if d.reason is not Reason.ORPHAN:
+        hooks.before_act(d)
+    # §5: a server reachable beyond loopback gets 3 s, not the usual grace.
+    exposed = d.reason is Reason.EXPOSED
+    stopped = _stop(d, target, min(node.stop_grace, EXPOSED_GRACE) if exposed else node.stop_grace)
+    if stopped.exited and d.reason is not Reason.ORPHAN:
+        # §7 the memory is free now: recorded before a later start in this
+        # pass claims it (an eviction, then the start it made room for).
+        hooks.after_stop(d, stopped)
+    return stopped
+
+
+def _restarting(d: Decision, restart: Restart, host: str, node: NodeConfig,
+                hooks: Hooks) -> Outcome:
+    # Everything that can refuse the new launch is checked while the old
+    # server still serves: a model that fails verification must not cost
+    # the running one. The port check waits: the old server holds it.
+    refusal = _launch_refusal(d, restart.launch, hooks)
+    if refusal is not None:
+        kept = "the running server was left alone" if restart.replaces is not None else ""
+        return _outcome(d, ok=False, refusal=refusal, detail=kept)
+    hooks.before_act(d)
+    if restart.replaces is None:  # a crashed server's restart: nothing left to stop
+        stopped = _outcome(d, ok=True, exited=True, detail="")
+    else:
+        stopped = _stop(d, restart.replaces, node.stop_grace)
+    if not stopped.exited:
+        return stopped
+    failpoints.reach("stopped")
+    # Verified again now: the stop took up to stop_grace, and what is
+    # spawned must be what was verified (the lazy re-check only stats).
+    started = _start(d, restart.launch, host, hooks)
+    return attrs.evolve(started, exited=True, detail="; ".join(
+        x for x in (stopped.detail, started.detail) if x))
+
+
+def _stop(d: Decision, target: Target, grace: float) -> Outcome:
+    if target.create_time is None:  # the type forbids it; ownership is checked all the same
         return _refused(d, Guard.NO_CREATE_TIME,
-                        f"no recorded create time for pid {d.pid}; no signal sent")
-    result = stop(d.pid, d.create_time, d.owner_id or d.instance_id or "", grace=grace)
+                        f"no recorded create time for pid {target.pid}; no signal sent")
+    result = stop(target.pid, target.create_time, target.owner_id or d.instance_id or "",
+                  grace=grace)
     detail = result.error or result.detail
     if result.killed:
         detail = "; ".join(x for x in (f"SIGKILL after {grace:g}s", detail) if x)
     return _outcome(d, ok=result.ok, exited=result.gone, detail=detail)
 
 
-def _launch_refusal(d: Decision, hooks: Hooks) -> Refusal | None:
+def _launch_refusal(d: Decision, launch: Launch | None, hooks: Hooks) -> Refusal | None:
     """Why this decision's launch may not be spawned (None: it may)."""
-    launch = d.launch
     if launch is None:
         return Refusal(guard=Guard.NO_LAUNCH, detail="start without a launch")
     if dict(launch.env).get(MARKER_ENV) != d.instance_id:
@@ -304,15 +333,14 @@ def _launch_refusal(d: Decision, hooks: Hooks) -> Refusal | None:
     return hooks.before_start(d)
 
 
-def _start(d: Decision, host: str, hooks: Hooks) -> Outcome:
+def _start(d: Decision, launch: Launch | None, host: str, hooks: Hooks) -> Outcome:
     # The cheap port check first: a taken port needs no model verification.
     if d.port is not None and procs.accepts_connections(host, d.port):
         return _outcome(d, ok=False, detail=(
             f"port {host}:{d.port} already taken; adopt it instead"))
-    refusal = _launch_refusal(d, hooks)
+    refusal = _launch_refusal(d, launch, hooks)
     if refusal is not None:
         return _outcome(d, ok=False, refusal=refusal)
-    launch = d.launch
     assert launch is not None
     if d.verb is Verb.START:  # (a restart wrote its intent before its stop)
         hooks.before_act(d)

@@ -11,7 +11,7 @@ import pytest
 
 from reconciler.world import execute
 from reconciler.core.ownership import MARKER_ENV
-from reconciler.core.decisions import Decision, Plan, Reason, Verb
+from reconciler.core.decisions import Decision, Plan, Reason, Stop, Target, Verb, flat
 from reconciler.core.desired import NodeConfig
 from reconciler.core.outcomes import Guard, Refusal
 
@@ -56,9 +56,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start(world, *, role="coder", instance=INSTANCE, port=None, reserve=0, **kw) -> Decision:
-    return Decision(
-        role=role, verb=Verb.START, reason=Reason.MISSING, host="127.0.0.1",
+def _start(world, *, role="coder", instance=INSTANCE, port=None, reserve=0, verb=Verb.START,
+           reason=Reason.MISSING, **kw) -> Decision:
+    return flat(
+        role=role, verb=verb, reason=reason, host="127.0.0.1",
         port=port or _free_port(), instance_id=instance, reserve=reserve,
         launch=world.launch(SLEEPER, instance=instance), **kw,
     )
@@ -136,7 +137,7 @@ def test_failed_stop_skips_only_starts_that_reserve_memory(world):
     """A stop refused (pid not ours) keeps its memory: later reserving starts are skipped."""
     foreign = world.spawn(world.launch(SLEEPER, instance="someone-else"))
     assert foreign.ok
-    stop = Decision(role="old", verb=Verb.STOP, reason=Reason.REMOVED, pid=foreign.pid,
+    stop = flat(role="old", verb=Verb.STOP, reason=Reason.REMOVED, pid=foreign.pid,
                     create_time=foreign.create_time, instance_id="old-00000000")
     big = _start(world, role="big", instance="big-00000000", reserve=10)
     small = _start(world, role="small", instance="small-00000000", reserve=0)
@@ -152,11 +153,20 @@ def test_failed_stop_skips_only_starts_that_reserve_memory(world):
                                             ("before_act", "small"), ("after_spawn", "small")]
 
 
+def test_stop_without_recorded_create_time_cannot_be_built():
+    """A stop names the process it targets whole (pid, create time, marker): one without the
+    create time is an impossible decision, refused where it is built."""
+    with pytest.raises(TypeError, match="has no create time"):
+        flat(role="coder", verb=Verb.STOP, reason=Reason.REMOVED, pid=123, instance_id=INSTANCE)
+
+
 def test_stop_without_recorded_create_time_sends_no_signal(world):
-    """A stop whose decision lacks the create time is refused before any signal."""
+    """A stop whose target lacks the create time (the type forbids it; a buggy plan built
+    around it) is refused before any signal: ownership is checked all the same."""
     target = world.spawn(world.launch(SLEEPER, instance=INSTANCE))
-    decision = Decision(role="coder", verb=Verb.STOP, reason=Reason.REMOVED, pid=target.pid,
-                        instance_id=INSTANCE)
+    decision = Decision(role="coder", reason=Reason.REMOVED, instance_id=INSTANCE,
+                        act=Stop(target=Target(pid=target.pid, create_time=None,  # type: ignore
+                                               owner_id=INSTANCE)))
     (outcome,) = _apply([decision], Recorder(world))
     assert not outcome.ok and outcome.refusal.guard is Guard.NO_CREATE_TIME
     assert "no signal sent" in outcome.text()
@@ -167,9 +177,8 @@ def test_stop_without_recorded_create_time_sends_no_signal(world):
 def test_restart_stops_the_old_process_and_starts_a_new_one(world):
     """A restart stops the owned process (gone → exited) and spawns the new launch."""
     old = world.spawn(world.launch(SLEEPER, instance=INSTANCE))
-    decision = _start(world)
-    decision = attrs.evolve(decision, verb=Verb.RESTART, reason=Reason.SPEC_CHANGED,
-                            pid=old.pid, create_time=old.create_time)
+    decision = _start(world, verb=Verb.RESTART, reason=Reason.SPEC_CHANGED,
+                      pid=old.pid, create_time=old.create_time)
     hooks = Recorder(world)
     (outcome,) = _apply([decision], hooks)
     assert outcome.ok and outcome.exited and outcome.pid not in (None, old.pid)
@@ -180,9 +189,9 @@ def test_restart_stops_the_old_process_and_starts_a_new_one(world):
 def test_restart_to_a_new_instance_id_stops_the_process_by_its_own_marker(world):
     """An edit of port/model/host changes the instance id; the old process is still stopped."""
     old = world.spawn(world.launch(SLEEPER, instance=INSTANCE))
-    decision = _start(world, instance="coder-feedbeef")
-    decision = attrs.evolve(decision, verb=Verb.RESTART, reason=Reason.SPEC_CHANGED,
-                            pid=old.pid, create_time=old.create_time, owner_id=INSTANCE)
+    decision = _start(world, instance="coder-feedbeef", verb=Verb.RESTART,
+                      reason=Reason.SPEC_CHANGED, pid=old.pid, create_time=old.create_time,
+                      owner_id=INSTANCE)
     (outcome,) = _apply([decision], Recorder(world))
     assert outcome.ok and outcome.exited and not alive(old.pid) and alive(outcome.pid)
 
@@ -190,8 +199,8 @@ def test_restart_to_a_new_instance_id_stops_the_process_by_its_own_marker(world)
 def test_restart_refused_by_verification_leaves_the_running_server_alone(world):
     """A new launch that fails before_start never costs the old server its life."""
     old = world.spawn(world.launch(SLEEPER, instance=INSTANCE))
-    decision = attrs.evolve(_start(world), verb=Verb.RESTART, reason=Reason.SPEC_CHANGED,
-                            pid=old.pid, create_time=old.create_time)
+    decision = _start(world, verb=Verb.RESTART, reason=Reason.SPEC_CHANGED,
+                      pid=old.pid, create_time=old.create_time)
     hooks = Recorder(world, refuse=Refusal(guard=Guard.MODEL_UNVERIFIED,
                                            detail="model m: shard a.gguf hash mismatch"))
     (outcome,) = _apply([decision], hooks)
@@ -202,8 +211,8 @@ def test_restart_refused_by_verification_leaves_the_running_server_alone(world):
 
 def test_refused_restart_of_a_crashed_server_blocks_no_later_start(world):
     """Nothing ran, so nothing held memory: a refused crash restart skips no start after it."""
-    crashed = attrs.evolve(_start(world, role="flaky", instance="flaky-22222222"),
-                           verb=Verb.RESTART, reason=Reason.CRASHED, reserve=10)
+    crashed = _start(world, role="flaky", instance="flaky-22222222", verb=Verb.RESTART,
+                     reason=Reason.CRASHED, reserve=10)
 
     class RefuseFlaky(Recorder):
         def before_start(self, decision):
@@ -223,7 +232,7 @@ def test_a_start_on_devices_is_skipped_after_a_failed_stop(world):
     stop did not free: the plan counted that stop's GPU memory as free for it."""
     foreign = world.spawn(world.launch(SLEEPER, instance="someone-else"))
     assert foreign.ok
-    stop = Decision(role="old", verb=Verb.STOP, reason=Reason.REMOVED, pid=foreign.pid,
+    stop = flat(role="old", verb=Verb.STOP, reason=Reason.REMOVED, pid=foreign.pid,
                     create_time=foreign.create_time, instance_id="old-00000000")
     gpu = _start(world, role="gpu", instance="gpu-00000000", reserve=0,
                  devices=(("cuda:1", 10_000_000_000),))
@@ -236,13 +245,12 @@ def test_a_start_on_devices_is_skipped_after_a_failed_stop(world):
 def test_growing_restart_is_skipped_after_a_failed_stop(world):
     """A restart that claims more than it frees waits when an earlier stop freed nothing."""
     stranger = world.spawn(world.launch(SLEEPER, instance="other-00000000"))
-    failed_stop = Decision(role="old", verb=Verb.STOP, reason=Reason.REMOVED,
+    failed_stop = flat(role="old", verb=Verb.STOP, reason=Reason.REMOVED,
                            instance_id="old-11111111", pid=stranger.pid,
                            create_time=stranger.create_time, release=50)
     running = world.spawn(world.launch(SLEEPER, instance=INSTANCE))
-    grow = attrs.evolve(_start(world), verb=Verb.RESTART, reason=Reason.SPEC_CHANGED,
-                        pid=running.pid, create_time=running.create_time,
-                        reserve=100, release=60)
+    grow = _start(world, verb=Verb.RESTART, reason=Reason.SPEC_CHANGED, pid=running.pid,
+                  create_time=running.create_time, reserve=100, release=60)
     stop_outcome, restart_outcome = _apply([failed_stop, grow], Recorder(world))
     assert not stop_outcome.exited and alive(stranger.pid)
     assert restart_outcome.skipped and alive(running.pid)
@@ -250,7 +258,7 @@ def test_growing_restart_is_skipped_after_a_failed_stop(world):
 
 def test_non_acting_decisions_produce_no_outcome(world):
     """keep/wait/refuse decisions are not acted on and have no Outcome."""
-    decisions = [Decision(role=name, verb=verb, reason=Reason.IN_SYNC, instance_id=f"{name}-0")
+    decisions = [flat(role=name, verb=verb, reason=Reason.IN_SYNC, instance_id=f"{name}-0")
                  for name, verb in (("a", Verb.KEEP), ("b", Verb.WAIT), ("c", Verb.REFUSE))]
     hooks = Recorder(world)
     assert _apply(decisions, hooks) == ()
@@ -261,7 +269,7 @@ def test_stop_of_a_process_already_gone_frees_its_memory(world):
     """A stop whose process already exited is ok and exited, so later starts go ahead."""
     gone = world.spawn(world.launch("pass", instance=INSTANCE))
     assert wait_for(lambda: not alive(gone.pid))
-    stop = Decision(role="coder", verb=Verb.STOP, reason=Reason.STATE_STOPPED, pid=gone.pid,
+    stop = flat(role="coder", verb=Verb.STOP, reason=Reason.STATE_STOPPED, pid=gone.pid,
                     create_time=gone.create_time, instance_id=INSTANCE)
     start = _start(world, role="next", instance="next-00000000", reserve=10)
     stopped, started = _apply([stop, start], Recorder(world))
@@ -272,7 +280,7 @@ def test_stop_of_a_process_already_gone_frees_its_memory(world):
 def test_a_stop_that_ends_its_server_is_recorded_before_the_next_start(world):
     """§7: after_stop comes right after the server is gone, before the start it made room for."""
     old = world.spawn(world.launch(SLEEPER, instance=INSTANCE))
-    stop = Decision(role="coder", verb=Verb.STOP, reason=Reason.EVICTED, pid=old.pid,
+    stop = flat(role="coder", verb=Verb.STOP, reason=Reason.EVICTED, pid=old.pid,
                     create_time=old.create_time, instance_id=INSTANCE, release=10)
     start = _start(world, role="next", instance="next-00000000", reserve=10)
     hooks = Recorder(world)

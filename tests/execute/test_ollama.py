@@ -8,7 +8,7 @@ import pytest
 
 from reconciler.world import execute
 from reconciler.runtimes import ollama as ollama_rt
-from reconciler.core.decisions import Decision, Plan, Reason, Verb
+from reconciler.core.decisions import Decision, Plan, Reason, Verb, flat
 from reconciler.core.outcomes import Guard, Refusal
 from reconciler.core.desired import NodeConfig, Runtime
 from tests.doubles.ollama import OllamaDouble
@@ -77,7 +77,7 @@ def test_non_loopback_host_is_refused():
 
 
 def _decision(verb: Verb, port: int, **kw) -> Decision:
-    return Decision(role=ROLE, verb=verb, reason=Reason.MISSING, host="127.0.0.1", port=port,
+    return flat(role=ROLE, verb=verb, reason=Reason.MISSING, host="127.0.0.1", port=port,
                     instance_id=INSTANCE, model_tag=TAG, runtime=Runtime.OLLAMA, **kw)
 
 
@@ -111,7 +111,7 @@ def test_failed_unload_skips_a_load_that_counted_on_its_memory():
     # The double is stopped now: the unload is refused by the closed port.
     plan = Plan(decisions=(
         _decision(Verb.UNLOAD, port),
-        Decision(role="big", verb=Verb.LOAD, reason=Reason.MISSING, host="127.0.0.1", port=port,
+        flat(role="big", verb=Verb.LOAD, reason=Reason.MISSING, host="127.0.0.1", port=port,
                  instance_id="big-00000000", model_tag="big:latest", reserve=10,
                  runtime=Runtime.OLLAMA),
     ))

@@ -7,7 +7,7 @@ import sqlite3
 import attrs
 
 from reconciler.state import store as store_module
-from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.decisions import Decision, Reason, Status, Verb, flat
 from reconciler.core.desired import Launch, Mode, RestartPolicy, RoleSpec, Runtime, ServeSpec
 from reconciler.core.observed import ExitInfo, Liveness, ProcessFacts, RoleObservation, RoleRecord
 from reconciler.planner.records import ActionFacts, after_decision
@@ -26,7 +26,7 @@ LAUNCH = Launch(argv=("/srv",), env=(), cwd="/d/chat-1", run_as=None, digest="ne
 
 
 def _wait() -> Decision:
-    return Decision(role="chat", verb=Verb.WAIT, reason=Reason.BACKOFF, status=Status.BACKOFF,
+    return flat(role="chat", verb=Verb.WAIT, reason=Reason.BACKOFF, status=Status.BACKOFF,
                     instance_id="chat-1", restarts=1)
 
 
@@ -47,12 +47,12 @@ def test_a_start_clears_the_exit_and_the_liveness_counters():
     """A new server starts with no exit and fresh liveness counters; so does a clean stop."""
     stored = attrs.evolve(RUNNING, exited_at=60.0, exit=ENDED,
                           liveness=Liveness(failures=2, since=50.0, checked_at=55.0))
-    restart = Decision(role="chat", verb=Verb.RESTART, reason=Reason.CRASHED, instance_id="chat-1",
+    restart = flat(role="chat", verb=Verb.RESTART, reason=Reason.CRASHED, instance_id="chat-1",
                        launch=LAUNCH, restarts=2, reserve=100)
     after = after_decision(stored, SPEC, restart, GONE, ActionFacts(ok=True, exited=True, pid=11,
                                                                   create_time=61.0), 61.0)
     assert after.exit is None and after.liveness == Liveness() and after.pid == 11
-    stop = Decision(role="chat", verb=Verb.STOP, reason=Reason.STATE_STOPPED, instance_id="chat-1")
+    stop = flat(role="chat", verb=Verb.STOP, pid=4242, create_time=1.0, reason=Reason.STATE_STOPPED, instance_id="chat-1")
     stopped = after_decision(stored, SPEC, stop, GONE, ActionFacts(ok=True, exited=True), 62.0)
     assert stopped.exit is None
 
@@ -60,7 +60,7 @@ def test_a_start_clears_the_exit_and_the_liveness_counters():
 def test_a_failed_spawn_drops_the_stale_exit():
     """A launch that never ran has no exit of its own: the old one would mislead."""
     stored = attrs.evolve(RUNNING, pid=None, exited_at=60.0, exit=ENDED)
-    restart = Decision(role="chat", verb=Verb.RESTART, reason=Reason.CRASHED, instance_id="chat-1",
+    restart = flat(role="chat", verb=Verb.RESTART, reason=Reason.CRASHED, instance_id="chat-1",
                        launch=LAUNCH, restarts=2, reserve=100)
     after = after_decision(stored, SPEC, restart, GONE, ActionFacts(ok=False), 61.0)
     assert after.exit is None and after.exited_at == 61.0
@@ -68,7 +68,7 @@ def test_a_failed_spawn_drops_the_stale_exit():
 
 def test_give_up_keeps_the_exit_for_status():
     """A role that gave up still says how its last server ended."""
-    give_up = Decision(role="chat", verb=Verb.GIVE_UP, reason=Reason.MAX_RESTARTS,
+    give_up = flat(role="chat", verb=Verb.GIVE_UP, reason=Reason.MAX_RESTARTS,
                        status=Status.GAVE_UP, detail="exited …", instance_id="chat-1")
     after = after_decision(RUNNING, SPEC, give_up, GONE, None, 60.0)
     assert after.exit == ENDED and after.terminal is not None

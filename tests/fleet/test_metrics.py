@@ -7,7 +7,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler.report import metrics
-from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.decisions import Decision, Reason, Status, Verb, flat
 from reconciler.state.store import Store
 from tests.support.fakes import bad, desired, good, keep
 
@@ -25,9 +25,9 @@ def series(text: str, name: str) -> dict:
 
 def test_acting_decisions_are_counted_by_verb_and_reason(store):
     """reconciler_last_pass_actions counts starts and stops by reason; keeps are not actions."""
-    stop = Decision(role="old", verb=Verb.STOP, reason=Reason.REMOVED, status=Status.RUNNING)
+    stop = flat(role="old", verb=Verb.STOP, pid=4242, create_time=1.0, reason=Reason.REMOVED, status=Status.RUNNING)
     moved = attrs.evolve(stop, role="moved")
-    start = Decision(role="new", verb=Verb.START, reason=Reason.MISSING, status=Status.LOADED)
+    start = flat(role="new", verb=Verb.START, reason=Reason.MISSING, status=Status.LOADED)
     result = good(desired("new", "kept"), stop, moved, start, keep("kept"))
     text = metrics.render_result(result, store)
     assert series(text, "reconciler_last_pass_actions") == {

@@ -6,7 +6,7 @@ import attrs
 import pytest
 
 from reconciler.core import events
-from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.decisions import Decision, Reason, Status, Verb, flat
 from reconciler.core.desired import Mode, Runtime
 from reconciler.core.events import Event, EventKind
 from reconciler.core.observed import RoleRecord, Terminal
@@ -19,7 +19,7 @@ def keep(**kw) -> Decision:
     values = dict(role="chat", verb=Verb.KEEP, reason=Reason.IN_SYNC, status=Status.RUNNING,
                   detail="healthy")
     values.update(kw)
-    return Decision(**values)
+    return flat(**values)
 
 
 def record(**kw) -> RoleRecord:
@@ -65,7 +65,7 @@ def test_a_decision_that_says_something_new_is_logged(change, expected):
 
 def test_an_acting_decision_is_always_logged_with_its_outcome():
     """A start logs even when its last event read the same, with ok and what it did."""
-    start = Decision(role="chat", verb=Verb.START, reason=Reason.MISSING, why="not running")
+    start = flat(role="chat", verb=Verb.START, reason=Reason.MISSING, why="not running")
     outcome = Outcome(role="chat", verb=Verb.START, ok=True, pid=77)
     first = logged(start, outcome)
     again = logged(start, outcome, last=first)
@@ -75,7 +75,7 @@ def test_an_acting_decision_is_always_logged_with_its_outcome():
 
 def test_a_refused_or_skipped_action_is_logged_as_failed():
     """A refusal is not ok and says why; a skipped action is not ok either."""
-    start = Decision(role="chat", verb=Verb.START, reason=Reason.MISSING)
+    start = flat(role="chat", verb=Verb.START, reason=Reason.MISSING)
     refusal = Refusal(guard=Guard.MODEL_UNVERIFIED, detail="model m: shard a.gguf is missing")
     refused = logged(start, Outcome(role="chat", verb=Verb.START, ok=False, refusal=refusal))
     assert (refused.ok, refused.detail) == (False, "refused: model m: shard a.gguf is missing")

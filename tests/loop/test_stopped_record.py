@@ -8,7 +8,7 @@ be written right after its stop, or the store shows both reservations at once.
 from __future__ import annotations
 
 from reconciler.engine import recording
-from reconciler.core.decisions import Decision, Reason, Verb
+from reconciler.core.decisions import Decision, Reason, Verb, flat
 from reconciler.core.desired import Desired, Mode, NodeConfig, RoleSpec, Runtime, ServeSpec
 from reconciler.core.observed import RoleRecord
 from reconciler.state.store import Store
@@ -20,7 +20,7 @@ HELD = RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
 
 
 def _stop(reason: Reason) -> Decision:
-    return Decision(role="chat", verb=Verb.STOP, reason=reason, pid=4242, create_time=1.0,
+    return flat(role="chat", verb=Verb.STOP, reason=reason, pid=4242, create_time=1.0,
                     instance_id="chat-1", release=600_000)
 
 

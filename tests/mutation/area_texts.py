@@ -120,7 +120,7 @@ MUTANTS = (
            'flag("--tools", L),',
            "§1.4: extra_args --tools lets a client run shell commands on the node",
            *_FLAGS),
-    mutant("planner/plan.py", "texts-another-instance-kept",
+    mutant("planner/stages/ladder.py", "texts-another-instance-kept",
            "            or r.owner_id != r.instance_id):",
            "            ):",
            "§3/§4: a pid started as another instance than the role's current one is kept",

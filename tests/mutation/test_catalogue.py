@@ -13,11 +13,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_names_are_unique_and_the_sample_is_broad() -> None:
     """At least 80 mutants, every module of the pure core sampled (labels, fleetdiff,
-    exitreasons and demand too: an independent sample found them never mutated), no name twice."""
+    exitreasons and demand too: an independent sample found them never mutated; the
+    planner's stages), no name twice."""
     names = [m.name for m in MUTANTS]
     assert len(names) == len(set(names)) and len(names) >= 80
     modules = {m.name.split("/")[0] for m in MUTANTS}
-    assert {"plan", "policy", "records", "decisions", "render", "extra_args", "crosscheck",
+    assert {"plan", "ladder", "views", "policy", "records", "decisions", "render", "extra_args", "crosscheck",
             "runtimes", "labels", "fleetdiff", "exitreasons", "demand"} <= modules
 
 

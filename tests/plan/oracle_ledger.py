@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import attrs
 
-from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.decisions import Decision, Reason, Refuse, Status, Verb
 from reconciler.planner.ledger import CLAIMS, NAMED, Draft, order_key
 from reconciler.core.units import format_size
 
@@ -130,7 +130,7 @@ def _refused(draft: Draft, refusal: Refusal) -> Decision:
     d = draft.decision
     counted = d.reason in (Reason.CRASHED, Reason.EVICTED)
     return attrs.evolve(
-        d, verb=Verb.REFUSE, reason=refusal.reason, why=refusal.message,
-        status=Status.UNPLACEABLE, detail=refusal.message, launch=None, model_tag=None,
-        keep_alive=None, reserve=0, release=0 if draft.keeps_on_refusal else d.release,
+        d, act=Refuse(running=d.process), reason=refusal.reason, why=refusal.message,
+        status=Status.UNPLACEABLE, detail=refusal.message,
+        release=0 if draft.keeps_on_refusal else d.release,
         retry_in=None, restarts=d.restarts - 1 if counted else d.restarts)

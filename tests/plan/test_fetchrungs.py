@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.decisions import Decision, Reason, Status, Verb, flat
 from reconciler.core.desired import (
     FetchConfig, Mode, ModelFile, ModelFormat, ModelSourceInfo, ModelSpec, NodeConfig, RoleSpec,
     Runtime, ServeSpec,
@@ -29,7 +29,7 @@ def role(name: str, model_name: str = "qwen") -> RoleSpec:
 
 
 def start(name: str) -> Draft:
-    return Draft(decision=Decision(role=name, verb=Verb.START, reason=Reason.MISSING,
+    return Draft(decision=flat(role=name, verb=Verb.START, reason=Reason.MISSING,
                                    status=Status.LOADED, reserve=5 * GB))
 
 
@@ -141,15 +141,15 @@ def test_a_new_revision_is_a_new_generation() -> None:
 
 def test_a_stop_is_never_gated() -> None:
     """Only starts and restarts wait for a fetch."""
-    stop = Draft(decision=Decision(role="coder", verb=Verb.STOP, reason=Reason.REMOVED))
+    stop = Draft(decision=flat(role="coder", verb=Verb.STOP, pid=4242, create_time=1.0, reason=Reason.REMOVED))
     drafts, fetches = gate([stop], [seen(FetchState.NEEDED)])
     assert drafts[0] is stop and fetches == ()
 
 
 def test_a_restart_waiting_for_its_model_keeps_what_the_server_holds() -> None:
     """The running server stays: its memory and devices stay held; nothing new is claimed."""
-    restart = Draft(decision=Decision(role="coder", verb=Verb.RESTART, reason=Reason.SPEC_CHANGED,
-                                      status=Status.RUNNING, reserve=5 * GB, pid=42,
+    restart = Draft(decision=flat(role="coder", verb=Verb.RESTART, reason=Reason.SPEC_CHANGED,
+                                      status=Status.RUNNING, reserve=5 * GB, pid=42, create_time=1.0,
                                       devices=(("gpu0", GB),)),
                     holds=5 * GB, devices=(("gpu0", GB),))
     (d,), _ = gate([restart], [seen(FetchState.NEEDED)])

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from reconciler.planner import ledger
 from reconciler.planner import loadrungs
-from reconciler.core.decisions import Decision, Reason, Verb
-from reconciler.planner.ledger import Draft
+from reconciler.core.decisions import Decision, Reason, Verb, flat
+from reconciler.planner.ledger import CLAIMS, Draft
 from reconciler.planner.plan import plan
 from reconciler.core.units import format_size
 from tests.plan import oracle_ledger
@@ -27,11 +27,16 @@ def drafts(draw) -> tuple[list[Draft], int | None, dict[str, frozenset[str]]]:
     for name in names:
         verb = draw(st.sampled_from(VERBS))
         holds = draw(st.one_of(st.none(), st.integers(0, 6)))
+        reserve = draw(st.integers(0, 6))
+        # What each verb carries: a claim its reserve, a load its tag, a stop its target.
+        carried = ({"reserve": reserve} if verb in CLAIMS else {}) | (
+            {"model_tag": "m"} if verb is Verb.LOAD else
+            {"pid": 1, "create_time": 1.0} if verb is Verb.STOP else {})
         out.append(Draft(
-            decision=Decision(role=name, verb=verb, reason=draw(st.sampled_from(REASONS)),
-                              port=draw(st.sampled_from([None, 1, 2, 3])),
-                              reserve=draw(st.integers(0, 6)), release=draw(st.integers(0, 3)),
-                              restarts=draw(st.integers(1, 3))),
+            decision=flat(role=name, verb=verb, reason=draw(st.sampled_from(REASONS)),
+                          port=draw(st.sampled_from([None, 1, 2, 3])),
+                          release=draw(st.integers(0, 3)),
+                          restarts=draw(st.integers(1, 3)), **carried),
             holds=holds,
             keeps_on_refusal=verb is Verb.RESTART and holds is not None and draw(st.booleans()),
         ))
@@ -42,7 +47,7 @@ def drafts(draw) -> tuple[list[Draft], int | None, dict[str, frozenset[str]]]:
 
 
 def _d(name: str, verb: Verb, reserve: int, **kw) -> Decision:
-    return Decision(role=name, verb=verb, reason=Reason.MISSING, reserve=reserve, **kw)
+    return flat(role=name, verb=verb, reason=Reason.MISSING, reserve=reserve, **kw)
 
 
 # A chain over three rounds: b's refusal frees room for a (an earlier claim),

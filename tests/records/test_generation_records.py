@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from reconciler.core.decisions import Decision, Reason, Verb
+from reconciler.core.decisions import Decision, Reason, Verb, flat
 from reconciler.core.desired import Launch, Mode, RoleSpec, Runtime, ServeSpec
 from reconciler.core.observed import Intent, ProcessFacts, RoleObservation, RoleRecord, Terminal
 from reconciler.planner.records import (
@@ -28,7 +28,11 @@ LIVE = RoleObservation(name="chat", process=ProcessFacts(pid=10, create_time=1.0
 
 
 def decide(verb, reason, **kw) -> Decision:
-    return Decision(role="chat", verb=verb, reason=reason, instance_id="chat-1", **kw)
+    if verb is Verb.STOP:
+        kw.setdefault("pid", 10)  # RUNNING's: a stop names the process it targets
+    if "pid" in kw:
+        kw.setdefault("create_time", 1.0)  # (whole: pid, create time, marker)
+    return flat(role="chat", verb=verb, reason=reason, instance_id="chat-1", **kw)
 
 
 def test_a_failed_start_of_a_new_generation_records_that_generation():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.decisions import Decision, Reason, Status, Verb, flat
 from reconciler.core.desired import Launch, Mode, RoleSpec, Runtime, ServeSpec
 from reconciler.core.observed import (
     Health,
@@ -27,7 +27,11 @@ NOTHING = RoleObservation(name="chat")
 
 
 def decide(verb, reason, **kw) -> Decision:
-    return Decision(role="chat", verb=verb, reason=reason, instance_id="chat-1", **kw)
+    if verb is Verb.STOP:
+        kw.setdefault("pid", 10)  # RUNNING's: a stop names the process it targets
+    if "pid" in kw:
+        kw.setdefault("create_time", 1.0)  # (whole: pid, create time, marker)
+    return flat(role="chat", verb=verb, reason=reason, instance_id="chat-1", **kw)
 
 
 def test_start_records_pid_launch_and_reservation():

@@ -13,6 +13,8 @@ a client's token usage is counted under its key's name.
 
 from __future__ import annotations
 
+from reconciler.core.decisions import flat
+
 import asyncio
 import threading
 
@@ -231,20 +233,20 @@ def test_the_routers_gate_calls_off_an_idle_stop_and_bounds_an_eviction() -> Non
     try:
         router._proxy.table = Table(routes=(_route(RouteState.READY, 1),))  # noqa: SLF001
         assert router.book.enter("chat", None) == GO
-        stop = dict(role="chat", verb=Verb.STOP, status=Status.RUNNING)
-        why = router.before_stop(Decision(reason=Reason.IDLE, **stop))
+        stop = dict(role="chat", verb=Verb.STOP, status=Status.RUNNING, pid=7, create_time=1.0)
+        why = router.before_stop(flat(reason=Reason.IDLE, **stop))
         assert why is not None and "in flight" in why
         assert router.book.enter("chat", None) == GO  # reopened: the role is not idle
         router.book.finished("chat")
         began = time.monotonic()
-        assert router.before_stop(Decision(reason=Reason.EVICTED, why="for x", **stop)) is None
+        assert router.before_stop(flat(reason=Reason.EVICTED, why="for x", **stop)) is None
         assert 0.25 <= time.monotonic() - began < 2
         assert registry.get_sample_value("reconciler_router_cut_requests_total",
                                          {"node": "n", "role": "chat"}) == 1
         assert router.book.enter("chat", None) != GO  # closed until the pass's routes
         router.book.finished("chat")
-        assert router.before_stop(Decision(reason=Reason.EVICTED, why="for x", **stop)) is None
-        assert router.before_stop(Decision(role="other", verb=Verb.STOP, reason=Reason.IDLE,
+        assert router.before_stop(flat(reason=Reason.EVICTED, why="for x", **stop)) is None
+        assert router.before_stop(flat(role="other", verb=Verb.STOP, pid=4242, create_time=1.0, reason=Reason.IDLE,
                                            status=Status.RUNNING)) is None  # not routed
     finally:
         router._loop.close()  # noqa: SLF001  (never started)

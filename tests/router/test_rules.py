@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from reconciler.core.decisions import Decision, Plan, Reason, Status, Verb
+from reconciler.core.decisions import Decision, Plan, Reason, Status, Verb, flat
 from reconciler.core.desired import (
     Desired,
     Mode,
@@ -40,7 +40,7 @@ def _table(*pairs: tuple[RoleSpec, Decision | None], node: NodeConfig = NODE) ->
 def test_a_running_role_in_sync_is_ready_and_named_by_role_and_model() -> None:
     """keep in_sync + running → READY, reachable by its role name and its Model name."""
     table = _table((_role("chat", 8080),
-                    Decision(role="chat", verb=Verb.KEEP, reason=Reason.IN_SYNC,
+                    flat(role="chat", verb=Verb.KEEP, reason=Reason.IN_SYNC,
                              status=Status.RUNNING)))
     route = table.find("chat")
     assert route is not None and route.state is RouteState.READY
@@ -53,20 +53,20 @@ def test_on_demand_starting_and_evicted_roles_wait() -> None:
     on_demand = WantedState.ON_DEMAND
     table = _table(
         (_role("a", 8080, state=on_demand),
-         Decision(role="a", verb=Verb.START, reason=Reason.DEMAND, status=Status.STOPPED)),
-        (_role("b", 8081), Decision(role="b", verb=Verb.KEEP, reason=Reason.STARTING,
+         flat(role="a", verb=Verb.START, reason=Reason.DEMAND, status=Status.STOPPED)),
+        (_role("b", 8081), flat(role="b", verb=Verb.KEEP, reason=Reason.STARTING,
                                     status=Status.STARTING)),
         (_role("c", 8082, state=on_demand),
-         Decision(role="c", verb=Verb.STOP, reason=Reason.IDLE, status=Status.RUNNING)),
+         flat(role="c", verb=Verb.STOP, pid=4242, create_time=1.0, reason=Reason.IDLE, status=Status.RUNNING)),
         (_role("d", 8083, state=on_demand),
-         Decision(role="d", verb=Verb.STOP, reason=Reason.EVICTED, status=Status.RUNNING)))
+         flat(role="d", verb=Verb.STOP, pid=4242, create_time=1.0, reason=Reason.EVICTED, status=Status.RUNNING)))
     assert [r.state for r in table.routes] == [RouteState.WAIT] * 4
 
 
 def test_refused_role_carries_the_plans_words() -> None:
     """A refused start is REFUSED (503) with the planner's reason, naming who holds memory."""
     table = _table((_role("big", 8080, state=WantedState.ON_DEMAND),
-                    Decision(role="big", verb=Verb.REFUSE, reason=Reason.UNPLACEABLE,
+                    flat(role="big", verb=Verb.REFUSE, reason=Reason.UNPLACEABLE,
                              why="needs 8 GB, 2 GB free (chat holds 6 GB)",
                              status=Status.STOPPED)))
     route = table.get("big")
@@ -77,8 +77,8 @@ def test_refused_role_carries_the_plans_words() -> None:
 def test_a_port_outside_allowed_ports_or_loopback_is_never_forwarded_to() -> None:
     """§5 a ready role on a non-loopback host or a port outside allowed_ports is REFUSED."""
     keep = dict(verb=Verb.KEEP, reason=Reason.IN_SYNC, status=Status.RUNNING)
-    table = _table((_role("far", 8080, host="10.0.0.5"), Decision(role="far", **keep)),
-                   (_role("out", 9500), Decision(role="out", **keep)))
+    table = _table((_role("far", 8080, host="10.0.0.5"), flat(role="far", **keep)),
+                   (_role("out", 9500), flat(role="out", **keep)))
     assert [r.state for r in table.routes] == [RouteState.REFUSED, RouteState.REFUSED]
     assert "never forwards there" in table.get("out").message
 
@@ -162,7 +162,7 @@ def test_aliases_route_and_embedding_and_rerank_paths_are_forwarded() -> None:
     and rerank endpoints are forwarded like chat."""
     spec = RoleSpec(name="emb", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="qwen",
                     serve=ServeSpec(port=8080), aliases=("Qwen/Qwen3-Embedding", "e 1"))
-    table = _table((spec, Decision(role="emb", verb=Verb.KEEP, reason=Reason.IN_SYNC,
+    table = _table((spec, flat(role="emb", verb=Verb.KEEP, reason=Reason.IN_SYNC,
                                    status=Status.RUNNING)))
     route = table.find("Qwen/Qwen3-Embedding")
     assert route is not None and route.role == "emb" and table.find("e 1") == route
@@ -181,10 +181,10 @@ def test_routes_follow_what_the_pass_did_not_what_it_planned() -> None:
     on_demand = WantedState.ON_DEMAND
     roles = (_role("a", 8080, state=on_demand), _role("b", 8081, state=on_demand),
              _role("c", 8082, state=on_demand))
-    stop = dict(verb=Verb.STOP, reason=Reason.IDLE, status=Status.RUNNING)
+    stop = dict(verb=Verb.STOP, reason=Reason.IDLE, status=Status.RUNNING, pid=7, create_time=1.0)
     plan = Plan(decisions=(
-        Decision(role="a", **stop), Decision(role="b", **stop),
-        Decision(role="c", verb=Verb.START, reason=Reason.DEMAND, status=Status.STOPPED)))
+        flat(role="a", **stop), flat(role="b", **stop),
+        flat(role="c", verb=Verb.START, reason=Reason.DEMAND, status=Status.STOPPED)))
     outcomes = (
         Outcome(role="a", verb=Verb.STOP, ok=True, exited=True),
         Outcome(role="b", verb=Verb.STOP, ok=False,
@@ -203,9 +203,9 @@ def test_every_interface_is_never_loopback_to_the_router() -> None:
     """Rule (§5): `::` (and 0.0.0.0) is every interface, never loopback: a role whose host
     says so is refused, while ::1 is loopback and forwarded to."""
     keep = dict(verb=Verb.KEEP, reason=Reason.IN_SYNC, status=Status.RUNNING)
-    table = _table((_role("any6", 8080, host="::"), Decision(role="any6", **keep)),
-                   (_role("any4", 8081, host="0.0.0.0"), Decision(role="any4", **keep)),
-                   (_role("lo6", 8082, host="::1"), Decision(role="lo6", **keep)))
+    table = _table((_role("any6", 8080, host="::"), flat(role="any6", **keep)),
+                   (_role("any4", 8081, host="0.0.0.0"), flat(role="any4", **keep)),
+                   (_role("lo6", 8082, host="::1"), flat(role="lo6", **keep)))
     assert [r.state for r in table.routes] == [RouteState.REFUSED, RouteState.REFUSED,
                                                RouteState.READY]
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from reconciler.core.decisions import Decision, Plan, Reason, Verb
+from reconciler.core.decisions import Decision, Plan, Reason, Verb, flat
 from reconciler.core.desired import Desired, NodeConfig
 from reconciler.planner import memoryview
 
 PLAN = Plan(decisions=(
-    Decision(role="kept", verb=Verb.KEEP, reason=Reason.IN_SYNC),
-    Decision(role="new", verb=Verb.START, reason=Reason.MISSING, reserve=300),
-    Decision(role="grown", verb=Verb.RESTART, reason=Reason.SPEC_CHANGED, reserve=500,
+    flat(role="kept", verb=Verb.KEEP, reason=Reason.IN_SYNC),
+    flat(role="new", verb=Verb.START, reason=Reason.MISSING, reserve=300),
+    flat(role="grown", verb=Verb.RESTART, reason=Reason.SPEC_CHANGED, reserve=500,
              release=200),
-    Decision(role="gone", verb=Verb.STOP, reason=Reason.REMOVED, release=400),
-    Decision(role="never", verb=Verb.WAIT, reason=Reason.BACKOFF),
+    flat(role="gone", verb=Verb.STOP, pid=4242, create_time=1.0, reason=Reason.REMOVED, release=400),
+    flat(role="never", verb=Verb.WAIT, reason=Reason.BACKOFF),
 ))
 BEFORE = {"kept": 100, "grown": 200, "gone": 400}
 
@@ -55,10 +55,10 @@ def test_one_bar_per_declared_device_with_what_each_role_holds_there() -> None:
     node = NodeConfig(devices=(Device(id="cuda:1", kind=DeviceKind.CUDA, memory=2000),
                                Device(id="cuda:0", kind=DeviceKind.CUDA, memory=1000)))
     plan = Plan(decisions=(
-        Decision(role="a", verb=Verb.KEEP, reason=Reason.IN_SYNC, devices=(("cuda:0", 600),)),
-        Decision(role="b", verb=Verb.START, reason=Reason.MISSING,
+        flat(role="a", verb=Verb.KEEP, reason=Reason.IN_SYNC, devices=(("cuda:0", 600),)),
+        flat(role="b", verb=Verb.START, reason=Reason.MISSING,
                  devices=(("cuda:0", 100), ("cuda:1", 700))),
-        Decision(role="c", verb=Verb.STOP, reason=Reason.REMOVED, devices=(("cuda:1", 900),)),
+        flat(role="c", verb=Verb.STOP, pid=4242, create_time=1.0, reason=Reason.REMOVED, devices=(("cuda:1", 900),)),
     ))
     bars = memoryview.device_bars(plan, Desired(node=node))
     assert [(b.name, b.budget, [(h.role, h.held) for h in b.holdings]) for b in bars] == [

@@ -12,7 +12,7 @@ import attrs
 
 from reconciler.core.errors import Problem
 from reconciler.engine.loop import PassInputs, PassResult
-from reconciler.core.decisions import Decision, Plan, Reason, Status, Verb
+from reconciler.core.decisions import Decision, Plan, Reason, Status, Verb, flat
 from reconciler.core.desired import (
     Desired,
     MemorySpec,
@@ -34,7 +34,7 @@ def desired(*names: str, budget: int | None = None) -> Desired:
 
 
 def keep(name: str, **kw) -> Decision:
-    return Decision(role=name, verb=Verb.KEEP, reason=Reason.IN_SYNC, status=Status.RUNNING,
+    return flat(role=name, verb=Verb.KEEP, reason=Reason.IN_SYNC, status=Status.RUNNING,
                     detail="healthy", **kw)
 
 

@@ -12,7 +12,7 @@ import pytest
 from reconciler.report import logs
 from reconciler.core.outcomes import Outcome, Refusal, Guard
 from reconciler.engine.loop import PassResult
-from reconciler.core.decisions import Decision, Plan, Reason, Status, Verb
+from reconciler.core.decisions import Decision, Plan, Reason, Status, Verb, flat
 from tests.support.fakes import bad, keep
 
 TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
@@ -31,8 +31,8 @@ def capture():
 
 
 def started(role: str = "chat") -> PassResult:
-    start = Decision(role=role, verb=Verb.START, reason=Reason.MISSING, status=Status.STARTING)
-    backoff = Decision(role="coder", verb=Verb.WAIT, reason=Reason.BACKOFF,
+    start = flat(role=role, verb=Verb.START, reason=Reason.MISSING, status=Status.STARTING)
+    backoff = flat(role="coder", verb=Verb.WAIT, reason=Reason.BACKOFF,
                        status=Status.BACKOFF, detail="exited 2s ago", retry_in=4.0)
     return PassResult(plan=Plan(decisions=(start, backoff)),
                       outcomes=(Outcome(role=role, verb=Verb.START, ok=True, pid=123),))
@@ -64,7 +64,7 @@ def test_failed_action_is_a_warning(capture):
     """A failed action logs at WARNING with the executor's detail."""
     out = capture("text")
     result = PassResult(plan=Plan(decisions=(
-        Decision(role="chat", verb=Verb.RESTART, reason=Reason.SPEC_CHANGED, why="ctx 1 → 2"),)),
+        flat(role="chat", verb=Verb.RESTART, reason=Reason.SPEC_CHANGED, why="ctx 1 → 2"),)),
         outcomes=(Outcome(role="chat", verb=Verb.RESTART, ok=False,
                           refusal=Refusal(guard=Guard.NO_MARKER, detail="not ours"),
                           detail="the running server was left alone"),))
@@ -80,7 +80,7 @@ def test_unchanged_decisions_are_quiet_in_a_daemon(capture):
     last = logs.log_pass(first, {})
     assert out.getvalue().count(" keep (in_sync)") == 2
     out.truncate(0), out.seek(0)
-    changed = Decision(role="coder", verb=Verb.WAIT, reason=Reason.LOADING, status=Status.LOADING)
+    changed = flat(role="coder", verb=Verb.WAIT, reason=Reason.LOADING, status=Status.LOADING)
     logs.log_pass(PassResult(plan=Plan(decisions=(keep("chat"), changed))), last)
     assert out.getvalue().count("\n") == 1 and "coder wait (loading)" in out.getvalue()
 
@@ -108,8 +108,8 @@ def test_a_line_says_the_pid_and_the_retry_once(capture):
     out = capture("text")
     result = PassResult(
         plan=Plan(decisions=(
-            Decision(role="chat", verb=Verb.RESTART, reason=Reason.CRASHED, why="restart 1 of 3"),
-            Decision(role="coder", verb=Verb.WAIT, reason=Reason.BACKOFF, why="retry in 2s",
+            flat(role="chat", verb=Verb.RESTART, reason=Reason.CRASHED, why="restart 1 of 3"),
+            flat(role="coder", verb=Verb.WAIT, reason=Reason.BACKOFF, why="retry in 2s",
                      status=Status.BACKOFF, retry_in=2.0))),
         outcomes=(Outcome(role="chat", verb=Verb.RESTART, ok=True, pid=9),))
     logs.log_pass(result)
@@ -124,8 +124,8 @@ def test_a_log_line_never_carries_a_control_character_raw(capture, fmt):
     """§1.5 text never reaches a terminal raw: a decision's detail holding ESC or C1 (a server's
     words, a recorded text) is logged escaped, and a JSON line is still the same value."""
     out = capture(fmt)
-    hostile = Decision(role="chat", verb=Verb.WAIT, reason=Reason.BACKOFF, status=Status.BACKOFF,
-                       detail="exit: \x1b[2J\x9b2J\x7f", retry_in=4.0)
+    hostile = flat(role="chat", verb=Verb.WAIT, reason=Reason.BACKOFF, status=Status.BACKOFF,
+                   detail="exit: \x1b[2J\x9b2J\x7f", retry_in=4.0)
     logs.log_pass(PassResult(plan=Plan(decisions=(hostile,))))
     text = out.getvalue()
     assert not any(c in text for c in "\x1b\x9b\x7f"), text

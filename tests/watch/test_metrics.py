@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from reconciler.report import metrics
-from reconciler.core.decisions import Decision, Reason, Status, Verb
+from reconciler.core.decisions import Decision, Reason, Status, Verb, flat
 from reconciler.core.desired import Mode, Runtime
 from reconciler.core.observed import RoleRecord
 from reconciler.state.store import Store
@@ -63,7 +63,7 @@ def test_render_parses_and_has_every_documented_series(store):
     store.put_role(record("chat", restarts=2, reserved=1024))
     store.put_role(record("coder", reserved=4096))
     d = desired("chat", "coder", budget=10_000)
-    backoff = Decision(role="chat", verb=Verb.WAIT, reason=Reason.BACKOFF,
+    backoff = flat(role="chat", verb=Verb.WAIT, reason=Reason.BACKOFF,
                        status=Status.BACKOFF, retry_in=4.0)
     result = good(d, backoff, keep("coder"), latency=0.0125)
     text = metrics.render(result, store, problems_count=0, last_pass_ts=1_700_000_000.5,

@@ -1,0 +1,19 @@
+"""The fetch gate stage: a start whose Model is not here yet waits for it (PURE; BEHAVIOUR §1.6).
+
+The rules are ``planner/fetchrungs.py``'s (wait ``fetching``, or refuse); this
+stage applies them to every draft and keeps the fetches to start.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from reconciler.planner import fetchrungs
+from reconciler.planner.stages.values import Drafted
+
+
+def stage(d: Drafted) -> Drafted:
+    v = d.views
+    drafts, fetches = fetchrungs.gate(list(d.drafts), v.specs, v.models,
+                                      {f.model: f for f in v.inputs.observed.fetches}, v.node)
+    return attrs.evolve(d, drafts=tuple(drafts), fetches=d.fetches + fetches)

@@ -1,0 +1,90 @@
+"""The first stage: the pass-wide tables, and every role's view of itself (PURE).
+
+``stage(inputs)`` indexes the manifests, the observations and the records by
+name, works out the empty-manifest guard (§4) and this pass's launches, and
+builds one ``Role`` per role named in the manifests or in the store (``view``):
+a killed pass's work read as finished (§4), the launch and generation, whether
+our process runs and answers, the restart count after its resets.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from reconciler.planner import generations, intents, launches, livenessrungs, loadrungs, policy
+from reconciler.planner.rungs import Role
+from reconciler.planner.stages.values import Inputs, Views
+from reconciler.core.decisions import Target
+from reconciler.core.observed import RoleObservation
+from reconciler.runtimes import spec_of
+
+
+def stage(inputs: Inputs) -> Views:
+    """The tables by name, then one ``Role`` per role, in name order."""
+    desired, ctx = inputs.desired, inputs.ctx
+    models = {m.name: m for m in desired.models}
+    specs = {r.name: r for r in desired.roles}
+    records = {r.name: r for r in inputs.remembered.roles}
+    # §4 the empty-manifest guard is about the set, not this node's share (§10):
+    # roles placed on other nodes make a set that is not empty.
+    elsewhere = dict(desired.placed_elsewhere)
+    tables = Views(
+        inputs=inputs, node=desired.node, models=models, specs=specs, records=records,
+        observations={o.name: o for o in inputs.observed.roles},
+        checks={c.name: c for c in inputs.observed.models},
+        elsewhere=elsewhere, guard=not specs and not elsewhere and not ctx.allow_empty,
+        launcher=launches.for_node(desired.node, dict(ctx.environ), ctx.data_root).bind(
+            desired.models, models),
+        served=loadrungs.served(desired.roles, models), roles=())
+    return attrs.evolve(tables, roles=tuple(
+        view(tables, name) for name in sorted(specs.keys() | records.keys())))
+
+
+def view(v: Views, name: str) -> Role:
+    """Everything the ladder knows about role ``name`` this pass."""
+    spec, record, node, now = v.specs.get(name), v.records.get(name), v.node, v.now
+    obs = v.observations.get(name) or RoleObservation(name=name)
+    proc = obs.process
+    running = proc is not None and proc.owned and proc.alive
+    interrupted = None
+    if record is not None and record.intent is not None:
+        finished = intents.finish_interrupted(record, obs, now)
+        if finished.pid is None and record.pid is not None:
+            interrupted = record.intent
+        record = finished
+    rpolicy = spec.restart if spec is not None else node.restart
+    operator = name in v.inputs.ctx.operator_starts
+    # §3 the launch, and (§7.1) the devices it is built with: fixed ids, or those it last ran on.
+    prepared = v.launcher.prepare(spec, record) if spec is not None else None
+    instance = prepared.instance_id if prepared is not None else record.instance_id
+    generation = prepared.generation if prepared is not None else None
+    fresh = generations.is_new(generation, record)
+    probe = obs.probe
+    answering = probe is not None and policy.answering(probe.health)
+    if spec is not None and spec_of(spec.runtime).shared_endpoint:
+        answering = answering and spec_of(spec.runtime).lists(probe.resident_models,
+                                                              loadrungs.tag_of(spec, v.models))
+    else:
+        answering = answering and running and not livenessrungs.failing(spec, record, probe, now)
+    restarts = policy.restart_count(record, rpolicy, now, answering=answering,
+                                    operator_start=operator or fresh)
+    sharing: frozenset[str] = frozenset()
+    if record is not None and record.model_tag and spec_of(record.runtime).shared_endpoint:
+        sharing = loadrungs.serving(v.served, record.host, record.port, record.model_tag,
+                                    spec_of(record.runtime)) - {name}
+    return Role(
+        name=name, spec=spec, record=record, obs=obs,
+        launcher=v.launcher, prepared=prepared, policy=rpolicy,
+        running=running, restarts=restarts, operator=operator, sharing=sharing,
+        runtime=spec.runtime if spec is not None else record.runtime,
+        port=spec.serve.port if spec is not None else record.port,
+        host=spec.serve.host if spec is not None else record.host,
+        instance_id=instance,
+        # An edit of model, port or host changes the instance id; the running
+        # process still carries the id it was started with: stops use that.
+        process=Target(pid=proc.pid, create_time=proc.create_time,
+                       owner_id=record.instance_id if record is not None else instance)
+        if running and proc is not None else None,
+        owner_id=record.instance_id if running and record is not None else None,
+        generation=generation, fresh=fresh, interrupted=interrupted,
+    )

@@ -1,0 +1,84 @@
+"""Decisions by verb: each verb carries its own payload, and no impossible one can be built.
+
+``core/decisions.py``: a decision's verb is its payload's class; the flat spelling
+(``flat``, ``act_of``) refuses a field the verb does not carry; the renderer and
+the recorder have a case for every payload.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from reconciler.core.decisions import (
+    ACTING_VERBS, Decision, Reason, Stop, Target, Verb, act_of, flat)
+from reconciler.planner import render
+from tests.plan.payloads import SAMPLES, TARGET
+
+
+@pytest.mark.parametrize("verb,fields,problem", [
+    (Verb.KEEP, {"launch": object()}, "carries no launch"),
+    (Verb.STOP, {"reserve": 5}, "carries no reserve"),
+    (Verb.REFUSE, {"reserve": 5}, "carries no reserve"),
+    (Verb.UNLOAD, {"keep_alive": 60.0}, "carries no keep_alive"),
+    (Verb.START, {"model_tag": "qwen"}, "carries no model_tag"),
+    (Verb.STOP, {}, "needs the pid it targets"),
+    (Verb.STOP, {"pid": 7}, "has no create time"),
+    (Verb.GIVE_UP, {"pid": 7, "create_time": 1.0}, "targets no pid"),
+])
+def test_an_impossible_decision_cannot_be_built(verb, fields, problem) -> None:
+    """A field the verb does not carry (a keep's launch, a refusal's reserve), or a stop
+    without the whole process it targets, is refused where the decision is built."""
+    with pytest.raises(TypeError, match=problem):
+        act_of(verb, **fields)
+
+
+def test_the_verb_is_the_payloads() -> None:
+    """``Decision.verb`` is its payload's: a decision cannot say one verb and carry another."""
+    for act in SAMPLES:
+        d = Decision(role="coder", act=act, reason=Reason.MISSING)
+        assert d.verb is type(act).verb and d.acts == (d.verb in ACTING_VERBS)
+
+
+def test_the_flat_spelling_builds_the_same_payload() -> None:
+    """The flat fields land in the verb's payload; the process goes where the verb names it."""
+    d = flat(role="coder", verb=Verb.STOP, reason=Reason.REMOVED, pid=4242, create_time=1.0,
+             owner_id="coder-1", instance_id="coder-2")
+    assert d.act == Stop(target=TARGET) and (d.pid, d.create_time, d.owner_id) == (
+        4242, 1.0, "coder-1")
+    d = flat(role="coder", verb=Verb.LOAD, reason=Reason.MISSING, model_tag="qwen",
+             keep_alive=60.0, reserve=3)
+    assert (d.model_tag, d.keep_alive, d.reserve, d.pid, d.launch) == ("qwen", 60.0, 3, None, None)
+    stop = flat(role="coder", verb=Verb.STOP, reason=Reason.REMOVED, pid=1, create_time=2.0,
+                instance_id="coder-3")
+    assert stop.act == Stop(target=Target(pid=1, create_time=2.0, owner_id="coder-3"))
+
+
+def test_every_payload_renders_and_says_its_verb() -> None:
+    """The renderer has a case for every payload: each line starts with its verb's symbol,
+    a load or unload names its tag, and the JSON carries what the payload carries."""
+    for act in SAMPLES:
+        d = Decision(role="coder", act=act, reason=Reason.MISSING, port=8090)
+        text = render.line(d)
+        assert text.startswith(f"{render.SYMBOLS[d.verb]} {d.verb} coder :8090"), text
+        assert ("qwen" in text) == (d.verb in (Verb.LOAD, Verb.UNLOAD)), text
+        data = render.decision_json(d)
+        assert data["verb"] == str(d.verb) and data["pid"] == d.pid
+        assert data["model_tag"] == ("qwen" if d.verb in (Verb.LOAD, Verb.UNLOAD) else None)
+        assert data["keep_alive"] == (60.0 if d.verb is Verb.LOAD else None)
+
+
+def test_placed_keeps_every_other_field() -> None:
+    """``Decision.placed`` (evolve spelled out, for speed) changes the devices and the payload
+    and keeps every other field: a field added to Decision and forgotten there fails here."""
+    import attrs
+
+    from reconciler.core.decisions import Status, Start
+    from reconciler.core.desired import Runtime
+    values = dict(role="coder", act=Start(launch=None, reserve=3), reason=Reason.SPEC_CHANGED,
+                  why="ctx", status=Status.RUNNING, detail="d", runtime=Runtime.LLAMACPP,
+                  port=8090, host="127.0.0.1", instance_id="coder-1", release=2, retry_in=1.5,
+                  restarts=2, devices=(("cuda:0", 1),))
+    assert set(values) == {a.name for a in attrs.fields(Decision)}  # every field set, not default
+    d = Decision(**values)
+    act = Start(launch=None, reserve=3, generation="g")
+    assert d.placed((("cuda:1", 1),), act) == attrs.evolve(d, devices=(("cuda:1", 1),), act=act)
