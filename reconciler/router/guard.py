@@ -14,7 +14,19 @@ passes, probes and servers need file descriptors. So:
   unsaid, and never with a traceback; only the router's own bugs (a 500)
   carry one, rate-limited the same way;
 * ``GuardedConnection``: the mix-in the proxy adds to aiohttp's connection
-  protocol (it imports no aiohttp itself): the cap, and the quiet log.
+  protocol (it imports no aiohttp itself): the cap, and the quiet log;
+* ``release``: a closed connection's transport is freed at once. CPython
+  3.11's socket transport holds a bound method of itself (``_read_ready_cb``;
+  3.12 drops it only in ``close()``, not when the peer goes), a reference
+  cycle: each closed connection then waited for a full garbage collection,
+  which in a daemon with a large long-lived heap comes seldom, and a storm of
+  idle connections piled up (on loopback, 5 storms of 4,000 idle connections
+  against the cap: +50,000 objects, RSS 38 → 49 MB; with ``release`` +1,500
+  objects, 38 → 44 MB, the same after one storm as after five). aiohttp keeps
+  a handler it never counted (refused over the cap) through its parser: that
+  link is cut too. What stays is the allocator's high-water mark of the
+  cap's connections at once (pymalloc keeps a 1 MiB arena while any object
+  in it lives; ``malloc_trim`` gives back under 1 MB of it, so it is not used).
 """
 
 from __future__ import annotations
@@ -24,7 +36,7 @@ import resource
 from reconciler.report.logs import Hush
 from reconciler.router import rules
 
-__all__ = ["Hush", "GuardedConnection", "Gauge", "connection_cap", "raw_error"]
+__all__ = ["Hush", "GuardedConnection", "Gauge", "connection_cap", "raw_error", "release"]
 
 #: Descriptors kept for the daemon itself (passes, probes, pidfds, server logs).
 FD_RESERVE = 256
@@ -54,6 +66,13 @@ def raw_error(status: int, reason: str, message: str, kind: str) -> bytes:
     return head.encode("ascii") + body
 
 
+def release(transport) -> None:
+    """Break a closed transport's cycle through itself, so it is freed by its reference
+    count, not at the next full collection (see the module; a no-op where there is none)."""
+    if getattr(transport, "_read_ready_cb", None) is not None:
+        transport._read_ready_cb = None  # noqa: SLF001  (CPython's own 3.12 close() does this)
+
+
 class Gauge:
     """Connections open now, against the cap (one per listener)."""
 
@@ -71,6 +90,7 @@ class GuardedConnection:
     gauge: Gauge  # set on the subclass the proxy makes
 
     def connection_made(self, transport) -> None:
+        self._transport_held = transport  # released when the connection is lost
         gauge = self.gauge
         if gauge.open >= gauge.cap:
             gauge.refused += 1
@@ -94,7 +114,11 @@ class GuardedConnection:
         if not getattr(self, "_refused", True):
             self.gauge.open -= 1
             self._refused = True
+        else:  # aiohttp forgets nothing of a connection it never counted: its parser
+            self._parser = None  # type: ignore[attr-defined]  # holds it (a cycle)
         super().connection_lost(exc)  # type: ignore[misc]
+        release(getattr(self, "_transport_held", None))
+        self._transport_held = None
 
     def log_exception(self, *args, exc_info=None, **kw) -> None:
         exc = exc_info if isinstance(exc_info, BaseException) else None

@@ -53,6 +53,7 @@ from __future__ import annotations
 import asyncio
 from typing import Iterable, MutableSequence
 
+from reconciler.router import guard
 from reconciler.world import http11
 
 HIGH = 1 << 16  # bytes read and not taken, beyond which reading pauses
@@ -135,6 +136,7 @@ class Stream(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._ended = True
+        guard.release(self._transport)  # freed at once, not at a full collection
         if not self.conversation.complete and self._error is None:
             try:
                 self.conversation.receive(b"")  # a body framed by the end of the stream ends

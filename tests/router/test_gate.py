@@ -250,3 +250,25 @@ def test_the_routers_gate_calls_off_an_idle_stop_and_bounds_an_eviction() -> Non
                                            status=Status.RUNNING)) is None  # not routed
     finally:
         router._loop.close()  # noqa: SLF001  (never started)
+
+
+def test_a_bearer_keys_whole_digest_must_match() -> None:
+    """§9 api_keys_file: a key is a client's only when its SHA-256 is the stored digest in
+    all 64 digits: one that differs in the last digit, or in the first, names nobody."""
+    known = clients.digest("ka")
+    for other in (known[:-1] + ("0" if known[-1] != "0" else "1"),
+                  ("0" if known[0] != "0" else "1") + known[1:]):
+        assert clients.client_of("ka", {other: "alice"}) is None
+    assert clients.client_of("ka", {known: "alice"}) == "alice"
+
+
+def test_idle_after_counts_from_the_end_of_the_last_request_not_its_start() -> None:
+    """§9 a request that arrived at t=100 and ended at t=700 was in use until 700: the
+    demand says its last request at 700, so idle_after runs from its end."""
+    now = [100.0]
+    book = Book(lambda: None, clock=lambda: now[0])
+    book.arrived("chat")
+    assert book.enter("chat", None) == GO
+    now[0] = 700.0
+    book.finished("chat")
+    assert book.snapshot()[0].of("chat").last_request == 700.0

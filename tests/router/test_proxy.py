@@ -320,6 +320,19 @@ def test_bearer_key_is_required_when_configured() -> None:
     run(test, key="s3cret")
 
 
+def test_the_whole_bearer_key_must_match() -> None:
+    """§9 api_key_file: a key that only starts like the router's (or is it with more after,
+    or a prefix of it) is 401, nothing forwarded; only the whole key passes."""
+    async def test(rig, s):
+        rig.publish(_route(RouteState.READY, rig.upstream.port))
+        for near in ("s3cXXX", "s3cret2", "s3c"):
+            status, _, _ = await rig.post(s, {"model": "chat"},
+                                          headers={"Authorization": f"Bearer {near}"})
+            assert status == 401, near
+        assert rig.upstream.seen == []
+    run(test, key="s3cret")
+
+
 def test_oversized_body_is_413() -> None:
     """A body over max_body gets 413 and is never forwarded."""
     async def test(rig, s):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import attrs
+
 from reconciler.core.decisions import Decision, Plan, Reason, Status, Verb, flat
 from reconciler.core.desired import (
     Desired,
@@ -218,3 +220,31 @@ def test_a_credential_field_given_twice_is_ambiguous() -> None:
     assert rules.ambiguous([("Authorization", "Bearer a"), ("X-Api-Key", "b"),
                       ("Accept", "x"), ("Accept", "y")]) is None
     assert rules.ambiguous([]) is None
+
+
+def test_cors_allows_only_a_listed_origin_exactly() -> None:
+    """§9 cors_origins: ``https://a.example`` listed allows that origin only — not
+    ``https://a.example.evil``, ``https://a.exampl`` or ``http://a.example``; ``*`` any."""
+    from reconciler.router import clients
+
+    listed = ("https://a.example",)
+    assert clients.cors("https://a.example", listed)["Access-Control-Allow-Origin"] == \
+        "https://a.example"
+    for other in ("https://a.example.evil", "https://a.exampl", "http://a.example",
+                  "https://a.example:8443", None):
+        assert clients.cors(other, listed) == {} and not clients.allowed(other, listed)
+    assert clients.allowed("https://b.example", ("*",))
+
+
+def test_a_roles_api_key_file_and_max_concurrency_reach_its_route() -> None:
+    """§9 routes(): a role with ``api_key_file`` gets its key from the router (its route names
+    the file the proxy reads the key from) and ``max_concurrency`` caps requests at its
+    server (its route carries the cap); a role without either has neither."""
+    keyed = attrs.evolve(_role("chat", 8080), max_concurrency=2,
+                         serve=ServeSpec(port=8080, host="127.0.0.1", api_key_file="/k/chat"))
+    running = dict(verb=Verb.KEEP, reason=Reason.IN_SYNC, status=Status.RUNNING)
+    table = _table((keyed, flat(role="chat", **running)),
+                   (_role("plain", 8081), flat(role="plain", **running)))
+    chat, plain = table.get("chat"), table.get("plain")
+    assert (chat.key_file, chat.max_concurrency) == ("/k/chat", 2)
+    assert (plain.key_file, plain.max_concurrency) == (None, None)
