@@ -364,6 +364,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return Exit.ERROR
     try:
+        from reconciler.platform import choose
+
+        choose.check()  # RECONCILER_PLATFORM: a wrong value is refused before anything runs
         return int(invocation.command.run(invocation.globals, invocation.values))
     except KeyboardInterrupt:
         return 130

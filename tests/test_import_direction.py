@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, bool], ...] = (
     ("planner", True),     # plan() and its rungs, the ledger, policy, records, render
     ("fleet", True),       # every node's offline plan, what a revision changes
     ("system", False),     # subprocess, signals, failpoints: the OS's primitives
+    ("platform", False),   # the OS's process facts behind one seam: linux, portable (psutil)
     ("models", False),     # model files: hashing, stamps, verification, checks
     ("state", False),      # state.db and the lock
     ("repo", False),       # the manifests checkout: files, git commit, revisions
@@ -60,7 +61,7 @@ OWNERS: dict[str, set[str]] = {
     "ipaddress": {"reconciler/core/loopback.py"},  # the one loopback rule (§5), addresses  # Model downloads (§1.6; fetch.py says why)
     "ssl": {"reconciler/models/fetch.py"},
     "prometheus_client": {"reconciler/report/metrics.py"},  # exposition, /metrics, the file
-    "psutil": {"reconciler/world/procs.py"},
+    "psutil": {"reconciler/platform/portable.py"},  # linux.py builds on its process table
     "pynvml": {"reconciler/world/devices.py"},  # NVML (nvidia-ml-py, optional), imported lazily
     "signal": {"reconciler/system/signals.py"},  # sending and catching signals
     "sqlite3": {"reconciler/state/store.py"},

@@ -10,6 +10,8 @@ conditions that end a command. This is the whole tree, as raised::
     ├── StateError          the state directory, its store or its lock file is
     │   │                   unusable (store.Store, lock.Lock)
     │   └── LockHeld        another reconciler holds the lock (lock.Lock.acquire)
+    ├── PlatformError       RECONCILER_PLATFORM names no implementation this system
+    │                       can run (platform.choose)
     └── RevisionError       a git revision's manifests cannot be read (gitrev)
 
 ``cli.main`` catches ``ReconcilerError`` by class and turns it into one line
@@ -106,6 +108,10 @@ class StateError(ReconcilerError):
 
 class LockHeld(StateError):
     """Another reconciler holds the state directory's lock."""
+
+
+class PlatformError(ReconcilerError):
+    """``RECONCILER_PLATFORM`` names no implementation, or one this system cannot run."""
 
 
 class RevisionError(ReconcilerError):

@@ -1,6 +1,6 @@
 """Process exit codes of every ``reconcile`` command, in one place (PURE).
 
-Not to be confused with why a *server* exited (``pidwatch.py`` notices that;
+Not to be confused with why a *server* exited (the platform's exit watch notices that;
 the status detail says why). These are the codes the reconciler itself
 returns to cron, systemd or a CI job:
 

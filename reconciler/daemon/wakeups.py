@@ -8,7 +8,9 @@ stop) and says why in a ``Wake``:
 * a manifest change (``filewatch.FileWatch`` pokes the control pipe);
 * ``request_pass`` / ``request_demand`` / ``request_stop`` from any thread
   (the router's waiting request is "demand"), through the control pipe;
-* a managed server's exit, through its pidfd (``pidwatch.ExitWatch``);
+* a managed server's exit, through the platform's exit watch (``seam.ExitWatch``:
+  a pidfd per server on Linux, a polling thread's pipe with ``portable``),
+  watching what ``targets_from`` takes from the store;
 * the deadline itself (the resync timer or the planner's requeue hint: the
   pass policy, ``daemon/passes.py``, says which and when).
 
@@ -27,8 +29,9 @@ from typing import Callable, Mapping, Sequence
 
 import attrs
 
-from reconciler.daemon import pidwatch
 from reconciler.daemon.filewatch import FileWatch
+from reconciler.platform import choose
+from reconciler.platform.seam import TAG, ExitWatch, Target
 from reconciler.report import logs
 from reconciler.system import signals
 
@@ -79,16 +82,17 @@ STOP = Wake(causes=frozenset({Cause.STOP}), stop=True)
 
 
 class Wakeups:
-    """The selector, its pipes, the signal fd, the server pidfds and the file watch."""
+    """The selector, its pipes, the signal fd, the server exit watch and the file watch."""
 
-    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic,
+                 exit_watch: Callable[[selectors.BaseSelector], ExitWatch] | None = None) -> None:
         self._monotonic = monotonic
         self._selector = selectors.DefaultSelector()
         self._ctl_r, self._ctl_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._sig_r, self._sig_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._selector.register(self._ctl_r, selectors.EVENT_READ, _CONTROL)
         self._selector.register(self._sig_r, selectors.EVENT_READ, _SIGNALS)
-        self.exits = pidwatch.ExitWatch(self._selector)
+        self.exits = (exit_watch or choose.current().exit_watch)(self._selector)
         self._files: FileWatch | None = None
         self._signals = signals.Wakeups(self._sig_w, SIGNALS)
 
@@ -123,7 +127,7 @@ class Wakeups:
                       level=logging.WARNING)
         self._files.start()
 
-    def watch_exits(self, targets: Mapping[str, pidwatch.Target]) -> tuple[str, ...]:
+    def watch_exits(self, targets: Mapping[str, Target]) -> tuple[str, ...]:
         """Watch exactly these servers' exits; the roles whose server is already gone."""
         was_supported = self.exits.supported
         gone = self.exits.sync(targets)
@@ -154,16 +158,18 @@ class Wakeups:
             return _from_signals(_drain(self._sig_r))
         if source == _CONTROL:
             return _from_control(bytes(_drain(self._ctl_r)))
-        if isinstance(source, tuple) and source[0] == pidwatch.TAG:
-            return self._from_exit(source[1])
+        if isinstance(source, tuple) and source[0] == TAG:
+            return self._from_exits(self.exits.fired(source))
         return Wake()
 
-    def _from_exit(self, role: str) -> Wake:
-        ended = self.exits.exited(role)
-        pid = ended[0] if ended else None
-        logs.emit(f"{role} exited (pid {pid}); reconciling now", event="exit", role=role,
-                  pid=pid, reason="exited")
-        return Wake(reasons=(f"{role} exited",), causes=frozenset({Cause.EXIT}), exited=(role,))
+    def _from_exits(self, ended: tuple[tuple[str, Target], ...]) -> Wake:
+        for role, (pid, _) in ended:
+            logs.emit(f"{role} exited (pid {pid}); reconciling now", event="exit", role=role,
+                      pid=pid, reason="exited")
+        if not ended:
+            return Wake()
+        return Wake(reasons=tuple(f"{role} exited" for role, _ in ended),
+                    causes=frozenset({Cause.EXIT}), exited=tuple(role for role, _ in ended))
 
     # ------------------------------------------------------------ leaving
 
@@ -183,6 +189,15 @@ class Wakeups:
             except OSError:
                 pass
         self._selector.close()
+
+
+def targets_from(records) -> dict[str, Target]:
+    """The processes to watch: managed roles the store says are running."""
+    out: dict[str, Target] = {}
+    for record in records:
+        if str(record.mode) == "managed" and record.pid and record.exited_at is None:
+            out[record.name] = (record.pid, record.create_time)
+    return out
 
 
 def _from_signals(signums: bytes | bytearray) -> Wake:

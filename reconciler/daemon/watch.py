@@ -11,7 +11,8 @@ wake-ups only decide *when*:
 * the planner's requeue hint (``Plan.requeue_after``: a short poll while a
   server loads, the exact end of a backoff delay), counted from the end of
   the pass that planned it, so the next pass is never early;
-* the moment a managed server exits (a pidfd per server, ``pidwatch.py``);
+* the moment a managed server exits (the platform's exit watch: a pidfd per
+  server on Linux; ``wakeups.py``);
 * SIGHUP: now. SIGTERM/SIGINT: finish the pass in progress, then leave
   (managed servers keep running unless ``stop_on_exit``).
 
@@ -49,11 +50,10 @@ import logging
 import time
 from typing import Callable, Iterator
 
-from reconciler.daemon import pidwatch
 from reconciler.daemon.passes import ERROR_RETRY, MIN_REQUEUE, PassPolicy, next_deadline
 from reconciler.daemon.routerslot import RouterSlot
 from reconciler.daemon.statusslot import StatusSlot
-from reconciler.daemon.wakeups import SIGNALS, Cause, Wake, Wakeups
+from reconciler.daemon.wakeups import SIGNALS, Cause, Wake, Wakeups, targets_from
 from reconciler.engine import loop
 from reconciler.engine.loop import PassInputs, PassResult
 from reconciler.report import logs
@@ -202,7 +202,7 @@ class Daemon:
 
     def _watch_exits(self) -> None:
         try:
-            targets = pidwatch.targets_from(self.store.roles())
+            targets = targets_from(self.store.roles())
         except Exception:
             logs.emit("cannot read the store for exit watching", level=logging.ERROR,
                       exc_info=True, event="error")

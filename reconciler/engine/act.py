@@ -42,10 +42,12 @@ from reconciler.runtimes import spec_of
 
 if TYPE_CHECKING:  # only a pass that acts makes outcomes (and imports them)
     from reconciler.core.outcomes import Outcome, Refusal
+    from reconciler.engine.seams import Gate, PassStore, Verifier
 
 
-def act(plan: Plan, desired: Desired, store, *, verifier=None, root: str = "",
-        clock: Callable[[], float] = time.time, gate=None) -> tuple[Outcome, ...]:
+def act(plan: Plan, desired: Desired, store: PassStore, *, verifier: Verifier | None = None,
+        root: str = "", clock: Callable[[], float] = time.time,
+        gate: Gate | None = None) -> tuple[Outcome, ...]:
     """Carry out the plan's acting decisions; one Outcome each, in plan order."""
     if not plan.changes:
         return ()
@@ -61,8 +63,8 @@ def act(plan: Plan, desired: Desired, store, *, verifier=None, root: str = "",
 class _PassHooks:
     """``execute.Hooks``: verify before a spawn, write intents and records, prove orphans."""
 
-    def __init__(self, store, desired: Desired, verifier, root: str,
-                 clock: Callable[[], float], gate=None) -> None:
+    def __init__(self, store: PassStore, desired: Desired, verifier: Verifier, root: str,
+                 clock: Callable[[], float], gate: Gate | None = None) -> None:
         self.store, self.desired, self.verifier = store, desired, verifier
         self.root, self.clock, self.gate = root, clock, gate
 

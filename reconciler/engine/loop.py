@@ -46,7 +46,7 @@ from reconciler.core.observed import Observed, Orphan, Remembered
 
 if TYPE_CHECKING:  # only a pass that acts makes outcomes
     from reconciler.core.outcomes import Outcome
-    from reconciler.state.store import Store
+    from reconciler.engine.seams import Gate, PassStore, Verifier
 
 
 def _paths(paths: Iterable[str]) -> tuple[str, ...]:
@@ -60,15 +60,15 @@ class PassInputs:
     """Everything one pass starts from."""
 
     paths: tuple[str, ...] = attrs.field(converter=_paths)  # the manifests (and their git commit)
-    store: Store  # remembered state and events; the caller opened it (and holds the lock)
+    store: PassStore  # remembered state and events (``state/store.Store``); the caller holds the lock
     state_dir: str
     desired: Desired | None = None  # given: the manifests are not read (watch's last good state)
     node: NodeChoice | None = None  # which node this is (§10); None: a set's only node
     allow_empty: bool = False  # an empty manifest set may stop running servers
     operator_starts: frozenset[str] = frozenset()  # roles named by `reconcile start`
-    verifier: object | None = None  # modelstore.Verifier-like; default: by the store's stamps
+    verifier: Verifier | None = None  # §1.1 before a spawn; default: ``modelstore.Verifier(store)``
     demand: Demand | None = None  # §9 the router's counts (watch only); None: no demand known
-    gate: object | None = None  # §9 the router's ``before_stop(decision)``: drain before a stop
+    gate: Gate | None = None  # §9 the router (``Router``): drain before a stop, watch after a spawn
     clock: Callable[[], float] = time.time
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from reconciler.engine import loop
 from reconciler.world import procs
+from reconciler.platform import portable
 from reconciler.core.decisions import Reason, Verb
 from reconciler.core.ownership import MARKER_ENV
 from reconciler.state.store import Store
@@ -97,13 +98,13 @@ def test_find_ours_passes_over_what_a_record_names(site, children, monkeypatch):
     recorded = _run(children, f"{root}/old-0000aaaa", "old-0000aaaa")
     unrecorded = _run(children, f"{root}/new-0000bbbb", "new-0000bbbb")
     asked, read = [], []
-    real_environ = procs.psutil.Process.environ
+    real_environ = portable.psutil.Process.environ
 
     def environ(self):
         read.append(self.pid)
         return real_environ(self)
 
-    monkeypatch.setattr(procs.psutil.Process, "environ", environ)
+    monkeypatch.setattr(portable.psutil.Process, "environ", environ)
 
     def known(pid: int, ctime: float) -> bool:
         asked.append(pid)

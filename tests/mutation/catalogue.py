@@ -704,8 +704,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(PR, "orphan-recheck-skipped", "            and ownership.proven(seen, root, uid) == instance_id)",
        "            and True)",
        "§4: the proof is not asked again right before an orphan's signal"),
-    _m(PR, "survey-passes-over-all", "            if known is not None and known(pid, proc.create_time()):",
-       "            if known is not None:",
+    _m(PR, "survey-passes-over-all", "        if created is None or known is not None and known(pid, created):",
+       "        if created is None or known is not None:",
        "§4: an unrecorded server of ours is never found: never re-adopted, never stopped as an orphan"),
     # §7.1 devices: the per-device ledger's rules.
     _m(PL, "ids-ignore-free",

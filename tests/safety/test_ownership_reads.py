@@ -1,8 +1,9 @@
 """§3 what ``procs.is_owned`` reads of a recorded pid: pid + create time + marker, alive, not a zombie.
 
-``is_owned`` reads /proc itself (the stat line, the environment, the stat line
-again) instead of psutil's four reads; these tests hold it to the same answers
-as psutil's way, on real processes, and pin the order of its reads.
+On Linux the platform's process table (``platform/linux.py``) reads /proc itself
+(the stat line, the environment, the stat line again) instead of psutil's four
+reads; these tests hold it to the same answers as psutil's way (the portable
+table), on real processes, and pin the order of its reads.
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ from typing import Iterator
 import psutil
 import pytest
 
-from reconciler.planner.identity import MARKER_ENV
+from reconciler.core import ownership
+from reconciler.core.ownership import MARKER_ENV
+from reconciler.platform import choose, linux, portable, procfs
+from reconciler.platform.seam import DENIED
 from reconciler.world import procs
 
 IID = "chat-0badcafe"
 
-pytestmark = pytest.mark.skipif(not procs._PROC, reason="no /proc: psutil's way is the only one")
+pytestmark = pytest.mark.skipif(not isinstance(choose.current().processes, linux.Processes),
+                                reason="not the linux platform: psutil's way is the only one")
 
 
 def _child(env: dict[str, str]) -> subprocess.Popen:
@@ -54,13 +59,17 @@ def _zombie(made: list[subprocess.Popen]) -> subprocess.Popen:
     return p
 
 
+def _owned(table, pid: int | None, ctime: float | None, iid: str) -> bool:
+    seen = table.recorded(pid, ctime, marker=True)
+    return seen is not None and seen is not DENIED and ownership.owned(seen, pid, ctime, iid)
+
+
 def _both(pid: int | None, ctime: float | None, iid: str, monkeypatch) -> tuple[bool, bool]:
-    """(the /proc reads' answer, psutil's way's answer) for one question."""
+    """(the /proc reads' answer, psutil's way's answer) for one question; ``is_owned``
+    (this machine's platform) gives the first."""
     fast = procs.is_owned(pid, ctime, iid)
-    with monkeypatch.context() as m:
-        m.setattr(procs, "_PROC", False)
-        slow = procs.is_owned(pid, ctime, iid)
-    return fast, slow
+    assert fast == _owned(linux.Processes(), pid, ctime, iid)
+    return fast, _owned(portable.Processes(), pid, ctime, iid)
 
 
 def test_is_owned_answers_as_psutils_way(made, monkeypatch) -> None:
@@ -101,8 +110,8 @@ def test_a_recycled_pids_environment_is_never_read(made, monkeypatch) -> None:
     time.sleep(0.2)
     ctime = psutil.Process(p.pid).create_time()
     read: list[int] = []
-    real = procs._environ_marker
-    monkeypatch.setattr(procs, "_environ_marker", lambda pid: read.append(pid) or real(pid))
+    real = procfs._environ_marker
+    monkeypatch.setattr(procfs, "_environ_marker", lambda pid: read.append(pid) or real(pid))
     assert not procs.is_owned(p.pid, ctime - 5, IID)
     assert read == []
     assert procs.is_owned(p.pid, ctime, IID) and read == [p.pid]
@@ -116,7 +125,7 @@ def test_the_marker_counts_only_for_the_process_still_at_the_pid(made, monkeypat
     made.append(p)
     time.sleep(0.2)
     ctime = psutil.Process(p.pid).create_time()
-    real = procs._stat
+    real = procfs._stat
     for second in ((b"S", b"1"), (b"Z", None)):
         calls: list[int] = []
 
@@ -127,10 +136,10 @@ def test_the_marker_counts_only_for_the_process_still_at_the_pid(made, monkeypat
                 return state, start
             return second[0], second[1] if second[1] is not None else start
 
-        monkeypatch.setattr(procs, "_stat", stat)
+        monkeypatch.setattr(procfs, "_stat", stat)
         assert not procs.is_owned(p.pid, ctime, IID), second
         assert len(calls) == 2
-    monkeypatch.setattr(procs, "_stat", real)
+    monkeypatch.setattr(procfs, "_stat", real)
     assert procs.is_owned(p.pid, ctime, IID)
 
 
@@ -142,8 +151,8 @@ def test_the_boot_time_is_read_once_for_a_pass_of_many_processes(made, monkeypat
     time.sleep(0.2)
     ctime = psutil.Process(p.pid).create_time()
     reads: list[float] = []
-    real = psutil.boot_time
-    monkeypatch.setattr(procs.psutil, "boot_time", lambda: reads.append(1) or real())
-    monkeypatch.setattr(procs, "_BOOT", [0.0, -1.0])
+    real = procfs._PSUTIL.boot_time
+    monkeypatch.setattr(procfs._PSUTIL, "boot_time", lambda: reads.append(1) or real())
+    monkeypatch.setattr(procfs, "_BOOT", [0.0, -1.0])
     assert all(procs.is_owned(p.pid, ctime, IID) for _ in range(50))
     assert len(reads) == 1

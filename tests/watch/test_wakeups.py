@@ -9,7 +9,9 @@ import time
 
 import pytest
 
-from reconciler.daemon.wakeups import Cause, Deadline, Wake, Wakeups
+from reconciler.core.desired import Mode, Runtime
+from reconciler.core.observed import RoleRecord
+from reconciler.daemon.wakeups import Cause, Deadline, Wake, Wakeups, targets_from
 from reconciler.world import procs
 
 
@@ -72,3 +74,14 @@ def test_sighup_through_the_wakeup_fd_is_a_pass_and_sigterm_a_stop(wakeups):
     assert wakeups.wait(soon()).causes == {Cause.SIGHUP}
     os.kill(os.getpid(), signal.SIGTERM)
     assert wakeups.wait(soon()).stop
+
+
+def test_targets_are_managed_roles_the_store_calls_running():
+    """Only managed records with a pid and no observed exit are watched."""
+    def rec(name, **kw):
+        kw.setdefault("mode", Mode.MANAGED)
+        return RoleRecord(name=name, instance_id=f"{name}-1", runtime=Runtime.LLAMACPP, **kw)
+
+    records = [rec("up", pid=10, create_time=1.0), rec("dead", pid=11, create_time=1.0,
+               exited_at=5.0), rec("never"), rec("adopted", mode=Mode.ADOPTED, pid=12)]
+    assert targets_from(records) == {"up": (10, 1.0)}

@@ -1,6 +1,6 @@
-"""The machine's listening TCP sockets: inode → ``host:port`` (SHELL).
+"""The machine's listening TCP sockets on Linux: inode → ``host:port`` (SHELL).
 
-``procs.listeners_by_group`` matches these inodes against the fds of our
+``linux.Listeners.by_group`` matches these inodes against the fds of our
 process groups. Only LISTEN sockets are wanted, so they are asked for by
 state: one ``sock_diag`` netlink dump per address family (what ``ss -tl``
 does), in which the kernel itself keeps only the listeners. Reading
@@ -9,7 +9,7 @@ machine and this process parse each line: with the ~10,000 TIME_WAIT sockets
 a busy machine keeps, ~20 ms of kernel time and ~15 ms of parsing a pass,
 against ~0.1 ms for the dump. When netlink cannot be used (a sandbox that
 forbids it, a kernel without ``sock_diag``) the ``/proc`` tables are read as
-before; both give the same mapping (tests/observe/test_listeners.py).
+before; both give the same mapping (tests/platform/test_sockdiag.py).
 """
 
 from __future__ import annotations

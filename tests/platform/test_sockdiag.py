@@ -1,13 +1,20 @@
-"""The listening-socket table (world/listeners.py): netlink's dump and /proc's tables agree."""
+"""The Linux listening-socket table (platform/sockdiag.py): netlink's dump and /proc's tables agree."""
 
 from __future__ import annotations
 
 import os
 import socket
 
+import sys
+
 import pytest
 
-from reconciler.world import listeners, procs
+from reconciler.world import procs
+
+if sys.platform.startswith("linux"):
+    from reconciler.platform import sockdiag as listeners
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sock_diag is Linux's")
 
 
 def _inode(sock: socket.socket) -> str:
