@@ -16,6 +16,7 @@ the output directory already holds a file it would write).
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 
@@ -79,7 +80,7 @@ def run_swap(g: GlobalOptions, o: ImportSwapOptions) -> int:
 
 def _swap_drafts(path: str, listen: int) -> tuple[list[RoleDraft], int, tuple[Note, ...]]:
     with open(path, "rb") as f:
-        config = yaml.safe_load(f)
+        config = llamaswap.parse(f.read())
     if not isinstance(config, dict):
         raise ValueError(f"{path}: not a llama-swap config (a YAML mapping)")
     swap = llamaswap.read(config, listen_port=listen)
@@ -135,6 +136,12 @@ def _locate(needs: list[ModelNeed], names: dict[ModelNeed, str]
                          f"hf://{repo.split(':')[0]}/FILE@COMMIT` to pin it")
             continue
         path = os.path.expanduser(need.path)
+        if llamaswap.is_windows([need.path]):
+            file = need.path.replace("\\", "/").rsplit("/", 1)[-1]
+            why[need] = (f"{need.path} is a Windows path, not on this machine: copy the file "
+                         f"here and run `reconcile models add {shlex.quote('DIR/' + file)} "
+                         f"--name {names[need]}`")
+            continue
         if not os.path.exists(path):
             named = "" if names[need] == importdocs.model_name(need) else \
                 f" --name {names[need]}"
@@ -199,6 +206,8 @@ def _report(drafts, config_notes, missing, unlocated, steps) -> None:
                 print(f"{d.name}: not carried: {note}", file=sys.stderr)
             elif note.dropped:
                 print(f"{d.name}: dropped: {note}", file=sys.stderr)
+            elif note.changed:
+                print(f"{d.name}: changed: {note}", file=sys.stderr)
     for name, need in missing:
         print(f"to finish: Model {name}: {unlocated.get(need, 'not found')}", file=sys.stderr)
     for step in steps:

@@ -20,17 +20,20 @@ ours:
 
 Macros that read the environment (``${env.HOME}``) are left as written, with a note: their
 value exists only on the machine llama-swap ran on.
+
+The YAML is read, and each ``cmd`` split, as llama-swap does it (``swapsyntax.py``): ``fa: on``
+is the text ``on``; a config whose commands name Windows paths is split the Windows way.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
 from typing import Any, Mapping
 
 import attrs
 
 from reconciler.manifests import swaprouting
+from reconciler.manifests.swapsyntax import go_text, is_windows, parse, split_cmd  # noqa: F401
 from reconciler.manifests.translate import Note, role_name
 
 frozen = attrs.frozen(kw_only=True)
@@ -91,7 +94,6 @@ def read(config: Mapping[str, Any], *, listen_port: int = DEFAULT_LISTEN_PORT) -
             port, next_port = next_port, next_port + 1
             macros["PORT"] = str(port)
         cmd_text, proxy = (_expand(text, macros, notes) for text in unexpanded)
-        argv = split_cmd(cmd_text)
         proxy_port = _proxy_port(proxy, notes)
         port = port if port is not None else proxy_port
         ttl = _int(body.get("ttl"), global_ttl)
@@ -104,9 +106,17 @@ def read(config: Mapping[str, Any], *, listen_port: int = DEFAULT_LISTEN_PORT) -
         if body.get("concurrencyLimit"):
             notes.append(Note(flag="concurrencyLimit", kept=False,
                               what="not carried: set the role's max_concurrency by hand"))
-        drafts.append(dict(model_id=str(model_id), role=roles[model_id], argv=tuple(argv),
+        drafts.append(dict(model_id=str(model_id), role=roles[model_id], argv=cmd_text,
                            port=port, idle_after=f"{ttl}s" if ttl > 0 else NEVER_IDLE,
                            aliases=aliases, env=_env(body.get("env"), notes), notes=notes))
+    windows = is_windows([d["argv"] for d in drafts])
+    for d in drafts:
+        d["argv"] = tuple(split_cmd(d["argv"], windows=windows))
+        if windows and d["argv"]:
+            d["notes"].append(Note(flag=d["argv"][0], kept=True, changed=True, what=(
+                "a Windows program (llama-swap ran on Windows; its command split the Windows "
+                "way): not on this machine, the node's serve_programs name this machine's; "
+                "the flags and the model are carried")))
     routing = swaprouting.read(config, [d["model_id"] for d in drafts],
                                {str(k): v for k, v in roles.items()})
     top_notes += routing.config_notes
@@ -114,13 +124,6 @@ def read(config: Mapping[str, Any], *, listen_port: int = DEFAULT_LISTEN_PORT) -
                           excludes=routing.excludes[d["model_id"]])
                 for d in drafts)
     return SwapConfig(models=out, router_port=listen_port, notes=tuple(top_notes))
-
-
-def split_cmd(text: str) -> list[str]:
-    """A ``cmd`` as llama-swap splits it: comment lines dropped, continuations joined, shell words."""
-    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
-    joined = " ".join(line.rstrip().removesuffix("\\") for line in lines)
-    return shlex.split(joined, comments=True)
 
 
 def _expand(text: str, macros: Mapping[str, str], notes: list[Note]) -> str:
@@ -139,7 +142,7 @@ def _expand(text: str, macros: Mapping[str, str], notes: list[Note]) -> str:
 def _macros(raw: Any) -> dict[str, str]:
     if not isinstance(raw, Mapping):
         return {}
-    return {str(k): str(v).strip() for k, v in raw.items()}
+    return {str(k): go_text(v).strip() for k, v in raw.items()}
 
 
 def _aliases(raw: Any) -> tuple[str, ...]:

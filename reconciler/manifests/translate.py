@@ -88,6 +88,7 @@ class Note:
     kept: bool
     what: str
     dropped: bool = False  # kept, but not written: the reconciler does it its own way
+    changed: bool = False  # kept, written differently (a port, a spelling): said, still whole
 
     def __str__(self) -> str:
         return f"{self.flag}: {self.what}"
@@ -208,7 +209,8 @@ def translate(argv: Iterable[str], *, lookup: FlagTable = flag_tables.lookup,
     args = words[1:]
     if command.modernise is not None:
         args, rewrites = command.modernise(args, lambda spelling: lookup(runtime, spelling))
-        notes += [Note(flag=r.flag, kept=True, what=r.what, dropped=r.dropped) for r in rewrites]
+        notes += [Note(flag=r.flag, kept=True, what=r.what, dropped=r.dropped,
+                       changed=not r.dropped) for r in rewrites]
     state = _State(runtime=runtime, command=command, lookup=lookup, notes=notes)
     state.walk(args)
     if "port" not in state.serve and port is not None:
@@ -263,6 +265,8 @@ class _State:
                     continue
                 i += flag.count
                 if flag.count > 1:  # a pair of values (a layer range): only ever extra_args
+                    if self.refused(flag, spelling, given):
+                        continue
                     self.extra.extend([spelling, *given])
                     self.keep(spelling, "extra_args")
                     continue
@@ -319,6 +323,8 @@ class _State:
             self.extra.extend([spelling, need.name])
             self.keep(spelling, f"extra_args, the file {need.name} next to the manifest")
         elif flag.cls in (FlagClass.ALLOWED, FlagClass.DEVICE):
+            if value is not None and self.refused(flag, spelling, [value]):
+                return
             self.extra.append(spelling)
             if value is not None:
                 self.extra.append(value)
@@ -358,6 +364,16 @@ class _State:
         else:
             self.keep(spelling, f"{value!r} not carried: the reconciler binds loopback only (§5); "
                       "clients on other machines reach it through a proxy you run", dropped=True)
+
+    def refused(self, flag: Flag, spelling: str, values: list[str]) -> bool:
+        """A value the flag table refuses (``--n-gpu-layers 100,100``) is not carried: the
+        table's own words say why, and the line is not whole (§1.7)."""
+        for value in values:
+            problem = flag_tables.value_problem(flag, spelling, value)
+            if problem is not None:
+                self.notes.append(Note(flag=spelling, kept=False, what=problem))
+                return True
+        return False
 
     def keep(self, spelling: str, what: str, *, dropped: bool = False) -> None:
         self.notes.append(Note(flag=spelling, kept=True, what=what, dropped=dropped))

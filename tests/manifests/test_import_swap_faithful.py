@@ -1,0 +1,111 @@
+"""`reconcile import llama-swap` reads a config as llama-swap reads it, and never counts a line
+whole that is not (§1.7, issue 31): Windows commands split the Windows way, YAML read as
+yaml.v3 reads it, values the flag table refuses not carried, one shared port made distinct."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+import reconciler
+from reconciler.manifests import llamaswap, translate
+
+#: The tree whose ``reconciler`` this test imports (the command runs the same code).
+TREE = str(Path(reconciler.__file__).resolve().parents[1])
+
+
+def _reconcile(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (TREE, os.environ.get("PYTHONPATH")) if p)}
+    return subprocess.run([sys.executable, "-m", "reconciler", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _roles(out: Path) -> dict[str, dict]:
+    docs = [d for f in sorted(out.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text())]
+    return {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "InferenceSpec"}
+
+
+def _models(text: str) -> dict[str, llamaswap.SwapModel]:
+    return {m.model_id: m for m in llamaswap.read(llamaswap.parse(text)).models}
+
+
+# ---------------------------------------------------------------- Windows configs
+
+
+_WINDOWS = r"""
+models:
+  qwen:
+    cmd: |
+      C:\llama\llama-server.exe --port ${PORT}
+      -m "C:\Users\Me\models\Qwen3 8B\qwen3-8b-q4_k_m.gguf" -ngl 99 --alias "say \"hi\""
+"""
+
+
+def test_a_windows_command_keeps_its_backslashes() -> None:
+    """§1.7: a config whose commands name a drive (llama-swap ran on Windows, where it splits
+    a command the Windows way) keeps every backslash: `C:\\llama\\llama-server.exe` is the
+    program, a quoted path with a space is one word, `\\"` is a quote."""
+    (qwen,) = _models(_WINDOWS).values()
+    assert qwen.argv == ("C:\\llama\\llama-server.exe", "--port", "5800", "-m",
+                         "C:\\Users\\Me\\models\\Qwen3 8B\\qwen3-8b-q4_k_m.gguf",
+                         "-ngl", "99", "--alias", 'say "hi"')
+    (said,) = [n for n in qwen.notes if n.changed]
+    assert said.kept and "a Windows program" in said.what and "not on this machine" in said.what
+    assert llamaswap.split_cmd(r'a\b "c d" e\\"f g"', windows=True) == ["a\\b", "c d", 'e\\f g']
+    assert llamaswap.split_cmd(r"a\ b 'c d'") == ["a b", "c d"]  # POSIX stays POSIX
+
+
+def test_a_windows_config_is_imported_with_its_flags_and_model_said(tmp_path: Path) -> None:
+    """§1.7: importing the Windows config writes the role (flags, port, model name carried),
+    says the program is a Windows one not on this machine, and the step to finish the Model
+    says to copy the file here — never `'C:llamallama-server' is not a server`."""
+    config = tmp_path / "config.yaml"
+    config.write_text(_WINDOWS)
+    out = tmp_path / "out"
+    done = _reconcile("import", "llama-swap", str(config), "-o", str(out), cwd=tmp_path)
+    assert "is not a server" not in done.stderr
+    role = _roles(out)["qwen"]
+    assert role["model"] == "qwen3-8b-q4_k_m"
+    assert role["serve"]["extra_args"] == ["-ngl", "99"]
+    assert "qwen: changed: C:\\llama\\llama-server.exe: a Windows program" in done.stderr
+    assert "is a Windows path, not on this machine: copy the file here" in done.stderr
+    assert "1 of 1 command lines carried over whole" in done.stderr
+
+
+# ---------------------------------------------------------------- YAML as yaml.v3 reads it
+
+
+def test_macros_keep_the_text_llama_swap_keeps() -> None:
+    """§1.7: yaml.v3 reads `on`, `yes` and `1:30` as text (YAML 1.1 would say True and 90);
+    `true` and `1.0` are written as Go's %v writes them (`true`, `1`)."""
+    (m,) = _models("""
+macros: {fa: on, mlock: yes, t: 1:30, b: true, temp: 1.0}
+models:
+  m: {cmd: "llama-server -m m.gguf -fa ${fa} --x ${mlock} ${t} ${b} --temp ${temp}"}
+""").values()
+    assert m.argv == ("llama-server", "-m", "m.gguf", "-fa", "on", "--x", "yes", "1:30",
+                      "true", "--temp", "1")
+    tr = translate.translate(m.argv[:5])
+    assert tr.expressed and tr.serve["extra_args"] == ["-fa", "on"]
+
+
+# ---------------------------------------------------------------- values the table refuses
+
+
+def test_a_value_the_flag_table_refuses_is_not_carried() -> None:
+    """§1.7: `--n-gpu-layers 100,100` and `-fa True` are refused by the flag table: neither is
+    written, each is `not carried` in the table's own words, and the line is not whole."""
+    tr = translate.translate(["llama-server", "-m", "m.gguf", "--n-gpu-layers", "100,100",
+                              "-fa", "True", "--temp", "0.6"])
+    assert tr.serve["extra_args"] == ["--temp", "0.6"]
+    assert not tr.expressed
+    assert [(n.flag, n.what) for n in tr.lost] == [
+        ("--n-gpu-layers", "the value of --n-gpu-layers must be an integer or one of auto, "
+                           "all, not '100,100'"),
+        ("-fa", "the value of -fa must be one of on, off, auto, enabled, disabled, true, "
+                "false, 1, 0, not 'True'")]
