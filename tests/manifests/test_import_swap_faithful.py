@@ -109,3 +109,50 @@ def test_a_value_the_flag_table_refuses_is_not_carried() -> None:
                            "all, not '100,100'"),
         ("-fa", "the value of -fa must be one of on, off, auto, enabled, disabled, true, "
                 "false, 1, 0, not 'True'")]
+
+
+# ---------------------------------------------------------------- the one-port pattern
+
+
+def test_models_sharing_one_fixed_port_get_distinct_ports_said(tmp_path: Path) -> None:
+    """§1.7: every model on `--port 9999` (llama-swap runs one at a time) and one with no port
+    (the server's 8080, the router's port): the first keeps 9999, the others get free ports,
+    each said (`changed:`, the router hides ports from clients); the set is valid and whole."""
+    lines = []
+    for name, port in (("a", "--port 9999 "), ("b", "--port 9999 "), ("c", "")):
+        (tmp_path / f"{name}.gguf").write_bytes(b"GGUF" + name.encode() * 100)
+        lines.append(f"  {name}: {{cmd: llama-server {port}-m {tmp_path}/{name}.gguf}}")
+    config = tmp_path / "config.yaml"
+    config.write_text("models:\n" + "\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    done = _reconcile("import", "llama-swap", str(config), "-o", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    ports = {name: spec["serve"]["port"] for name, spec in _roles(out).items()}
+    assert ports == {"a": 9999, "b": 10000, "c": 8081}
+    assert "b: changed: --port: 9999 is role a's port too" in done.stderr
+    assert "c: changed: --port: 8080 is the router's port" in done.stderr
+    assert "the router forwards by model name" in done.stderr
+    assert "3 of 3 command lines carried over whole" in done.stderr
+
+
+# ---------------------------------------------------------------- an honest tally
+
+
+def test_a_line_whose_output_does_not_validate_is_never_counted_whole(tmp_path: Path) -> None:
+    """§1.7: `a` carries every flag but its `env` names a variable llama-server roles may not
+    set: its written file does not validate, so the tally counts only `b` whole; a Model
+    that is not here yet (`c`, a `to finish:` step) does not cost its line."""
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.gguf").write_bytes(b"GGUF" + name.encode() * 100)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"""
+models:
+  a: {{cmd: "llama-server --port 9001 -m {tmp_path}/a.gguf", env: ["NOT_ALLOWED_X=1"]}}
+  b: {{cmd: "llama-server --port 9002 -m {tmp_path}/b.gguf"}}
+  c: {{cmd: "llama-server --port 9003 -m {tmp_path}/gone/c.gguf"}}
+""")
+    done = _reconcile("import", "llama-swap", str(config), "-o", str(tmp_path / "out"),
+                      cwd=tmp_path)
+    assert done.returncode == 1
+    assert "a.yaml:" in done.stderr and "NOT_ALLOWED_X is not a variable" in done.stderr
+    assert "2 of 3 command lines carried over whole" in done.stderr
