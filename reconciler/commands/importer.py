@@ -83,7 +83,7 @@ def _swap_drafts(path: str, listen: int) -> tuple[list[RoleDraft], int, tuple[No
         config = llamaswap.parse(f.read())
     if not isinstance(config, dict):
         raise ValueError(f"{path}: not a llama-swap config (a YAML mapping)")
-    swap = llamaswap.read(config, listen_port=listen)
+    swap = llamaswap.read(config, listen_port=listen, environ=os.environ)
     drafts = []
     for m in swap.models:
         try:
@@ -93,7 +93,11 @@ def _swap_drafts(path: str, listen: int) -> tuple[list[RoleDraft], int, tuple[No
             continue
         drafts.append(RoleDraft(name=m.role, translation=tr, state="on-demand",
                                 idle_after=m.idle_after, aliases=m.aliases, env=m.env,
-                                excludes=m.excludes, notes=m.notes))
+                                excludes=m.excludes, notes=m.notes,
+                                max_concurrency=m.max_concurrency))
+    imported = {f"role:{d.name}" for d in drafts}  # excludes name only roles written
+    drafts = [attrs.evolve(d, excludes=tuple(e for e in d.excludes if e in imported))
+              for d in drafts]
     return importdocs.distinct_ports(drafts, reserved=[swap.router_port]), swap.router_port, \
         swap.notes
 
@@ -103,6 +107,7 @@ def _write(drafts: list[RoleDraft], router: int | None, config_notes: tuple[Note
     needs = [n for d in drafts for n in d.translation.models]
     located, unlocated = _locate(needs, importdocs.model_names(needs))
     programs = {r: _program(r, drafts) for r in {d.translation.runtime for d in drafts}}
+    drafts = [_other_program(d, programs) for d in drafts]
     written = importdocs.documents(drafts, located, programs=programs, router_port=router)
     files = _file_plan(drafts, out)
     targets = _targets(written.documents, out)
@@ -174,6 +179,18 @@ def _program(runtime: Runtime, drafts: list[RoleDraft]) -> str:
     name = spec_of(runtime).command_line.programs[0]
     found = given or shutil.which(name)
     return os.path.realpath(found) if found else f"/usr/local/bin/{name}"
+
+
+def _other_program(draft: RoleDraft, programs: dict[Runtime, str]) -> RoleDraft:
+    """A line that ran another build of its server than the node's one program: said, not
+    whole (a role-level program is not here yet; until then its binary is not carried)."""
+    program = draft.translation.program
+    chosen = programs[draft.translation.runtime]
+    if not os.path.isabs(program) or os.path.realpath(program) == chosen:
+        return draft
+    note = Note(flag=program, kept=False, what=f"another build than the node's {chosen}: "
+                "every role of a runtime runs the node's one program (serve_programs)")
+    return attrs.evolve(draft, notes=(*draft.notes, note))
 
 
 def _file_plan(drafts: list[RoleDraft], out: str) -> list[tuple[str, str]]:

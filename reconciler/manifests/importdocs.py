@@ -37,6 +37,7 @@ class RoleDraft:
     env: tuple[tuple[str, str], ...] = ()
     excludes: tuple[str, ...] = ()
     notes: tuple[Note, ...] = ()
+    max_concurrency: int | None = None  # llama-swap's concurrencyLimit
 
 
 @frozen
@@ -225,6 +226,8 @@ def _role_spec(role: RoleDraft, names: Mapping[ModelNeed, str], key_dir: str) ->
         spec["env"] = env
     if role.excludes:
         spec["excludes"] = list(role.excludes)
+    if role.max_concurrency is not None:
+        spec["max_concurrency"] = role.max_concurrency
     return spec
 
 

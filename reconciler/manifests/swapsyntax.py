@@ -9,7 +9,9 @@
   ``\\`` a space, then words as a POSIX shell splits them — or, on a config written for
   Windows (``is_windows``: a drive letter ``C:\\`` or an ``.exe``), as Windows splits a
   command line (llama-swap runs on Windows too, installed with winget): backslashes are path
-  separators there, only double quotes quote.
+  separators there, only double quotes quote;
+* a ``cmd`` that is a shell script (``bash -c "cd /m && exec llama-server …"``): its server
+  command (``unwrap_shell``), the script's other commands said, not carried.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import shlex
 from typing import Any
 
 import yaml
+
+from reconciler.manifests.translate import Note, program_of, servers
 
 #: A Windows path in a command: a drive letter (``C:\\``, ``d:/``) or a program ending ``.exe``.
 _WINDOWS = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]:[\\/]|\.exe(?![A-Za-z0-9])", re.IGNORECASE)
@@ -112,3 +116,30 @@ def _split_windows(text: str) -> list[str]:
     if started:
         words.append("".join(word))
     return words
+
+
+def unwrap_shell(argv: list[str], notes: list[Note]) -> tuple[str, ...]:
+    """``bash -c "cd /m && exec llama-server …"``: the server's command is the one carried;
+    every other command of the script is said, not carried (a ``cd`` changes what a relative
+    path names: never dropped silently)."""
+    shells = ("sh", "bash", "zsh", "dash")
+    if len(argv) < 3 or argv[0].rsplit("/", 1)[-1] not in shells or argv[1] not in ("-c", "-lc"):
+        return tuple(argv)
+    parts = [p.strip() for p in re.split(r"&&|\|\||;|\n", argv[2]) if p.strip()]
+    servers = [p for p in parts if _names_server(p)]
+    if len(servers) != 1:
+        return tuple(argv)
+    for part in parts:
+        if part is not servers[0]:
+            notes.append(Note(flag=argv[0], kept=False, what=f"the script's `{part}`: not "
+                              "carried (only its server command is)"))
+    return tuple(split_cmd(servers[0]))
+
+
+def _names_server(command: str) -> bool:
+    try:
+        words = split_cmd(command)
+    except ValueError:
+        return False
+    _, rest, _ = program_of(words)
+    return bool(rest) and any(c.names(rest[0].rsplit("/", 1)[-1]) for _, c in servers())

@@ -144,7 +144,7 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 _HF = {"--hf-repo": Weight.MODEL, "--hf-repo-draft": Weight.DRAFT}
 
 
-def _servers() -> list[tuple[Runtime, CommandLine]]:
+def servers() -> list[tuple[Runtime, CommandLine]]:
     """Each launched runtime and how a command line names its server (the registry says)."""
     return [(spec.runtime, spec.command_line) for spec in SPECS.values() if spec.command_line]
 
@@ -181,7 +181,7 @@ def program_of(argv: Iterable[str]) -> tuple[tuple[tuple[str, str], ...], list[s
             continue
         python_m = base.startswith("python") and words[i + 1:i + 2] == ["-m"]
         at = i + 2 if python_m else i
-        for _, command in _servers():
+        for _, command in servers():
             taken = _forms(words, at, command.modules)
             if taken and (python_m or " " in " ".join(words[at:at + taken])):
                 return tuple(env), [command.programs[0], *words[at + taken:]], notes
@@ -201,9 +201,9 @@ def translate(argv: Iterable[str], *, lookup: FlagTable = flag_tables.lookup,
         raise ValueError("no server program in the command line")
     program = words[0]
     base = program.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".exe")
-    found = [(r, c) for r, c in _servers() if c.names(base)]
+    found = [(r, c) for r, c in servers() if c.names(base)]
     if not found:
-        known = ", ".join(c.programs[0] for _, c in _servers())
+        known = ", ".join(c.programs[0] for _, c in servers())
         raise ValueError(f"{base!r} is not a server the reconciler runs (it runs {known})")
     ((runtime, command),) = found
     args = words[1:]

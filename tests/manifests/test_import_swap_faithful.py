@@ -156,3 +156,89 @@ models:
     assert done.returncode == 1
     assert "a.yaml:" in done.stderr and "NOT_ALLOWED_X is not a variable" in done.stderr
     assert "2 of 3 command lines carried over whole" in done.stderr
+
+
+# ---------------------------------------------------------------- the rest of llama-swap's schema
+
+
+def test_concurrency_limit_use_model_name_and_keys_llama_swap_ignores() -> None:
+    """§1.7: `concurrencyLimit: 4` is `max_concurrency: 4` (said: over it, requests wait);
+    `useModelName` and `cmdStop` are done our own way and a key llama-swap does not read
+    (`comment`) it ignored too: none of them costs the line; `filters.setParamsByID` names
+    become aliases, the parameters said not carried."""
+    (m,) = _models("""
+models:
+  gemma:
+    cmd: llama-server -m g.gguf
+    concurrencyLimit: 4
+    useModelName: google/gemma
+    cmdStop: kill ${PID}
+    comment: my best model
+    filters:
+      setParamsByID:
+        "gemma:thinking": {temperature: 1.0}
+""").values()
+    assert m.max_concurrency == 4
+    assert m.aliases == ("gemma:thinking",)
+    lost = [n.flag for n in m.notes if not n.kept]
+    assert lost == ["setParamsByID.gemma:thinking"]
+    said = {n.flag: n for n in m.notes if n.kept}
+    assert said["concurrencyLimit"].changed and "max_concurrency: 4" in said["concurrencyLimit"].what
+    assert said["useModelName"].dropped and said["cmdStop"].dropped
+    assert said["comment"].what == "llama-swap does not read it either"
+
+
+def test_port_macros_go_in_sorted_model_id_order() -> None:
+    """§1.7: llama-swap hands out `${PORT}` in sorted model-id order, not the file's."""
+    models = _models("models:\n  zeta: {cmd: 'llama-server --port ${PORT} -m z.gguf'}\n"
+                     "  alpha: {cmd: 'llama-server --port ${PORT} -m a.gguf'}\n")
+    assert (models["alpha"].port, models["zeta"].port) == (5800, 5801)
+
+
+def test_env_macros_are_expanded_from_this_machines_environment() -> None:
+    """§1.7: `${env.MODELS}` is expanded as llama-swap expands it (from the environment),
+    said; one this machine lacks is left as written with a note that is not kept."""
+    config = llamaswap.parse("models:\n  a: {cmd: 'llama-server -m ${env.MODELS}/a.gguf "
+                             "--slot-save-path ${env.NOPE}'}\n")
+    (a,) = llamaswap.read(config, environ={"MODELS": "/srv/models"}).models
+    assert a.argv[:3] == ("llama-server", "-m", "/srv/models/a.gguf")
+    notes = {n.flag: n for n in a.notes}
+    assert notes["${env.MODELS}"].kept and notes["${env.MODELS}"].changed
+    assert not notes["${env.NOPE}"].kept
+
+
+def test_a_shell_script_cmd_carries_its_server_command_and_says_the_rest() -> None:
+    """§1.7: `bash -c "cd /models && exec llama-server …"` is llama-server (not "'bash' is
+    not a server"); the `cd` is said, not carried (it changes what relative paths name)."""
+    (a,) = _models('models: {a: {cmd: "bash -c \\"cd /models && exec llama-server -m q.gguf\\""}}'
+                   ).values()
+    assert a.argv == ("exec", "llama-server", "-m", "q.gguf")
+    (note,) = a.notes
+    assert not note.kept and "`cd /models`" in note.what
+
+
+def test_the_import_says_rewrites_other_builds_and_excludes_only_written_roles(
+        tmp_path: Path) -> None:
+    """§1.7: an older spelling rewritten is said (`changed:`); a model that ran another build
+    of llama-server than the node's one program is `not carried:`; a model that could not be
+    imported is named by no role's `excludes` (the set would not validate)."""
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.gguf").write_bytes(b"GGUF" + name.encode() * 100)
+    for build in ("cuda", "vulkan"):
+        (tmp_path / build).mkdir()
+        (tmp_path / build / "llama-server").write_text("#!/bin/sh\n")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"""
+models:
+  a: {{cmd: "{tmp_path}/cuda/llama-server --port 9001 -m {tmp_path}/a.gguf --mlock --no-mmap"}}
+  b: {{cmd: "{tmp_path}/vulkan/llama-server --port 9002 -m {tmp_path}/b.gguf"}}
+  gone: {{cmd: "vllm serve x"}}
+""")
+    out = tmp_path / "out"
+    done = _reconcile("import", "llama-swap", str(config), "-o", str(out), cwd=tmp_path)
+    assert "gone: not imported" in done.stderr
+    assert "a: changed: --mlock --no-mmap: an older spelling" in done.stderr
+    assert f"b: not carried: {tmp_path}/vulkan/llama-server: another build" in done.stderr
+    roles = _roles(out)
+    assert roles["a"]["excludes"] == ["role:b"] and roles["b"]["excludes"] == ["role:a"]
+    assert "1 of 2 command lines carried over whole" in done.stderr
