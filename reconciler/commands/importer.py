@@ -249,7 +249,7 @@ def _report(drafts, config_notes, missing, unlocated, steps, *, whole: set[str])
                 print(f"{d.name}: changed: {note}", file=sys.stderr)
     for name, need in missing:
         print(f"to finish: Model {name}: {unlocated.get(need, 'not found')}", file=sys.stderr)
-    for step in steps:
+    for step in dict.fromkeys(steps):  # one file two roles read: one step
         print(f"to finish: {step}", file=sys.stderr)
     print(f"{len(whole)} of {len(drafts)} command lines carried over whole", file=sys.stderr)
 
