@@ -104,6 +104,7 @@ def _swap_drafts(path: str, listen: int) -> tuple[list[RoleDraft], int, tuple[No
 
 def _write(drafts: list[RoleDraft], router: int | None, config_notes: tuple[Note, ...], *,
            out: str) -> int:
+    drafts = [importdocs.checked_env(d) for d in drafts]
     needs = [n for d in drafts for n in d.translation.models]
     located, unlocated = _locate(needs, importdocs.model_names(needs))
     programs = {r: _program(r, drafts) for r in {d.translation.runtime for d in drafts}}

@@ -17,7 +17,7 @@ from typing import Iterable, Mapping
 import attrs
 
 from reconciler.core.desired import ModelFormat, Runtime
-from reconciler.manifests import modeldoc
+from reconciler.manifests import modeldoc, roleextras
 from reconciler.manifests.modeldoc import FileFact
 from reconciler.manifests.translate import ModelNeed, Note, Translation, Weight
 
@@ -118,6 +118,22 @@ def _folders(need: ModelNeed) -> tuple[str, ...]:
         return tuple(p for p in (need.hf_repo or "").split(":")[0].split("/") if p)
     parts = posixpath.normpath(need.path.replace("\\", "/")).split("/")[:-1]
     return tuple(p for p in parts if p not in ("", ".", "..", "~"))
+
+
+def checked_env(role: RoleDraft) -> RoleDraft:
+    """Only what ``spec.env`` accepts is written (BEHAVIOUR §1.7): a variable the runtime's
+    allowlist refuses is ``not carried`` with validation's own words, never written into a
+    file that would not validate."""
+    runtime = role.translation.runtime
+    notes = [Note(flag=name, kept=False, what=why) for name, value in (*role.translation.env,
+             *role.env) if (why := roleextras.env_problem(runtime, name, value))]
+    if not notes:
+        return role
+    refused = {n.flag for n in notes}
+    tr = attrs.evolve(role.translation,
+                      env=tuple(e for e in role.translation.env if e[0] not in refused))
+    return attrs.evolve(role, translation=tr, notes=(*role.notes, *notes),
+                        env=tuple(e for e in role.env if e[0] not in refused))
 
 
 SERVER_DEFAULT_PORT = 8080  # llama-server's port when the command names none

@@ -139,23 +139,27 @@ def test_models_sharing_one_fixed_port_get_distinct_ports_said(tmp_path: Path) -
 
 
 def test_a_line_whose_output_does_not_validate_is_never_counted_whole(tmp_path: Path) -> None:
-    """§1.7: `a` carries every flag but its `env` names a variable llama-server roles may not
-    set: its written file does not validate, so the tally counts only `b` whole; a Model
-    that is not here yet (`c`, a `to finish:` step) does not cost its line."""
+    """§1.7: `a` carries every flag, but the grammar file it names is not on this machine: its
+    written file does not validate, so the tally counts only `b` and `c` whole — a Model that
+    is not here yet (`c`, a `to finish:` step) does not cost its line. `b`'s `env` names a
+    variable llama-server roles may not set: not written, `not carried:` in validation's
+    words (the line is not whole, but its file is valid)."""
     for name in ("a", "b"):
         (tmp_path / f"{name}.gguf").write_bytes(b"GGUF" + name.encode() * 100)
     config = tmp_path / "config.yaml"
     config.write_text(f"""
 models:
-  a: {{cmd: "llama-server --port 9001 -m {tmp_path}/a.gguf", env: ["NOT_ALLOWED_X=1"]}}
-  b: {{cmd: "llama-server --port 9002 -m {tmp_path}/b.gguf"}}
+  a: {{cmd: "llama-server --port 9001 -m {tmp_path}/a.gguf --grammar-file {tmp_path}/g.gbnf"}}
+  b: {{cmd: "llama-server --port 9002 -m {tmp_path}/b.gguf", env: ["NOT_ALLOWED_X=1"]}}
   c: {{cmd: "llama-server --port 9003 -m {tmp_path}/gone/c.gguf"}}
 """)
-    done = _reconcile("import", "llama-swap", str(config), "-o", str(tmp_path / "out"),
-                      cwd=tmp_path)
+    out = tmp_path / "out"
+    done = _reconcile("import", "llama-swap", str(config), "-o", str(out), cwd=tmp_path)
     assert done.returncode == 1
-    assert "a.yaml:" in done.stderr and "NOT_ALLOWED_X is not a variable" in done.stderr
-    assert "2 of 3 command lines carried over whole" in done.stderr
+    assert "a.yaml:" in done.stderr and "g.gbnf: no such file" in done.stderr
+    assert "b: not carried: NOT_ALLOWED_X: NOT_ALLOWED_X is not a variable" in done.stderr
+    assert "env" not in _roles(out)["b"] and "b.yaml:" not in done.stderr
+    assert "1 of 3 command lines carried over whole" in done.stderr
 
 
 # ---------------------------------------------------------------- the rest of llama-swap's schema

@@ -94,4 +94,9 @@ MUTANTS = (
            "    if not os.path.isabs(program) or os.path.realpath(program) == chosen:",
            "    if True:",
            "§1.7: a model that ran another llama-server build silently runs the node's", *_T),
+    mutant("manifests/importdocs.py", "refused-env-written",
+           "    if not notes:\n        return role\n",
+           "    if True:\n        return role\n",
+           "§1.7: an env variable validation refuses is written: the imported set is invalid",
+           *_T),
 )
