@@ -136,7 +136,8 @@ def read(config: Mapping[str, Any], *, listen_port: int = DEFAULT_LISTEN_PORT,
         if body.get("useModelName"):
             notes.append(Note(flag="useModelName", kept=True, dropped=True, what=(
                 "the router already sends each server the model name it serves")))
-        aliases = (*aliases, *_param_aliases(body.get("filters"), str(model_id), notes))
+        aliases = (*aliases, *_param_aliases(body.get("filters"), str(model_id), macros,
+                                             notes))
         drafts.append(dict(model_id=str(model_id), role=roles[model_id], argv=cmd_text,
                            port=port, idle_after=f"{ttl}s" if ttl > 0 else NEVER_IDLE,
                            aliases=aliases, env=_env(body.get("env"), notes), notes=notes,
@@ -184,17 +185,20 @@ def _key_note(key: str, value: Any) -> Note:
                 "(the router forwards requests unchanged)")
 
 
-def _param_aliases(filters: Any, model_id: str, notes: list[Note]) -> tuple[str, ...]:
-    """``filters.setParamsByID`` names: llama-swap serves each as an alias of the model (with
-    the parameters it sets, which are not carried: said)."""
+def _param_aliases(filters: Any, model_id: str, macros: Mapping[str, str],
+                   notes: list[Note]) -> tuple[str, ...]:
+    """``filters.setParamsByID`` names (macros expanded: ``${MODEL_ID}:high``): llama-swap
+    serves each as an alias of the model (with the parameters it sets, which are not
+    carried: said)."""
     by_id = filters.get("setParamsByID") if isinstance(filters, Mapping) else None
     if not isinstance(by_id, Mapping):
         return ()
-    for name in (str(k) for k in by_id):
+    names = [_expand(str(k), macros, notes) for k in by_id]
+    for name in names:
         notes.append(Note(flag=f"setParamsByID.{name}", kept=False, what=(
             ("an alias here; " if name != model_id else "") + "the parameters llama-swap set "
             "on its requests are not carried: clients naming it get the server's defaults")))
-    return tuple(str(k) for k in by_id if str(k) != model_id)
+    return tuple(name for name in names if name != model_id)
 
 
 def _macros(raw: Any) -> dict[str, str]:

@@ -301,3 +301,21 @@ def test_the_public_corpus_comes_over_whole_without_a_traceback(tmp_path: Path) 
         if tally:
             whole, expressed = whole + int(tally[0][0]), expressed + int(tally[0][2])
     assert expressed >= 38 and whole / expressed >= 0.9, (whole, expressed)
+
+
+def test_param_ids_are_expanded_as_llama_swap_expands_them() -> None:
+    """§1.7: `setParamsByID` keys take macros (`${MODEL_ID}:high`), as llama-swap expands
+    them: the alias is `gpt:high`, never the text `${MODEL_ID}:high`; the model's own id is
+    no alias of itself, but its parameters are said not carried too."""
+    (m,) = _models("""
+models:
+  gpt:
+    cmd: llama-server -m g.gguf
+    filters:
+      setParamsByID:
+        "${MODEL_ID}": {reasoning_effort: medium}
+        "${MODEL_ID}:high": {reasoning_effort: high}
+""").values()
+    assert m.aliases == ("gpt:high",)
+    assert [n.flag for n in m.notes if not n.kept] == ["setParamsByID.gpt",
+                                                        "setParamsByID.gpt:high"]
