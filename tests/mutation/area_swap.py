@@ -72,9 +72,8 @@ MUTANTS = (
            "",
            "§1.7: ${env.X} left as written: the printed `models add ${env.HOME}/…` fails", *_T),
     mutant("manifests/llamaswap.py", "param-ids-not-aliases",
-           "        aliases = (*aliases, *_param_aliases(body.get(\"filters\"), str(model_id), "
-           "notes))",
-           "        _param_aliases(body.get(\"filters\"), str(model_id), notes)",
+           "    return tuple(name for name in names if name != model_id)",
+           "    return ()",
            "§1.7: clients asking for gemma:thinking get 404", *_T),
     mutant("manifests/swapsyntax.py", "shell-script-not-unwrapped",
            "    servers = [p for p in parts if _names_server(p)]",
