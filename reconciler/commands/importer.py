@@ -89,7 +89,8 @@ def _swap_drafts(path: str, listen: int) -> tuple[list[RoleDraft], int, tuple[No
         try:
             tr = translate.translate(m.argv, port=m.port)
         except ValueError as e:
-            print(f"{m.model_id}: not imported: {e}", file=sys.stderr)
+            why = next((str(n) for n in m.notes if n.flag == "cmd" and not n.kept), e)
+            print(f"{m.model_id}: not imported: {why}", file=sys.stderr)
             continue
         drafts.append(RoleDraft(name=m.role, translation=tr, state="on-demand",
                                 idle_after=m.idle_after, aliases=m.aliases, env=m.env,

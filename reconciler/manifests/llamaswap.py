@@ -144,7 +144,11 @@ def read(config: Mapping[str, Any], *, listen_port: int = DEFAULT_LISTEN_PORT,
                            max_concurrency=limit if limit > 0 else None))
     windows = is_windows([d["argv"] for d in drafts])
     for d in drafts:
-        d["argv"] = unwrap_shell(split_cmd(d["argv"], windows=windows), d["notes"])
+        try:
+            d["argv"] = unwrap_shell(split_cmd(d["argv"], windows=windows), d["notes"])
+        except ValueError as e:  # llama-swap cannot start it either: this model only
+            d["argv"] = ()
+            d["notes"].append(Note(flag="cmd", kept=False, what=f"cannot be split ({e})"))
         if windows and d["argv"]:
             d["notes"].append(Note(flag=d["argv"][0], kept=True, changed=True, what=(
                 "a Windows program (llama-swap ran on Windows; its command split the Windows "

@@ -319,3 +319,16 @@ models:
     assert m.aliases == ("gpt:high",)
     assert [n.flag for n in m.notes if not n.kept] == ["setParamsByID.gpt",
                                                         "setParamsByID.gpt:high"]
+
+
+def test_a_cmd_that_cannot_be_split_costs_that_model_only() -> None:
+    """§1.7: an unclosed quote in one model's `cmd` (llama-swap could not start that model
+    either) leaves that model without a command and a note saying why; the others are read."""
+    models = _models("""
+models:
+  a: {cmd: "llama-server -m 'a.gguf"}
+  b: {cmd: "llama-server -m b.gguf"}
+""")
+    assert models["a"].argv == () and models["b"].argv == ("llama-server", "-m", "b.gguf")
+    (note,) = models["a"].notes
+    assert note.flag == "cmd" and not note.kept and "No closing quotation" in note.what
