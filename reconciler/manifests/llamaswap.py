@@ -15,7 +15,10 @@ ours:
   excludes every other;
 * ``aliases`` (strings or ``{id: …}``) → ``spec.aliases``, the model id itself too when it is
   not a plain role name; ``env`` → ``spec.env``;
-* the rest (``filters``, ``proxy`` to a non-loopback host, ``cmdStop``, ``peers``, …) is a
+* ``concurrencyLimit`` → ``max_concurrency``; ``filters.setParamsByID`` names → aliases
+  (their parameters said, not carried); ``useModelName``, ``cmdStop``, … done our own way,
+  and a key llama-swap does not read ignored as it ignores it: none costs a line;
+* the rest (other ``filters``, ``proxy`` to a non-loopback host, ``peers``, …) is a
   ``Note`` saying why it is not carried.
 
 Macros that read the environment (``${env.HOME}``) are expanded from this machine's, as
@@ -34,7 +37,8 @@ from typing import Any, Mapping
 import attrs
 
 from reconciler.manifests import swaprouting
-from reconciler.manifests.swapsyntax import go_text, is_windows, parse, split_cmd, unwrap_shell  # noqa: F401,E501
+from reconciler.manifests.swapsyntax import (  # noqa: F401 - parse, split_cmd: for callers
+    go_text, is_windows, parse, split_cmd, unwrap_shell)
 from reconciler.manifests.translate import Note, role_name
 
 frozen = attrs.frozen(kw_only=True)
