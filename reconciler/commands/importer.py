@@ -16,6 +16,7 @@ the output directory already holds a file it would write).
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 
@@ -79,28 +80,36 @@ def run_swap(g: GlobalOptions, o: ImportSwapOptions) -> int:
 
 def _swap_drafts(path: str, listen: int) -> tuple[list[RoleDraft], int, tuple[Note, ...]]:
     with open(path, "rb") as f:
-        config = yaml.safe_load(f)
+        config = llamaswap.parse(f.read())
     if not isinstance(config, dict):
         raise ValueError(f"{path}: not a llama-swap config (a YAML mapping)")
-    swap = llamaswap.read(config, listen_port=listen)
+    swap = llamaswap.read(config, listen_port=listen, environ=os.environ)
     drafts = []
     for m in swap.models:
         try:
             tr = translate.translate(m.argv, port=m.port)
         except ValueError as e:
-            print(f"{m.model_id}: not imported: {e}", file=sys.stderr)
+            why = next((str(n) for n in m.notes if n.flag == "cmd" and not n.kept), e)
+            print(f"{m.model_id}: not imported: {why}", file=sys.stderr)
             continue
         drafts.append(RoleDraft(name=m.role, translation=tr, state="on-demand",
                                 idle_after=m.idle_after, aliases=m.aliases, env=m.env,
-                                excludes=m.excludes, notes=m.notes))
-    return drafts, swap.router_port, swap.notes
+                                excludes=m.excludes, notes=m.notes,
+                                max_concurrency=m.max_concurrency))
+    imported = {f"role:{d.name}" for d in drafts}  # excludes name only roles written
+    drafts = [attrs.evolve(d, excludes=tuple(e for e in d.excludes if e in imported))
+              for d in drafts]
+    return importdocs.distinct_ports(drafts, reserved=[swap.router_port]), swap.router_port, \
+        swap.notes
 
 
 def _write(drafts: list[RoleDraft], router: int | None, config_notes: tuple[Note, ...], *,
            out: str) -> int:
+    drafts = [importdocs.checked_env(d) for d in drafts]
     needs = [n for d in drafts for n in d.translation.models]
     located, unlocated = _locate(needs, importdocs.model_names(needs))
     programs = {r: _program(r, drafts) for r in {d.translation.runtime for d in drafts}}
+    drafts = [_other_program(d, programs) for d in drafts]
     written = importdocs.documents(drafts, located, programs=programs, router_port=router)
     files = _file_plan(drafts, out)
     targets = _targets(written.documents, out)
@@ -116,8 +125,15 @@ def _write(drafts: list[RoleDraft], router: int | None, config_notes: tuple[Note
             f.write(text)
         print(f"wrote {path}", file=sys.stderr)
     steps = _copy(files)
-    _report(drafts, config_notes, written.missing, unlocated, steps)
-    return _validate(out)
+    problems = _problems(out)
+    _report(drafts, config_notes, written.missing, unlocated, steps,
+            whole=_whole(drafts, problems, [name for name, _ in written.missing]))
+    if problems:
+        common.report_problems(problems)
+        print(f"{out}: written, not valid yet: finish the steps above", file=sys.stderr)
+        return Exit.ERROR
+    print(f"{out}: valid", file=sys.stderr)
+    return Exit.OK
 
 
 def _locate(needs: list[ModelNeed], names: dict[ModelNeed, str]
@@ -135,6 +151,12 @@ def _locate(needs: list[ModelNeed], names: dict[ModelNeed, str]
                          f"hf://{repo.split(':')[0]}/FILE@COMMIT` to pin it")
             continue
         path = os.path.expanduser(need.path)
+        if llamaswap.is_windows([need.path]):
+            file = need.path.replace("\\", "/").rsplit("/", 1)[-1]
+            why[need] = (f"{need.path} is a Windows path, not on this machine: copy the file "
+                         f"here and run `reconcile models add {shlex.quote('DIR/' + file)} "
+                         f"--name {names[need]}`")
+            continue
         if not os.path.exists(path):
             named = "" if names[need] == importdocs.model_name(need) else \
                 f" --name {names[need]}"
@@ -159,6 +181,18 @@ def _program(runtime: Runtime, drafts: list[RoleDraft]) -> str:
     name = spec_of(runtime).command_line.programs[0]
     found = given or shutil.which(name)
     return os.path.realpath(found) if found else f"/usr/local/bin/{name}"
+
+
+def _other_program(draft: RoleDraft, programs: dict[Runtime, str]) -> RoleDraft:
+    """A line that ran another build of its server than the node's one program: said, not
+    whole (a role-level program is not here yet; until then its binary is not carried)."""
+    program = draft.translation.program
+    chosen = programs[draft.translation.runtime]
+    if not os.path.isabs(program) or os.path.realpath(program) == chosen:
+        return draft
+    note = Note(flag=program, kept=False, what=f"another build than the node's {chosen}: "
+                "every role of a runtime runs the node's one program (serve_programs)")
+    return attrs.evolve(draft, notes=(*draft.notes, note))
 
 
 def _file_plan(drafts: list[RoleDraft], out: str) -> list[tuple[str, str]]:
@@ -190,7 +224,21 @@ def _targets(documents: tuple[dict, ...], out: str) -> dict[str, list[dict]]:
     return targets
 
 
-def _report(drafts, config_notes, missing, unlocated, steps) -> None:
+def _whole(drafts: list[RoleDraft], problems, missing: list[str]) -> set[str]:
+    """The roles counted whole (§1.7): nothing lost, and what was written validates — but for
+    a Model that is not on this machine yet (its `to finish:` step). A problem outside the
+    roles' own files (the node, the models) leaves no role whole."""
+    waiting = tuple(f"no Model named {name!r}" for name in missing)
+    real = [p for p in problems if not any(w in p.message for w in waiting)]
+    files = {f"{d.name}.yaml" for d in drafts}
+    if any(os.path.basename(p.file) not in files for p in real):
+        return set()
+    invalid = {os.path.basename(p.file) for p in real}
+    return {d.name for d in drafts if d.translation.expressed
+            and not any(not n.kept for n in d.notes) and f"{d.name}.yaml" not in invalid}
+
+
+def _report(drafts, config_notes, missing, unlocated, steps, *, whole: set[str]) -> None:
     for note in config_notes:
         print(f"not carried: {note}", file=sys.stderr)
     for d in drafts:
@@ -199,21 +247,17 @@ def _report(drafts, config_notes, missing, unlocated, steps) -> None:
                 print(f"{d.name}: not carried: {note}", file=sys.stderr)
             elif note.dropped:
                 print(f"{d.name}: dropped: {note}", file=sys.stderr)
+            elif note.changed:
+                print(f"{d.name}: changed: {note}", file=sys.stderr)
     for name, need in missing:
         print(f"to finish: Model {name}: {unlocated.get(need, 'not found')}", file=sys.stderr)
-    for step in steps:
+    for step in dict.fromkeys(steps):  # one file two roles read: one step
         print(f"to finish: {step}", file=sys.stderr)
-    kept = sum(d.translation.expressed and not any(not n.kept for n in d.notes) for d in drafts)
-    print(f"{kept} of {len(drafts)} command lines carried over whole", file=sys.stderr)
+    print(f"{len(whole)} of {len(drafts)} command lines carried over whole", file=sys.stderr)
 
 
-def _validate(out: str) -> int:
+def _problems(out: str) -> list:
+    """What ``reconcile validate`` would say of the written directory."""
     from reconciler.repo import sources
 
-    loaded = sources.load_desired([out])
-    if loaded.problems:
-        common.report_problems(loaded.problems)
-        print(f"{out}: written, not valid yet: finish the steps above", file=sys.stderr)
-        return Exit.ERROR
-    print(f"{out}: valid", file=sys.stderr)
-    return Exit.OK
+    return list(sources.load_desired([out]).problems)

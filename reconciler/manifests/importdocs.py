@@ -17,7 +17,7 @@ from typing import Iterable, Mapping
 import attrs
 
 from reconciler.core.desired import ModelFormat, Runtime
-from reconciler.manifests import modeldoc
+from reconciler.manifests import modeldoc, roleextras
 from reconciler.manifests.modeldoc import FileFact
 from reconciler.manifests.translate import ModelNeed, Note, Translation, Weight
 
@@ -37,6 +37,7 @@ class RoleDraft:
     env: tuple[tuple[str, str], ...] = ()
     excludes: tuple[str, ...] = ()
     notes: tuple[Note, ...] = ()
+    max_concurrency: int | None = None  # llama-swap's concurrencyLimit
 
 
 @frozen
@@ -119,6 +120,55 @@ def _folders(need: ModelNeed) -> tuple[str, ...]:
     return tuple(p for p in parts if p not in ("", ".", "..", "~"))
 
 
+def checked_env(role: RoleDraft) -> RoleDraft:
+    """Only what ``spec.env`` accepts is written (BEHAVIOUR §1.7): a variable the runtime's
+    allowlist refuses is ``not carried`` with validation's own words, never written into a
+    file that would not validate."""
+    runtime = role.translation.runtime
+    notes = [Note(flag=name, kept=False, what=why) for name, value in (*role.translation.env,
+             *role.env) if (why := roleextras.env_problem(runtime, name, value))]
+    if not notes:
+        return role
+    refused = {n.flag for n in notes}
+    tr = attrs.evolve(role.translation,
+                      env=tuple(e for e in role.translation.env if e[0] not in refused))
+    return attrs.evolve(role, translation=tr, notes=(*role.notes, *notes),
+                        env=tuple(e for e in role.env if e[0] not in refused))
+
+
+SERVER_DEFAULT_PORT = 8080  # llama-server's port when the command names none
+
+
+def distinct_ports(roles: Iterable[RoleDraft], *, reserved: Iterable[int] = ()) -> list[RoleDraft]:
+    """The one-port pattern (BEHAVIOUR §1.7): a llama-swap config may give every model one
+    fixed ``--port`` (or none: the server's 8080), since it runs one at a time; our roles each
+    need their own. The first role keeps a shared port, each other one gets the next port up
+    that no role (nor ``reserved``: the router's) holds, with a note that says so — clients
+    never see it: the router forwards by model name."""
+    roles = list(roles)
+    port_of = [r.translation.serve.get("port", SERVER_DEFAULT_PORT) for r in roles]
+    taken = {*port_of, *reserved}
+    seen: dict[int, str] = {}
+    out = []
+    for role, port in zip(roles, port_of):
+        if port not in seen and port not in set(reserved):
+            seen[port] = role.name
+            out.append(role)
+            continue
+        new = port + 1
+        while new in taken:
+            new += 1
+        taken.add(new)
+        shared = (f"role {seen[port]}'s port too (llama-swap runs one model at a time on it)"
+                  if port in seen else "the router's port (llama-swap's own listen port)")
+        note = Note(flag="--port", kept=True, changed=True, what=(
+            f"{port} is {shared}: this role gets {new}; clients never see it, the router "
+            "forwards by model name"))
+        tr = attrs.evolve(role.translation, serve={**role.translation.serve, "port": new})
+        out.append(attrs.evolve(role, translation=tr, notes=(*role.notes, note)))
+    return out
+
+
 def documents(roles: Iterable[RoleDraft], located: Mapping[ModelNeed, Located], *,
               programs: Mapping[Runtime, str], router_port: int | None = None,
               key_dir: str = "/etc/reconciler/keys") -> Written:
@@ -164,7 +214,7 @@ def _model(name: str, found: Located) -> dict:
 def _role_spec(role: RoleDraft, names: Mapping[ModelNeed, str], key_dir: str) -> dict:
     tr = role.translation
     serve = dict(tr.serve)
-    serve.setdefault("port", 8080)
+    serve.setdefault("port", SERVER_DEFAULT_PORT)
     spec: dict = {"runtime": str(tr.runtime), "mode": "managed"}
     loras = []
     for need in tr.models:
@@ -192,6 +242,8 @@ def _role_spec(role: RoleDraft, names: Mapping[ModelNeed, str], key_dir: str) ->
         spec["env"] = env
     if role.excludes:
         spec["excludes"] = list(role.excludes)
+    if role.max_concurrency is not None:
+        spec["max_concurrency"] = role.max_concurrency
     return spec
 
 

@@ -153,9 +153,9 @@ def _matrix(matrix: Any, ids: list[str], config_notes: list[Note]
         raise ValueError("matrix: no `sets` (llama-swap refuses a matrix without one)")
     names = {str(k): str(v) for k, v in (matrix.get("vars") or {}).items()}
     if matrix.get("evict_costs"):
-        config_notes.append(Note(flag="matrix.evict_costs", kept=False, what="not carried: "
+        config_notes.append(Note(flag="matrix.evict_costs", kept=False, what=(
                                  "which running model is stopped to make room is the "
-                                 "reconciler's own choice, not these costs"))
+                                 "reconciler's own choice, not these costs")))
     sets = {str(k): str(v) for k, v in matrix["sets"].items()}
     unknown: set[str] = set()
     parsed = {name: _parse(text, name, names, ids, unknown) for name, text in sets.items()}

@@ -88,6 +88,7 @@ class Note:
     kept: bool
     what: str
     dropped: bool = False  # kept, but not written: the reconciler does it its own way
+    changed: bool = False  # kept, written differently (a port, a spelling): said, still whole
 
     def __str__(self) -> str:
         return f"{self.flag}: {self.what}"
@@ -143,7 +144,7 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 _HF = {"--hf-repo": Weight.MODEL, "--hf-repo-draft": Weight.DRAFT}
 
 
-def _servers() -> list[tuple[Runtime, CommandLine]]:
+def servers() -> list[tuple[Runtime, CommandLine]]:
     """Each launched runtime and how a command line names its server (the registry says)."""
     return [(spec.runtime, spec.command_line) for spec in SPECS.values() if spec.command_line]
 
@@ -180,7 +181,7 @@ def program_of(argv: Iterable[str]) -> tuple[tuple[tuple[str, str], ...], list[s
             continue
         python_m = base.startswith("python") and words[i + 1:i + 2] == ["-m"]
         at = i + 2 if python_m else i
-        for _, command in _servers():
+        for _, command in servers():
             taken = _forms(words, at, command.modules)
             if taken and (python_m or " " in " ".join(words[at:at + taken])):
                 return tuple(env), [command.programs[0], *words[at + taken:]], notes
@@ -200,15 +201,16 @@ def translate(argv: Iterable[str], *, lookup: FlagTable = flag_lookup,
         raise ValueError("no server program in the command line")
     program = words[0]
     base = program.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".exe")
-    found = [(r, c) for r, c in _servers() if c.names(base)]
+    found = [(r, c) for r, c in servers() if c.names(base)]
     if not found:
-        known = ", ".join(c.programs[0] for _, c in _servers())
+        known = ", ".join(c.programs[0] for _, c in servers())
         raise ValueError(f"{base!r} is not a server the reconciler runs (it runs {known})")
     ((runtime, command),) = found
     args = words[1:]
     if command.modernise is not None:
         args, rewrites = command.modernise(args, lambda spelling: lookup(runtime, spelling))
-        notes += [Note(flag=r.flag, kept=True, what=r.what, dropped=r.dropped) for r in rewrites]
+        notes += [Note(flag=r.flag, kept=True, what=r.what, dropped=r.dropped,
+                       changed=not r.dropped) for r in rewrites]
     state = _State(runtime=runtime, command=command, lookup=lookup, notes=notes)
     state.walk(args)
     if "port" not in state.serve and port is not None:
@@ -263,6 +265,8 @@ class _State:
                     continue
                 i += flag.count
                 if flag.count > 1:  # a pair of values (a layer range): only ever extra_args
+                    if self.refused(flag, spelling, given):
+                        continue
                     self.extra.extend([spelling, *given])
                     self.keep(spelling, "extra_args")
                     continue
@@ -319,6 +323,8 @@ class _State:
             self.extra.extend([spelling, need.name])
             self.keep(spelling, f"extra_args, the file {need.name} next to the manifest")
         elif flag.cls in (FlagClass.ALLOWED, FlagClass.DEVICE):
+            if value is not None and self.refused(flag, spelling, [value]):
+                return
             self.extra.append(spelling)
             if value is not None:
                 self.extra.append(value)
@@ -358,6 +364,16 @@ class _State:
         else:
             self.keep(spelling, f"{value!r} not carried: the reconciler binds loopback only (§5); "
                       "clients on other machines reach it through a proxy you run", dropped=True)
+
+    def refused(self, flag: Flag, spelling: str, values: list[str]) -> bool:
+        """A value the flag table refuses (``--n-gpu-layers 100,100``) is not carried: the
+        table's own words say why, and the line is not whole (§1.7)."""
+        for value in values:
+            problem = flag_tables.value_problem(flag, spelling, value)
+            if problem is not None:
+                self.notes.append(Note(flag=spelling, kept=False, what=problem))
+                return True
+        return False
 
     def keep(self, spelling: str, what: str, *, dropped: bool = False) -> None:
         self.notes.append(Note(flag=spelling, kept=True, what=what, dropped=dropped))
