@@ -150,3 +150,19 @@ def test_a_restart_waiting_for_its_model_keeps_what_the_server_holds() -> None:
     assert (d.decision.verb, d.decision.reserve, d.holds, d.devices, d.claim) == (
         Verb.WAIT, 0, 5 * GB, (("gpu0", GB),), None)
     assert d.decision.pid == 42 and d.decision.devices == (("gpu0", GB),)
+
+
+def test_plan_runs_the_fetch_gate() -> None:
+    """§1.6 through ``plan()`` (the fetch gate is a stage of the pipeline): a role whose Model
+    is not on this node waits `fetching`, and the plan holds the one fetch to start."""
+    from reconciler.core.decisions import PlanContext
+    from reconciler.core.desired import Desired
+    from reconciler.core.observed import Observed, Remembered
+    from reconciler.planner.plan import plan
+    n = node()
+    desired = Desired(roles=(role("coder"),), models=models_on((model(),), n), node=n)
+    p = plan(desired, Observed(fetches=(seen(FetchState.NEEDED),)), Remembered(),
+             PlanContext(), 1000.0)
+    (d,) = p.decisions
+    assert (d.verb, d.reason, d.status) == (Verb.WAIT, Reason.FETCHING, Status.FETCHING)
+    assert [f.model for f in p.fetches] == ["qwen"]
