@@ -15,11 +15,12 @@ role at each size and the growth from 1k to 10k roles (100 → 1,000 nodes).
 Goal (issue 20): ≤ 10 µs per role at 10k roles, growth ≤ 11×.
 
 Where the time goes (py-spy on one node's world planned over and over, the
-collector off, round 3): building each role's view of itself (``_role``) ~12 %;
-the ladder's rungs ~15 %; building the decision values (``Decision``, ``Draft``,
-the keyword plumbing of ``draft``/``start``, and the ``evolve`` of a claim whose
-devices placement picked) ~30 %; placement (the host ledger, the device picks)
-~15 %; the rest per node (tables, the order of execution). ``--where`` prints
+collector off, round 3): building each role's view of itself (``_role``, now
+``stages/views.view``) ~12 %; the ladder's rungs ~15 %; building the decision
+values (``Decision``, ``Draft``, the keyword plumbing of ``draft``/``start``, and
+the ``evolve`` of a claim whose devices placement picked) ~30 % (round 4: a
+Decision of 15 fields and its verb's small payload; ``Decision.placed``);
+placement (the host ledger, the device picks) ~15 %; the rest per node (tables, the order of execution). ``--where`` prints
 two more figures: one node's world planned n/10 times over (no working set to
 speak of: the compute), and the passes with the collector off. At 10k roles the
 working set of 1,000 distinct nodes (~2.5 µs per role) and the collector

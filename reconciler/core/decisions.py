@@ -243,6 +243,10 @@ _PROCESS_OF = {Stop: "target", Restart: "replaces", Keep: "running", Wait: "runn
                Refuse: "running"}
 
 
+def _verb_of(decision: Decision) -> Verb:
+    return decision.act.verb
+
+
 @frozen
 class Decision:
     """One decision about one role, with the reason for it.
@@ -267,10 +271,9 @@ class Decision:
     restarts: int = 0  # restart count after this decision
     #: (device id, bytes) a start/restart reserves on devices; what a kept server holds.
     devices: tuple[tuple[str, int], ...] = ()
-
-    @property
-    def verb(self) -> Verb:
-        return self.act.verb
+    #: The payload's verb: never given, always its ``act``'s (a slot, not a property: the
+    #: ledger and the execution order read it several times per decision per pass).
+    verb: Verb = attrs.field(init=False, default=attrs.Factory(_verb_of, takes_self=True))
 
     def placed(self, devices: tuple[tuple[str, int], ...], act: Act) -> Decision:
         """This decision with its devices (and its launch, in ``act``) placed (§7.1).

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import attrs
 
@@ -48,10 +48,11 @@ def progress(obs: FetchObservation) -> str:
     return text
 
 
-def gate(drafts: list[Draft], specs: Mapping[str, RoleSpec], models: Mapping[str, ModelSpec],
-         fetches: Mapping[str, FetchObservation],
-         node: NodeConfig) -> tuple[list[Draft], tuple[Fetch, ...]]:
-    """The drafts with waits and refusals for Models not here yet; the fetches to start."""
+def gate(drafts: Sequence[Draft], specs: Mapping[str, RoleSpec],
+         models: Mapping[str, ModelSpec], fetches: Mapping[str, FetchObservation],
+         node: NodeConfig) -> tuple[Sequence[Draft], tuple[Fetch, ...]]:
+    """The drafts with waits and refusals for Models not here yet; the fetches to start
+    (``drafts`` itself when no Model has a source: nothing to gate)."""
     if not any(map(_fetchable, models.values())):
         return drafts, ()  # most nodes: every Model was placed by hand
     planned: dict[str, Fetch] = {}

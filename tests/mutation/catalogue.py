@@ -289,7 +289,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(VW, "stable-after-dead", "    else:\n        answering = answering and running",
        "    else:\n        answering = answering",
        "§4: a dead server's last probe resets its restart count"),
-    _m(VW, "operator-ignored", "operator = name in v.inputs.ctx.operator_starts", "operator = False",
+    _m(VW, "operator-ignored", "operator = name in v.operator_starts", "operator = False",
        "§4: `reconcile start` does nothing"),
     _m(PG, "no-exclusions", "excludes={name: spec.excludes for name, spec in v.specs.items()}",
        "excludes={name: frozenset() for name in v.specs}", "§7: excludes are ignored"),

@@ -197,3 +197,19 @@ def test_a_draft_model_with_a_source_is_fetched_before_the_start() -> None:
     drafts, fetches = fetchrungs.gate([start("coder")], {"coder": spec}, models, obs, n)
     assert [f.model for f in fetches] == ["tiny"]
     assert (drafts[0].decision.verb, drafts[0].decision.status) == (Verb.WAIT, Status.FETCHING)
+
+
+def test_plan_runs_the_fetch_gate() -> None:
+    """§1.6 through ``plan()`` (the fetch gate is a stage of the pipeline): a role whose Model
+    is not on this node waits `fetching`, and the plan holds the one fetch to start."""
+    from reconciler.core.decisions import PlanContext
+    from reconciler.core.desired import Desired
+    from reconciler.core.observed import Observed, Remembered
+    from reconciler.planner.plan import plan
+    n = node()
+    desired = Desired(roles=(role("coder"),), models=models_on((model(),), n), node=n)
+    p = plan(desired, Observed(fetches=(seen(FetchState.NEEDED),)), Remembered(),
+             PlanContext(), 1000.0)
+    (d,) = p.decisions
+    assert (d.verb, d.reason, d.status) == (Verb.WAIT, Reason.FETCHING, Status.FETCHING)
+    assert [f.model for f in p.fetches] == ["qwen"]

@@ -34,9 +34,15 @@ def test_an_impossible_decision_cannot_be_built(verb, fields, problem) -> None:
 
 def test_the_verb_is_the_payloads() -> None:
     """``Decision.verb`` is its payload's: a decision cannot say one verb and carry another."""
+    import attrs
+
+    from reconciler.core.decisions import Forget
     for act in SAMPLES:
         d = Decision(role="coder", act=act, reason=Reason.MISSING)
         assert d.verb is type(act).verb and d.acts == (d.verb in ACTING_VERBS)
+        assert attrs.evolve(d, act=Forget()).verb is Verb.FORGET  # it follows the payload
+    with pytest.raises(TypeError):
+        Decision(role="coder", act=SAMPLES[0], reason=Reason.MISSING, verb=Verb.KEEP)
 
 
 def test_the_flat_spelling_builds_the_same_payload() -> None:
@@ -78,7 +84,7 @@ def test_placed_keeps_every_other_field() -> None:
                   why="ctx", status=Status.RUNNING, detail="d", runtime=Runtime.LLAMACPP,
                   port=8090, host="127.0.0.1", instance_id="coder-1", release=2, retry_in=1.5,
                   restarts=2, devices=(("cuda:0", 1),))
-    assert set(values) == {a.name for a in attrs.fields(Decision)}  # every field set, not default
+    assert set(values) == {a.name for a in attrs.fields(Decision) if a.init}  # each set, not default
     d = Decision(**values)
     act = Start(launch=None, reserve=3, generation="g")
     assert d.placed((("cuda:1", 1),), act) == attrs.evolve(d, devices=(("cuda:1", 1),), act=act)

@@ -14,6 +14,8 @@ from reconciler.planner.stages.values import Drafted
 
 def stage(d: Drafted) -> Drafted:
     v = d.views
-    drafts, fetches = fetchrungs.gate(list(d.drafts), v.specs, v.models,
+    drafts, fetches = fetchrungs.gate(d.drafts, v.specs, v.models,
                                       {f.model: f for f in v.inputs.observed.fetches}, v.node)
+    if drafts is d.drafts:
+        return d  # most nodes: every Model was placed by hand, nothing is gated
     return attrs.evolve(d, drafts=tuple(drafts), fetches=d.fetches + fetches)

@@ -45,6 +45,8 @@ from reconciler.core.units import format_duration
 
 #: A node without a router (§9): its defaults, built once rather than once per pass.
 _NO_ROUTER = RouterConfig()
+#: §9 no on-demand role with demand: nothing for eviction to look at.
+_NOBODY = OnDemand()
 
 
 def stage(v: Views) -> Drafted:
@@ -72,7 +74,8 @@ def stage(v: Views) -> Drafted:
                                if demandrungs.holds(r, drafted) else 1.0)
         drafts.append(drafted)
     return Drafted(views=v, drafts=tuple(drafts), claimants=roles,
-                   on_demand=OnDemand(idle=idle, later=later, claimants=frozenset(claimants)))
+                   on_demand=OnDemand(idle=idle, later=later, claimants=frozenset(claimants))
+                   if claimants else _NOBODY)
 
 
 def _decide(r: Role, node: NodeConfig, models, checks, guard: bool, now: float,

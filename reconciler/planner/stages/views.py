@@ -9,8 +9,11 @@ our process runs and answers, the restart count after its resets.
 
 from __future__ import annotations
 
-import attrs
+from typing import Mapping, NamedTuple
 
+from reconciler.core.desired import ModelSpec, NodeConfig, RoleSpec
+from reconciler.core.observed import RoleRecord
+from reconciler.planner.launches import Bound
 from reconciler.planner import generations, intents, launches, livenessrungs, loadrungs, policy
 from reconciler.planner.rungs import Role
 from reconciler.planner.stages.values import Inputs, Views
@@ -19,28 +22,45 @@ from reconciler.core.observed import RoleObservation
 from reconciler.runtimes import spec_of
 
 
+class Tables(NamedTuple):
+    """What ``view`` reads of the pass (a tuple: built once per pass, read once per role)."""
+
+    specs: Mapping[str, RoleSpec]
+    records: Mapping[str, RoleRecord]
+    observations: Mapping[str, RoleObservation]
+    models: Mapping[str, ModelSpec]
+    node: NodeConfig
+    now: float
+    operator_starts: frozenset[str]
+    launcher: Bound
+    served: Mapping[tuple[str, int], list[tuple[str, set[str]]]]
+
+
 def stage(inputs: Inputs) -> Views:
     """The tables by name, then one ``Role`` per role, in name order."""
     desired, ctx = inputs.desired, inputs.ctx
     models = {m.name: m for m in desired.models}
     specs = {r.name: r for r in desired.roles}
     records = {r.name: r for r in inputs.remembered.roles}
+    observations = {o.name: o for o in inputs.observed.roles}
+    launcher = launches.for_node(desired.node, dict(ctx.environ), ctx.data_root).bind(
+        desired.models, models)
+    served = loadrungs.served(desired.roles, models)
+    tables = Tables(specs=specs, records=records, observations=observations, models=models,
+                    node=desired.node, now=inputs.now, operator_starts=ctx.operator_starts,
+                    launcher=launcher, served=served)
     # §4 the empty-manifest guard is about the set, not this node's share (§10):
     # roles placed on other nodes make a set that is not empty.
     elsewhere = dict(desired.placed_elsewhere)
-    tables = Views(
+    return Views(
         inputs=inputs, node=desired.node, models=models, specs=specs, records=records,
-        observations={o.name: o for o in inputs.observed.roles},
-        checks={c.name: c for c in inputs.observed.models},
+        observations=observations, checks={c.name: c for c in inputs.observed.models},
         elsewhere=elsewhere, guard=not specs and not elsewhere and not ctx.allow_empty,
-        launcher=launches.for_node(desired.node, dict(ctx.environ), ctx.data_root).bind(
-            desired.models, models),
-        served=loadrungs.served(desired.roles, models), roles=())
-    return attrs.evolve(tables, roles=tuple(
-        view(tables, name) for name in sorted(specs.keys() | records.keys())))
+        launcher=launcher, served=served,
+        roles=tuple(view(tables, name) for name in sorted(specs.keys() | records.keys())))
 
 
-def view(v: Views, name: str) -> Role:
+def view(v: Tables, name: str) -> Role:
     """Everything the ladder knows about role ``name`` this pass."""
     spec, record, node, now = v.specs.get(name), v.records.get(name), v.node, v.now
     obs = v.observations.get(name) or RoleObservation(name=name)
@@ -53,7 +73,7 @@ def view(v: Views, name: str) -> Role:
             interrupted = record.intent
         record = finished
     rpolicy = spec.restart if spec is not None else node.restart
-    operator = name in v.inputs.ctx.operator_starts
+    operator = name in v.operator_starts
     # §3 the launch, and (§7.1) the devices it is built with: fixed ids, or those it last ran on.
     prepared = v.launcher.prepare(spec, record) if spec is not None else None
     instance = prepared.instance_id if prepared is not None else record.instance_id
