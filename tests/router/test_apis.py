@@ -74,11 +74,12 @@ class ApiUpstream:
             return web.json_response({"model": body.get("model"), "usage": usage})
         answer = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await answer.prepare(request)
-        half = len(events) // 2
-        await answer.write(events[:half])
-        if body.get("hold"):
-            await self.go_on.wait()
-        await answer.write(events[half:])
+        pieces = [event + b"\n\n" for event in events.split(b"\n\n") if event]
+        for i, piece in enumerate(pieces):  # one event a write, as llama-server sends them
+            if i == len(pieces) // 2 and body.get("hold"):
+                await self.go_on.wait()
+            await answer.write(piece)
+            await asyncio.sleep(0.005)
         await answer.write_eof()
         return answer
 
