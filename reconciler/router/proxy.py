@@ -160,10 +160,7 @@ class Proxy:
         """Every error in the shape of the path's API: aiohttp's own (405, 417 …) and our bugs
         (500) too, Anthropic's on its paths, OpenAI's elsewhere; an ambiguous credential is
         400 before any handler reads one (§9)."""
-        answer = await self._answer(request, handler)
-        if isinstance(answer, _Refusal) and rules.PATHS.get(request.path) is rules.Api.ANTHROPIC:
-            answer.body = apis.anthropic_error_body(answer.message, answer.status)
-        return answer
+        return _in_shape(request, await self._answer(request, handler))
 
     async def _answer(self, request: web.Request, handler) -> web.StreamResponse:
         try:
@@ -185,8 +182,9 @@ class Proxy:
     async def _expect(self, request: web.Request) -> web.Response | None:
         """``Expect: 100-continue`` is answered; any other expectation is 417 (OpenAI-shaped)."""
         expect = request.headers.get("Expect", "")
-        if expect.lower() != "100-continue":
-            return self._error(417, f"unknown Expect: {expect[:100]}", "invalid_request_error")
+        if expect.lower() != "100-continue":  # answered before the middleware: shaped here
+            return _in_shape(request, self._error(417, f"unknown Expect: {expect[:100]}",
+                                                  "invalid_request_error"))
         if request.version >= (1, 1):
             await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             request.writer.output_size = 0
@@ -552,6 +550,13 @@ def _handle_error(self, request, status: int = 500, exc=None, message=None):
     answer = web.Response(status=status, body=apis.error_body(text, kind, status),
                           content_type=_JSON)
     answer.force_close()
+    return answer
+
+
+def _in_shape(request: web.Request, answer: web.StreamResponse) -> web.StreamResponse:
+    """``answer``, an error of the router's own in Anthropic's shape on Anthropic's paths."""
+    if isinstance(answer, _Refusal) and rules.PATHS.get(request.path) is rules.Api.ANTHROPIC:
+        answer.body = apis.anthropic_error_body(answer.message, answer.status)
     return answer
 
 

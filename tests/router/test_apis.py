@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import tempfile
+import threading
 
 import aiohttp
 from aiohttp import web
@@ -162,6 +163,9 @@ def test_errors_on_anthropics_paths_are_in_its_shape_and_openais_elsewhere() -> 
         assert (status, _anthropic(raw)[0]) == (400, "invalid_request_error")
         async with s.get(rig.url + "/v1/messages") as r:
             assert (r.status, _anthropic(await r.read())[0]) == (405, "invalid_request_error")
+        async with s.post(rig.url + "/v1/messages/count_tokens", data=b'{"model":"chat"}',
+                          headers={"Expect": "nope"}) as r:  # answered before any handler
+            assert (r.status, _anthropic(await r.read())[0]) == (417, "invalid_request_error")
         status, _, raw = await rig.post(s, {"model": "gpt-9", "input": "hi"},
                                         path="/v1/responses")
         assert status == 404 and json.loads(raw)["error"]["code"] == 404
@@ -259,6 +263,29 @@ def test_a_waiting_roles_messages_wake_the_daemon_and_go_when_ready() -> None:
         assert demand.of("chat").waiting == 3 and rig.wakes == 3
         rig.publish(_route(RouteState.READY, rig.upstream.port), seq=seq)
         assert [a[0] for a in await asyncio.wait_for(asyncio.gather(*pending), 5)] == [200] * 3
+    run(test)
+
+
+def test_a_messages_stream_in_flight_holds_a_stop_until_it_ends() -> None:
+    """§9 a stop never cuts a request, on ``/v1/messages`` too: the daemon's thread closes the
+    role and drains it while a stream is in flight; the drain ends only when the stream has,
+    and the client got it whole."""
+    async def test(rig, s):
+        rig.publish(_route(RouteState.READY, rig.upstream.port))
+        stream = asyncio.ensure_future(rig.post(s, {"model": "chat", **HI, "stream": True,
+                                                    "hold": True}, path="/v1/messages"))
+        while rig.book.snapshot()[0].of("chat").in_flight == 0:
+            await asyncio.sleep(0.01)
+        drained = []
+        daemon = threading.Thread(target=lambda: (rig.book.close("chat", 1),
+                                                  drained.append(rig.book.drain("chat", 10))))
+        daemon.start()
+        await asyncio.sleep(0.2)
+        assert not drained
+        rig.upstream.go_on.set()
+        status, _, raw = await stream
+        await asyncio.get_running_loop().run_in_executor(None, daemon.join)
+        assert (status, raw, drained) == (200, MESSAGES_STREAM, [0])
     run(test)
 
 
