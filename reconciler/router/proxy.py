@@ -15,7 +15,7 @@ session for the roles' servers. A request goes through, in order:
 4. refused → 503; not ready, or its route closed for a stop → it waits in
    the role's queue (full → 429 with ``Retry-After``; too long → 504;
    refused meanwhile → 503); ready, but ``max_concurrency`` requests at its
-   server → it queues for a place;
+   server → it queues for a place (the same bound: ``max_queue`` waiting → 429);
 5. forwarded to the role's own loopback port (never anywhere a request
    names), with the body as the server must see it and without hop-by-hop
    headers; the answer streams back chunk by chunk as it arrives, so SSE is
@@ -279,7 +279,7 @@ class Proxy:
         seq = self.book.arrived(role)
         streams = rules.streams(body, api)
         deadline = arrived + self.config.queue_timeout
-        refused_once = False
+        refused_once = queued = False
         while True:
             if route.state is RouteState.READY:
                 entry = self.book.enter(role, route.max_concurrency)
@@ -292,6 +292,10 @@ class Proxy:
                                            "api_error", role)
                     refused_once = True  # stopped a moment ago: wait for the next pass
                 elif entry == FULL:
+                    if not queued and not rules.admits(self.book.waiting(role),
+                                                       self.config.max_queue):
+                        return self._full(role)  # a place's queue is bounded too
+                    queued = True
                     if not await self.book.queue(role, deadline - time.monotonic()):
                         return self._timeout(role, arrived)
                     route = self.table.get(role) or route
@@ -320,6 +324,11 @@ class Proxy:
             return self._error(400, f"the body cannot be read: {_why(exc)}"[:300],
                                "invalid_request_error")
 
+    def _full(self, role: str) -> web.Response:
+        return self._error(429, f"{self.config.max_queue} requests already wait for {role}",
+                           "rate_limit_error", role,
+                           headers={"Retry-After": str(rules.RETRY_AFTER)})
+
     def _timeout(self, role: str, arrived: float) -> web.Response:
         return self._error(504, f"timed out after {self.config.queue_timeout:g}s waiting for "
                            f"{role}", "timeout", role)
@@ -331,9 +340,7 @@ class Proxy:
         if route.state is RouteState.REFUSED and not route.on_demand:
             return self._error(503, route.message, "service_unavailable", role)
         if not rules.admits(self.book.waiting(role), self.config.max_queue):
-            return self._error(429, f"{self.config.max_queue} requests already wait for {role}",
-                               "rate_limit_error", role,
-                               headers={"Retry-After": str(rules.RETRY_AFTER)})
+            return self._full(role)
         result = await self.book.wait(role, seq, deadline - time.monotonic())
         if self.metrics is not None:
             self.metrics.queue_wait(role, time.monotonic() - arrived)

@@ -47,4 +47,10 @@ MUTANTS = (
            'seen = b"".join(tail)',
            "§9: an Anthropic stream's input tokens (in message_start) are never counted",
            "tests/router/test_apis.py"),
+    mutant("router/proxy.py", "place-queue-unbounded",
+           "if not queued and not rules.admits(self.book.waiting(role),",
+           "if False and not rules.admits(self.book.waiting(role),",
+           "§9: requests queued for a place under max_concurrency pile up past max_queue "
+           "(no 429), each holding a connection until queue_timeout",
+           "tests/router/test_apis.py"),
 )

@@ -223,7 +223,8 @@ def test_the_roles_own_key_goes_upstream_on_anthropics_path() -> None:
 
 def test_max_concurrency_queue_and_refusals_on_anthropics_path() -> None:
     """§9 ``/v1/messages`` under the chat rules: ``max_concurrency: 1`` holds the second stream in
-    the queue until the first ends; ``max_queue`` waiters for a role not ready: the next is 429
+    the queue until the first ends, and that queue is bounded by ``max_queue`` (429 beyond,
+    as a readiness queue is); ``max_queue`` waiters for a role not ready: the next is 429
     ``rate_limit_error`` with ``Retry-After``; a wait past ``queue_timeout`` 504 ``api_error``;
     a refused role 503 ``overloaded_error``."""
     async def test(rig, s):
@@ -233,6 +234,9 @@ def test_max_concurrency_queue_and_refusals_on_anthropics_path() -> None:
                 for _ in range(2)]
         await asyncio.sleep(0.3)
         assert len(rig.upstream.seen) == 1 and rig.book.snapshot()[0].of("chat").queued == 1
+        status, headers, raw = await rig.post(s, {"model": "chat", **HI}, path="/v1/messages")
+        assert (status, headers.get("Retry-After")) == (429, "1")  # max_queue: 1 queued
+        assert _anthropic(raw)[0] == "rate_limit_error"
         rig.upstream.go_on.set()
         assert [a[0] for a in await asyncio.gather(*held)] == [200, 200]
         rig.publish(_route(RouteState.WAIT, rig.upstream.port, on_demand=True))
