@@ -5,9 +5,14 @@
   skipped); no key is ever stored in plain text. ``client_of`` finds the name
   a bearer key belongs to (the key's digest, compared in constant time);
 * ``usage``: the token counts of an answer, ``(prompt, completion)``, read
-  from the last ``"usage": {…}`` object in its tail (a JSON answer ends with
-  it; a stream's last chunk carries it when the server sends one) or from
-  Ollama's ``prompt_eval_count``/``eval_count``;
+  from its ``"usage": {…}`` objects (a JSON answer ends with one; a stream's
+  last chunk carries it when the server sends one), the latest count of each
+  kind: OpenAI's ``prompt_tokens``/``completion_tokens``, the Responses API's
+  ``input_tokens``/``output_tokens`` (its ``response.completed`` event), and
+  Anthropic's (``input_tokens`` plus its cache reads and writes, which it
+  counts apart; a stream's ``message_start`` has the input, its
+  ``message_delta`` the output); or from Ollama's
+  ``prompt_eval_count``/``eval_count``;
 * ``cors``: the headers of a CORS answer for an ``Origin``, when that origin
   is allowed (``router.cors_origins``, opt-in; ``*`` allows any).
 """
@@ -63,19 +68,31 @@ _USAGE = re.compile(rb'"usage"\s*:\s*(\{(?:[^{}]|\{[^{}]*\})*\})')  # one nestin
 _OLLAMA = re.compile(rb'"(prompt_eval_count|eval_count)"\s*:\s*(\d+)')
 
 
+#: The fields of a usage object counted as prompt tokens (summed) and completion tokens.
+_PROMPT = ("prompt_tokens", "input_tokens", "cache_read_input_tokens",
+           "cache_creation_input_tokens")
+_COMPLETION = ("completion_tokens", "output_tokens")
+
+
 def usage(tail: bytes) -> tuple[int, int] | None:
-    """(prompt, completion) tokens from the last usage object in ``tail``, or None."""
-    found = _USAGE.findall(tail)
-    if found:
+    """(prompt, completion) tokens: each the latest count of its kind in the usage objects of
+    ``tail`` (an Anthropic stream gives the input and the output in two), or None."""
+    prompt = completion = None
+    for found in _USAGE.findall(tail):
         try:
-            data = json.loads(found[-1])
+            data = json.loads(found)
         except ValueError:
-            data = None
-        if isinstance(data, dict):
-            prompt, completion = data.get("prompt_tokens"), data.get("completion_tokens")
-            if isinstance(prompt, int) or isinstance(completion, int):
-                return (prompt if isinstance(prompt, int) else 0,
-                        completion if isinstance(completion, int) else 0)
+            continue
+        if not isinstance(data, dict):
+            continue
+        counts = [data.get(k) for k in _PROMPT]
+        if any(isinstance(n, int) for n in counts):
+            prompt = sum(n for n in counts if isinstance(n, int))
+        done = [data.get(k) for k in _COMPLETION]
+        if any(isinstance(n, int) for n in done):
+            completion = sum(n for n in done if isinstance(n, int))
+    if prompt is not None or completion is not None:
+        return prompt or 0, completion or 0
     counts = dict(_OLLAMA.findall(tail))
     if counts:
         return int(counts.get(b"prompt_eval_count", 0)), int(counts.get(b"eval_count", 0))

@@ -36,7 +36,7 @@ from __future__ import annotations
 import resource
 
 from reconciler.report.logs import Hush
-from reconciler.router import rules
+from reconciler.router import apis
 
 __all__ = ["Hush", "GuardedConnection", "Gauge", "connection_cap", "raw_error", "release"]
 
@@ -62,7 +62,7 @@ def connection_cap(max_connections: int) -> int:
 
 def raw_error(status: int, reason: str, message: str, kind: str) -> bytes:
     """A whole HTTP/1.1 error answer, OpenAI-shaped, for a connection that gets nothing else."""
-    body = rules.error_body(message, kind, status)
+    body = apis.error_body(message, kind, status)
     head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
     return head.encode("ascii") + body

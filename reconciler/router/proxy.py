@@ -3,9 +3,10 @@
 One aiohttp server on the router's loopback address; one aiohttp client
 session for the roles' servers. A request goes through, in order:
 
-1. a credential field given twice (two ``Authorization``) → 400;
-   ``Authorization: Bearer`` when ``api_key_file`` or ``api_keys_file`` is
-   set (digests compared in constant time) → 401; a CORS preflight from an
+1. a credential field given twice (two ``Authorization``), or a bearer key
+   and an ``X-Api-Key`` that differ → 400; a key (``Authorization: Bearer``
+   or ``X-Api-Key``, Anthropic's clients' field) when ``api_key_file`` or
+   ``api_keys_file`` is set (digests compared in constant time) → 401; a CORS preflight from an
    origin outside ``cors_origins`` → 403;
 2. the body, at most ``max_body`` bytes (→ 413) within ``body_timeout``
    (→ 408); JSON with a ``model``, decodable, not nested beyond reason,
@@ -14,7 +15,7 @@ session for the roles' servers. A request goes through, in order:
 4. refused → 503; not ready, or its route closed for a stop → it waits in
    the role's queue (full → 429 with ``Retry-After``; too long → 504;
    refused meanwhile → 503); ready, but ``max_concurrency`` requests at its
-   server → it queues for a place;
+   server → it queues for a place (the same bound: ``max_queue`` waiting → 429);
 5. forwarded to the role's own loopback port (never anywhere a request
    names), with the body as the server must see it and without hop-by-hop
    headers; the answer streams back chunk by chunk as it arrives, so SSE is
@@ -30,8 +31,9 @@ session for the roles' servers. A request goes through, in order:
 Connections: at most ``guard.connection_cap`` at once (503 beyond), a whole
 request head within ``idle_timeout`` of a connection's opening or its last
 answer (aiohttp's keep-alive timer, armed at the opening; a slow or silent
-client is closed), and every error, the HTTP layer's own included, in the
-OpenAI shape; client mistakes are logged by ``guard.Hush``, never with a
+client is closed), and every error the router answers itself in the shape of
+the path's API (Anthropic's on ``/v1/messages…``, OpenAI's elsewhere, the
+HTTP layer's own included); client mistakes are logged by ``guard.Hush``, never with a
 traceback.
 
 A client that disconnects cancels its handler (``handler_cancellation``),
@@ -49,7 +51,7 @@ HTTP sides live here: the server's handlers with every check above in request or
 the upstream client with its streaming, retry-once and usage reading (a stream's own
 connection and framing are in ``upstream.py``, which needs no aiohttp). The pure decisions are
 in ``rules.py``, the connection limits and quiet logging in ``guard.py``, keys and CORS in
-``clients.py``.
+``clients.py``, each API's error shape and credential fields in ``apis.py``.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ import attrs
 from aiohttp import web, web_protocol
 
 from reconciler.core.desired import RouterConfig
-from reconciler.router import clients, guard, rules, upstream
+from reconciler.router import apis, clients, guard, rules, upstream
 from reconciler.router.queues import CLOSED, FULL, GO, Book, Refusal
 from reconciler.router.rules import Route, RouteState, Table
 from reconciler.world import probe
@@ -150,15 +152,19 @@ class Proxy:
                headers: dict[str, str] | None = None) -> web.Response:
         if role is not None and self.metrics is not None:
             self.metrics.request(role, status)
-        return web.Response(status=status, body=rules.error_body(message, kind, status),
-                            content_type=_JSON, headers=headers)
+        return _Refusal(message, status=status, body=apis.error_body(message, kind, status),
+                        content_type=_JSON, headers=headers)
 
     @web.middleware
     async def _shape(self, request: web.Request, handler) -> web.StreamResponse:
-        """Every error in the OpenAI shape: aiohttp's own (405, 417 …) and our bugs (500);
-        an ambiguous credential is 400 before any handler reads one (§9)."""
+        """Every error in the shape of the path's API: aiohttp's own (405, 417 …) and our bugs
+        (500) too, Anthropic's on its paths, OpenAI's elsewhere; an ambiguous credential is
+        400 before any handler reads one (§9)."""
+        return _in_shape(request, await self._answer(request, handler))
+
+    async def _answer(self, request: web.Request, handler) -> web.StreamResponse:
         try:
-            if (twice := rules.ambiguous(request.headers.items())) is not None:
+            if (twice := apis.ambiguous(request.headers.items())) is not None:
                 return self._error(400, twice, "invalid_request_error")
             return await handler(request)
         except web.HTTPException as exc:
@@ -176,8 +182,9 @@ class Proxy:
     async def _expect(self, request: web.Request) -> web.Response | None:
         """``Expect: 100-continue`` is answered; any other expectation is 417 (OpenAI-shaped)."""
         expect = request.headers.get("Expect", "")
-        if expect.lower() != "100-continue":
-            return self._error(417, f"unknown Expect: {expect[:100]}", "invalid_request_error")
+        if expect.lower() != "100-continue":  # answered before the middleware: shaped here
+            return _in_shape(request, self._error(417, f"unknown Expect: {expect[:100]}",
+                                                  "invalid_request_error"))
         if request.version >= (1, 1):
             await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             request.writer.output_size = 0
@@ -187,7 +194,7 @@ class Proxy:
         """The client's name (``anonymous`` without keys); False: not authorized."""
         if self._key is None and self._keys is None:
             return "anonymous"
-        given = rules.bearer(request.headers.get("Authorization"))
+        given = apis.credential(request.headers)
         if given is None:
             return False
         raw = given.encode("utf-8", "surrogateescape")
@@ -197,8 +204,8 @@ class Proxy:
         return name if name is not None else False
 
     def _unauthorized(self) -> web.Response:
-        return self._error(401, "a valid `Authorization: Bearer` key is required",
-                           "authentication_error")
+        return self._error(401, "a valid key is required (`Authorization: Bearer` or "
+                           "`X-Api-Key`)", "authentication_error")
 
     def _key_ok(self, given: str) -> bool:
         """The status page's check of a key it was given (as a bearer or Basic password)."""
@@ -272,7 +279,7 @@ class Proxy:
         seq = self.book.arrived(role)
         streams = rules.streams(body, api)
         deadline = arrived + self.config.queue_timeout
-        refused_once = False
+        refused_once = queued = False
         while True:
             if route.state is RouteState.READY:
                 entry = self.book.enter(role, route.max_concurrency)
@@ -285,6 +292,10 @@ class Proxy:
                                            "api_error", role)
                     refused_once = True  # stopped a moment ago: wait for the next pass
                 elif entry == FULL:
+                    if not queued and not rules.admits(self.book.waiting(role),
+                                                       self.config.max_queue):
+                        return self._full(role)  # a place's queue is bounded too
+                    queued = True
                     if not await self.book.queue(role, deadline - time.monotonic()):
                         return self._timeout(role, arrived)
                     route = self.table.get(role) or route
@@ -313,6 +324,11 @@ class Proxy:
             return self._error(400, f"the body cannot be read: {_why(exc)}"[:300],
                                "invalid_request_error")
 
+    def _full(self, role: str) -> web.Response:
+        return self._error(429, f"{self.config.max_queue} requests already wait for {role}",
+                           "rate_limit_error", role,
+                           headers={"Retry-After": str(rules.RETRY_AFTER)})
+
     def _timeout(self, role: str, arrived: float) -> web.Response:
         return self._error(504, f"timed out after {self.config.queue_timeout:g}s waiting for "
                            f"{role}", "timeout", role)
@@ -324,9 +340,7 @@ class Proxy:
         if route.state is RouteState.REFUSED and not route.on_demand:
             return self._error(503, route.message, "service_unavailable", role)
         if not rules.admits(self.book.waiting(role), self.config.max_queue):
-            return self._error(429, f"{self.config.max_queue} requests already wait for {role}",
-                               "rate_limit_error", role,
-                               headers={"Retry-After": str(rules.RETRY_AFTER)})
+            return self._full(role)
         result = await self.book.wait(role, seq, deadline - time.monotonic())
         if self.metrics is not None:
             self.metrics.queue_wait(role, time.monotonic() - arrived)
@@ -409,7 +423,7 @@ class Proxy:
         counted = False  # a client holding its whole answer must find it counted
         write = answer.write
         try:
-            chunk = await read()
+            chunk = head = await read()
             await answer.prepare(request)
             if self.metrics is not None:
                 self.metrics.first_byte(role, time.monotonic() - arrived)
@@ -428,7 +442,7 @@ class Proxy:
                 if left is not None:
                     left -= len(chunk)
                     if left <= 0:  # the last bytes: counted before the client can have them
-                        counted = self._count(role, status, client, tail)
+                        counted = self._count(role, status, client, head, tail)
                 await write(chunk)
                 chunk = await read()
         except asyncio.CancelledError:
@@ -436,7 +450,7 @@ class Proxy:
             # counted as the status it got, as an access log would (an SSE client often
             # closes at ``data: [DONE]``, before the body's last chunk is written).
             if answer.prepared and not counted:
-                self._count(role, status, client, tail)
+                self._count(role, status, client, head, tail)
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, upstream.Failed) as exc:
             if not answer.prepared:
@@ -449,15 +463,17 @@ class Proxy:
                 self.metrics.request(role, 502)
             return answer
         if not counted:  # a chunked answer ends with write_eof: count it first
-            counted = self._count(role, status, client, tail)
+            counted = self._count(role, status, client, head, tail)
         await answer.write_eof()
         return answer
 
-    def _count(self, role: str, status: int, client: str, tail) -> bool:
-        """One answered request in the metrics, with the client's token usage when known."""
+    def _count(self, role: str, status: int, client: str, head: bytes, tail) -> bool:
+        """One answered request in the metrics, with the client's token usage when known
+        (a stream's first piece too: Anthropic's ``message_start`` holds its input tokens)."""
         if self.metrics is not None:
             self.metrics.request(role, status)
-            self.metrics.client(role, client, clients.usage(b"".join(tail)))
+            seen = b"".join(tail) if tail and tail[0] is head else head + b"".join(tail)
+            self.metrics.client(role, client, clients.usage(seen))
         return True
 
     # ------------------------------------------------------------ readiness
@@ -515,6 +531,15 @@ class Proxy:
             await asyncio.sleep(_READY_POLL)
 
 
+class _Refusal(web.Response):
+    """An error the router answers itself (not a server's), its message kept: the middleware
+    writes it in the shape of the path's API."""
+
+    def __init__(self, message: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.message = message
+
+
 class _Answer(web.StreamResponse):
     """A relayed answer: its head leaves with its first body bytes, in one write, as
     ``web.Response``'s does (aiohttp sends a ``StreamResponse``'s head alone at ``prepare``:
@@ -529,9 +554,16 @@ def _handle_error(self, request, status: int = 500, exc=None, message=None):
     self.log_exception("bad request", exc_info=exc)
     text = (message or (str(exc) if exc is not None else "") or "bad request")[:300]
     kind = "invalid_request_error" if status < 500 else "api_error"
-    answer = web.Response(status=status, body=rules.error_body(text, kind, status),
+    answer = web.Response(status=status, body=apis.error_body(text, kind, status),
                           content_type=_JSON)
     answer.force_close()
+    return answer
+
+
+def _in_shape(request: web.Request, answer: web.StreamResponse) -> web.StreamResponse:
+    """``answer``, an error of the router's own in Anthropic's shape on Anthropic's paths."""
+    if isinstance(answer, _Refusal) and rules.PATHS.get(request.path) is rules.Api.ANTHROPIC:
+        answer.body = apis.anthropic_error_body(answer.message, answer.status)
     return answer
 
 

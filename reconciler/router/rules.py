@@ -21,10 +21,9 @@ without a socket:
   ``Authorization`` and a client's ``X-Api-Key`` are never passed on; ``request_headers`` also sets the
   one ``Content-Type`` of the re-encoded body;
 * ``streams``: whether a request asks for a streamed answer;
-* ``error_body``: the OpenAI-style error ``{"error": {"message", "type", "code"}}``;
-* ``admits``/``RETRY_AFTER``: the queue's bound (429 beyond ``max_queue``);
-* ``bearer``: the key of an ``Authorization: Bearer`` header; ``ambiguous``: a
-  credential field given more than once (a singleton, RFC 9110 §11.6.2), refused 400.
+* ``admits``/``RETRY_AFTER``: the queue's bound (429 beyond ``max_queue``).
+
+Error shapes and the client's credential fields are in ``apis.py``.
 """
 
 from __future__ import annotations
@@ -45,9 +44,11 @@ frozen = attrs.frozen(kw_only=True)
 
 
 class Api(enum.StrEnum):
-    """Which protocol a request speaks: OpenAI's (every role) or Ollama's own (Ollama roles)."""
+    """Which protocol a request speaks: OpenAI's or Anthropic's Messages (every role; errors
+    in its own shape) or Ollama's own (Ollama roles)."""
 
     OPENAI = "openai"
+    ANTHROPIC = "anthropic"
     OLLAMA = "ollama"
 
 
@@ -58,6 +59,9 @@ PATHS: Mapping[str, Api] = {
     "/v1/embeddings": Api.OPENAI,
     "/v1/rerank": Api.OPENAI,
     "/rerank": Api.OPENAI,
+    "/v1/responses": Api.OPENAI,
+    "/v1/messages": Api.ANTHROPIC,
+    "/v1/messages/count_tokens": Api.ANTHROPIC,
     "/api/chat": Api.OLLAMA,
     "/api/generate": Api.OLLAMA,
 }
@@ -108,7 +112,7 @@ class Table:
     def find(self, model: str, api: Api = Api.OPENAI) -> Route | None:
         """The role ``model`` names: a role name first, then the first role (by name) whose
         Model or served name it is. Ollama's own API reaches Ollama roles only."""
-        usable = [r for r in self.routes if api is Api.OPENAI or r.ollama]
+        usable = [r for r in self.routes if api is not Api.OLLAMA or r.ollama]
         exact = next((r for r in usable if r.role == model), None)
         if exact is not None:
             return exact
@@ -241,48 +245,15 @@ def request_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]
 
 
 def streams(body: Mapping, api: Api) -> bool:
-    """Whether the answer is a stream: OpenAI's only with ``stream: true``, Ollama's unless
-    ``stream: false`` (its default is to stream)."""
+    """Whether the answer is a stream: OpenAI's and Anthropic's only with ``stream: true``,
+    Ollama's unless ``stream: false`` (its default is to stream)."""
     flag = body.get("stream")
-    return flag is True if api is Api.OPENAI else flag is not False
-
-
-def error_body(message: str, kind: str, code: int | str) -> bytes:
-    """OpenAI's error shape: ``{"error": {"message", "type", "code"}}``."""
-    return json.dumps({"error": {"message": message, "type": kind, "code": code}}).encode()
+    return flag is True if api is not Api.OLLAMA else flag is not False
 
 
 def admits(waiting: int, max_queue: int) -> bool:
     """§9 one more request may wait for a role while fewer than ``max_queue`` do."""
     return waiting < max_queue
-
-
-#: The fields a client's credential may come in: the router reads ``Authorization``;
-#: llama-server also reads ``X-Api-Key`` (neither is ever forwarded).
-_CREDENTIALS = ("authorization", "x-api-key")
-
-
-def ambiguous(headers: Iterable[tuple[str, str]]) -> str | None:
-    """§9 why a request's credential is ambiguous (one of its fields given twice), or None.
-    ``Authorization`` is a singleton field (RFC 9110 §11.6.2): which of two would be the
-    client's? Taking either lets a front proxy's key and the client's disagree unseen."""
-    seen: set[str] = set()
-    for key, _ in headers:
-        name = key.lower()
-        if name in _CREDENTIALS:
-            if name in seen:
-                return (f"more than one `{key}` header: a request carries one credential "
-                        "(RFC 9110 §11.6.2)")
-            seen.add(name)
-    return None
-
-
-def bearer(header: str | None) -> str | None:
-    """The token of ``Authorization: Bearer <token>`` (scheme case-insensitive), or None."""
-    if not header:
-        return None
-    scheme, _, token = header.strip().partition(" ")
-    return token.strip() or None if scheme.lower() == "bearer" else None
 
 
 def models_list(table: Table, created: int = 0) -> bytes:

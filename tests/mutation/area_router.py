@@ -6,8 +6,8 @@ from tests.mutation.mutant import mutant
 
 MUTANTS = (
     mutant("router/proxy.py", "ambiguous-credential-taken",
-           "if (twice := rules.ambiguous(request.headers.items())) is not None:",
-           "if (twice := rules.ambiguous(request.headers.items())) is not None and False:",
+           "if (twice := apis.ambiguous(request.headers.items())) is not None:",
+           "if (twice := apis.ambiguous(request.headers.items())) is not None and False:",
            "§9: of two Authorization headers the first is taken (RFC 9110: a singleton)",
            "tests/router"),
     mutant("router/rules.py", "client-x-api-key-forwarded",

@@ -244,8 +244,9 @@ def test_cors_preflight_from_an_allowed_and_a_refused_origin() -> None:
 def test_two_authorization_headers_are_an_ambiguous_credential_400() -> None:
     """§9 RFC 9110: ``Authorization`` is a singleton field. Two of them (the right key first
     or second, or the same key twice) are 400, never the first one taken: nothing is
-    forwarded, on every path that reads a key; two ``X-Api-Key`` likewise. One of each is no
-    ambiguity (the router reads ``Authorization``); a client's ``X-Api-Key`` never goes on."""
+    forwarded, on every path that reads a key; two ``X-Api-Key`` likewise. One of each is
+    ambiguous when their keys differ (the router reads both: Anthropic's clients send
+    ``X-Api-Key``), not when they agree; a client's ``X-Api-Key`` never goes on."""
     good, bad = "Authorization: Bearer s3cret", "authorization: Bearer wrong"
 
     async def test(rig, s):
@@ -259,7 +260,10 @@ def test_two_authorization_headers_are_an_ambiguous_credential_400() -> None:
             models = f"GET /v1/models HTTP/1.1\r\nHost: x\r\n{head}Connection: close\r\n\r\n"
             assert status_and_error(await raw(port, models.encode()))[0] == 400
         assert rig.upstream.seen == []
-        answer = await raw(port, _post(b'{"model":"chat"}', good, "X-Api-Key: client-key"))
+        status, error = status_and_error(
+            await raw(port, _post(b'{"model":"chat"}', good, "X-Api-Key: client-key")))
+        assert status == 400 and "different keys" in error["message"]
+        answer = await raw(port, _post(b'{"model":"chat"}', good, "X-Api-Key: s3cret"))
         assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
         assert [h for h in rig.upstream.seen[0][1] if h.lower() == "x-api-key"] == []
     run(test, key="s3cret")

@@ -20,7 +20,7 @@ from reconciler.core.desired import (
     ServeSpec,
     WantedState,
 )
-from reconciler.router import rules
+from reconciler.router import apis, rules
 from reconciler.router.rules import Api, Route, RouteState, Table
 
 MODEL = ModelSpec(name="qwen", format=ModelFormat.GGUF, root="/m",
@@ -122,16 +122,16 @@ def test_hop_by_hop_and_connection_named_headers_are_dropped() -> None:
 
 def test_error_body_has_openais_shape() -> None:
     """{"error": {"message", "type", "code"}}, as the openai client parses it."""
-    assert json.loads(rules.error_body("no", "invalid_request_error", 404)) == {
+    assert json.loads(apis.error_body("no", "invalid_request_error", 404)) == {
         "error": {"message": "no", "type": "invalid_request_error", "code": 404}}
 
 
 def test_queue_bound_and_bearer_parsing() -> None:
     """max_queue waiters at most; the Bearer scheme is case-insensitive, anything else is no key."""
     assert rules.admits(63, 64) and not rules.admits(64, 64)
-    assert rules.bearer("bearer  k1 ") == "k1"
-    assert rules.bearer("Basic k1") is None and rules.bearer(None) is None
-    assert rules.bearer("Bearer ") is None
+    assert apis.bearer("bearer  k1 ") == "k1"
+    assert apis.bearer("Basic k1") is None and apis.bearer(None) is None
+    assert apis.bearer("Bearer ") is None
 
 
 def test_models_list_shows_every_role_with_status() -> None:
@@ -214,12 +214,53 @@ def test_every_interface_is_never_loopback_to_the_router() -> None:
 
 def test_a_credential_field_given_twice_is_ambiguous() -> None:
     """§9 ``ambiguous``: ``Authorization`` (or ``X-Api-Key``) twice, in any case, is named;
-    once each, or other fields repeated, is not."""
-    assert rules.ambiguous([("Authorization", "Bearer a"), ("authorization", "Bearer b")])
-    assert "X-API-KEY" in rules.ambiguous([("x-api-key", "a"), ("X-API-KEY", "a")])
-    assert rules.ambiguous([("Authorization", "Bearer a"), ("X-Api-Key", "b"),
+    a bearer key and an ``X-Api-Key`` that differ are (both are read as the client's key);
+    once each with the same key, or other fields repeated, is not."""
+    assert apis.ambiguous([("Authorization", "Bearer a"), ("authorization", "Bearer b")])
+    assert "X-API-KEY" in apis.ambiguous([("x-api-key", "a"), ("X-API-KEY", "a")])
+    assert "different keys" in apis.ambiguous([("Authorization", "Bearer a"),
+                                                ("X-Api-Key", "b")])
+    assert apis.ambiguous([("Authorization", "Bearer a"), ("X-Api-Key", "a"),
                       ("Accept", "x"), ("Accept", "y")]) is None
-    assert rules.ambiguous([]) is None
+    assert apis.ambiguous([("Authorization", "Basic YTpi"), ("X-Api-Key", "b")]) is None
+    assert apis.ambiguous([]) is None
+
+
+def test_the_clients_key_is_its_bearer_token_else_its_x_api_key() -> None:
+    """§9 ``credential``: Anthropic's clients send their key as ``X-Api-Key``, OpenAI's as
+    ``Authorization: Bearer``; either is the client's key, the bearer one first."""
+    assert apis.credential({"Authorization": "Bearer a"}) == "a"
+    assert apis.credential({"X-Api-Key": " k "}) == "k"
+    assert apis.credential({"Authorization": "Basic YTpi", "X-Api-Key": "k"}) == "k"
+    assert apis.credential({"X-Api-Key": ""}) is None and apis.credential({}) is None
+
+
+def test_anthropics_paths_speak_its_api_and_find_any_role() -> None:
+    """§9 ``/v1/messages`` and ``/v1/messages/count_tokens`` are Anthropic's API, ``/v1/responses``
+    OpenAI's: every role is found by its names on them (Ollama's own API only Ollama roles),
+    and a stream is asked for only by ``stream: true``."""
+    assert rules.PATHS["/v1/messages"] is rules.PATHS["/v1/messages/count_tokens"] \
+        is rules.Api.ANTHROPIC
+    assert rules.PATHS["/v1/responses"] is rules.Api.OPENAI
+    table = rules.Table(routes=(rules.Route(role="chat", names=("chat", "qwen"),
+                                            host="127.0.0.1", port=8080,
+                                            state=RouteState.READY),))
+    assert table.find("qwen", rules.Api.ANTHROPIC).role == "chat"
+    assert table.find("qwen", rules.Api.OLLAMA) is None
+    assert rules.streams({"stream": True}, rules.Api.ANTHROPIC)
+    assert not rules.streams({}, rules.Api.ANTHROPIC)
+
+
+def test_anthropics_error_shape_names_its_type_by_status() -> None:
+    """§9 an error on Anthropic's paths is ``{"type": "error", "error": {"type", "message"}}``,
+    the type Anthropic's for the status (its clients raise their exception class from it)."""
+    kinds = {status: json.loads(apis.anthropic_error_body("m", status))
+             for status in (400, 401, 404, 413, 429, 503, 502, 504, 408)}
+    assert kinds[404] == {"type": "error", "error": {"type": "not_found_error", "message": "m"}}
+    assert {s: k["error"]["type"] for s, k in kinds.items()} == {
+        400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+        413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
+        502: "api_error", 504: "api_error", 408: "invalid_request_error"}
 
 
 def test_cors_allows_only_a_listed_origin_exactly() -> None:
