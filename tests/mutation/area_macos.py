@@ -6,6 +6,7 @@ from __future__ import annotations
 from tests.mutation.mutant import mutant
 
 P = "tests/platform"
+D = "tests/devices"
 
 MUTANTS = (
     mutant("platform/choose.py", "darwin-gets-portable",
@@ -24,4 +25,13 @@ MUTANTS = (
            "            if not self._is_running(pid, ctime):", "            if False:",
            "§8 macos: a kevent added on a recycled pid watches another process; the server's "
            "exit is never noticed", P),
+    mutant("world/gpuparse.py", "working-set-is-physical",
+           "    return physical * 2 // 3 if physical <= SMALL_MAC else physical * 3 // 4",
+           "    return physical",
+           "§7.1 capabilities --devices-yaml promises metal:0 the whole Mac's memory: the GPU "
+           "may wire only its working set (2/3, 3/4), so placed roles fail to load", D),
+    mutant("world/gpuparse.py", "wired-limit-ignored",
+           "    if wired_limit_mb:", "    if False:",
+           "§7.1 an operator's iogpu.wired_limit_mb is ignored: metal:0 is the default share "
+           "whatever the GPU may really wire", D),
 )
