@@ -3,7 +3,7 @@ bookkeeping, the GPU's working set on Apple silicon, the launchd job's KeepAlive
 
 from __future__ import annotations
 
-from tests.mutation.mutant import mutant
+from tests.mutation.mutant import Mutant, mutant
 
 P = "tests/platform"
 D = "tests/devices"
@@ -34,4 +34,10 @@ MUTANTS = (
            "    if wired_limit_mb:", "    if False:",
            "§7.1 an operator's iogpu.wired_limit_mb is ignored: metal:0 is the default share "
            "whatever the GPU may really wire", D),
+    Mutant("launchd/keepalive-always", "deploy/launchd/local.reconciler.watch.plist",
+           "\t\t<key>SuccessfulExit</key>\n\t\t<false/>",
+           "\t\t<key>SuccessfulExit</key>\n\t\t<true/>",
+           "§10 launchd: the daemon is restarted after a clean exit (SIGTERM) and not after a "
+           "failure: an operator cannot stop it, and a crash leaves the node unmanaged",
+           ("tests/fleet/test_deploy.py",)),
 )
