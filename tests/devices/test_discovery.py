@@ -183,3 +183,25 @@ def test_devices_yaml_leaves_a_device_of_unknown_size_for_the_operator() -> None
     assert yaml.safe_load(text) == {"devices": []}
     assert '# - {id: "cuda:0", kind: cuda, memory: ...}  # Tesla P100-PCIE-16GB' in text
     assert devices_yaml(()) == "devices: []\n"
+
+
+def test_capabilities_on_a_mac_s_recorded_outputs_flags_the_whole_memory(tmp_path, capsys,
+                                                                         monkeypatch) -> None:
+    """§7.1 README "On a Mac": on recorded system_profiler outputs (128 GiB), metal:0 is found as
+    its working set (96 GiB = 103.1 GB), so declaring the machine's 128 GiB is ``smaller`` (exit 1)
+    and --devices-yaml offers 90% of the working set."""
+    from reconciler import cli
+
+    outputs = {"SPDisplaysDataType": "system_profiler_SPDisplays_tirekick_apple-m1pro-14core.json",
+               "SPHardwareDataType": "system_profiler_SPHardware_tirekick_m5max-128GB.json"}
+    run = _tools({key: (DATA / name).read_text() for key, name in outputs.items()})
+    monkeypatch.setattr(devices, "discover", lambda: devices.from_system_profiler(run))
+    (tmp_path / "node.yaml").write_text(
+        "apiVersion: reconciler/v1\nkind: NodeConfig\nmetadata: {name: mac-mini}\n"
+        "spec: {devices: [{id: 'metal:0', kind: metal, memory: 128GiB}]}\n")
+    assert cli.main(["-f", str(tmp_path), "capabilities"]) == 1
+    assert ("  metal:0    declared 137.4 GB  found 103.1 GB  smaller: declared larger than found: "
+            "roles placed on it are unplaceable") in capsys.readouterr().out
+    assert cli.main(["-f", str(tmp_path), "capabilities", "--devices-yaml"]) == 0
+    assert capsys.readouterr().out == (
+        'devices:\n  - {id: "metal:0", kind: metal, memory: 92.7GB}  # Apple M1 Pro, 96.0 GiB\n')
