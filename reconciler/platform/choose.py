@@ -1,8 +1,9 @@
 """Which platform implementation this process uses: ``RECONCILER_PLATFORM`` (SHELL).
 
-``linux`` (pidfds, sock_diag, ``/proc``, ``/dev/kmsg``: ``linux.py``) or
-``portable`` (psutil alone, exits polled: ``portable.py``). Unset or empty:
-``linux`` on Linux, ``portable`` elsewhere. Read once, on the first use, for
+``linux`` (pidfds, sock_diag, ``/proc``, ``/dev/kmsg``: ``linux.py``),
+``portable`` (psutil alone, exits polled: ``portable.py``) or ``macos``
+(psutil's facts, exits through one kqueue: ``macos.py``). Unset or empty:
+``linux`` on Linux, ``macos`` on macOS (``darwin``), ``portable`` elsewhere. Read once, on the first use, for
 the life of the process; ``check`` is how ``cli`` refuses a wrong value up
 front (one line, exit 1) rather than in the middle of a pass.
 """
@@ -20,11 +21,15 @@ if TYPE_CHECKING:  # ``cli`` checks the setting before any command: nothing more
     from reconciler.platform.seam import Platform
 
 ENV = "RECONCILER_PLATFORM"
-NAMES = ("linux", "portable")
+NAMES = ("linux", "portable", "macos")
+#: The system each implementation needs (``sys.platform``'s prefix); portable runs anywhere.
+NEEDS = {"linux": "linux", "macos": "darwin"}
 
 
 def default(system: str = sys.platform) -> str:
-    return "linux" if system.startswith("linux") else "portable"
+    if system.startswith("linux"):
+        return "linux"
+    return "macos" if system.startswith("darwin") else "portable"
 
 
 def name(environ: Mapping[str, str] | None = None, system: str = sys.platform) -> str:
@@ -35,8 +40,9 @@ def name(environ: Mapping[str, str] | None = None, system: str = sys.platform) -
         return default(system)
     if wanted not in NAMES:
         raise PlatformError(f"{ENV}={wanted!r}: expected one of {', '.join(NAMES)}")
-    if wanted == "linux" and not system.startswith("linux"):
-        raise PlatformError(f"{ENV}=linux on {system}: use portable (or leave it unset)")
+    needs = NEEDS.get(wanted)
+    if needs is not None and not system.startswith(needs):
+        raise PlatformError(f"{ENV}={wanted} on {system}: use portable (or leave it unset)")
     return wanted
 
 
@@ -55,6 +61,10 @@ def build(which: str) -> Platform:
         from reconciler.platform import portable
 
         return portable.platform()
+    if which == "macos":
+        from reconciler.platform import macos
+
+        return macos.platform()
     raise PlatformError(f"{ENV}={which!r}: expected one of {', '.join(NAMES)}")
 
 

@@ -1,7 +1,7 @@
 """What the package asks of the operating system, as Protocols (PURE; BEHAVIOUR §3–§5, "Platforms").
 
-Four seams, each answered by ``linux.py`` and by ``portable.py`` (``choose.py``
-picks one; ``tests/platform`` runs the same contract against both):
+Four seams, each answered by ``linux.py``, ``portable.py`` and ``macos.py``
+(``choose.py`` picks one; ``tests/platform`` runs the same contract against each):
 
 * ``ProcessTable``: the facts ``core/ownership.py`` judges (pid, create time,
   the ``RECONCILER_INSTANCE`` marker, process group, real uid, working
@@ -141,7 +141,7 @@ class KernelLog(Protocol):
 class Platform:
     """One implementation of every seam (``choose.current()``)."""
 
-    name: str  # "linux" or "portable": RECONCILER_PLATFORM's words
+    name: str  # "linux", "portable" or "macos": RECONCILER_PLATFORM's words
     processes: ProcessTable
     listeners: Listeners
     kernel_log: KernelLog

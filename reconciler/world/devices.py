@@ -9,7 +9,8 @@ In order, the first that answers:
   ``reconciler[nvidia]``); ``NvmlReader`` is the seam tests inject;
 * ``nvidia-smi --query-gpu`` / ``--query-compute-apps`` CSV;
 * AMD: ``rocm-smi --showmeminfo vram --showproductname --json``;
-* Apple silicon: ``system_profiler -json SPDisplaysDataType SPHardwareDataType``.
+* Apple silicon: ``system_profiler -json SPDisplaysDataType SPHardwareDataType``,
+  the GPU's working set from ``sysctl iogpu.wired_limit_mb`` (``gpuparse.metal_working_set``).
 
 Programs run through ``system/programs.py`` with a cleared environment (only
 PATH) and a short timeout; their output is read by the pure
@@ -136,11 +137,17 @@ def from_rocm_smi(run: Run = _run) -> Discovery | str:
 
 
 def from_system_profiler(run: Run = _run) -> Discovery | str:
+    """Apple silicon's ``metal:0``, its memory the GPU's working set (§7.1): ``sysctl
+    iogpu.wired_limit_mb`` when set, else macOS's default share of the machine's memory."""
     shown = run(["system_profiler", "-json", "SPDisplaysDataType"])
     hw = run(["system_profiler", "-json", "SPHardwareDataType"])
     if not (shown.ok and hw.ok):
         return shown.failure or hw.failure or "system_profiler failed"
-    return Discovery(devices=gpuparse.system_profiler(shown.stdout.decode(), hw.stdout.decode()),
+    wired = run(["sysctl", "iogpu.wired_limit_mb"])
+    limit = gpuparse.sysctl_wired_limit_mb(wired.stdout.decode("utf-8", "replace")) \
+        if wired.ok else None
+    return Discovery(devices=gpuparse.system_profiler(shown.stdout.decode(), hw.stdout.decode(),
+                                                      wired_limit_mb=limit),
                      tool="system_profiler")
 
 

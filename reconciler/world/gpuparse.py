@@ -157,16 +157,18 @@ def _card_number(key: str) -> int:
 # ---------------------------------------------------------------- Apple
 
 
-def system_profiler(displays: str, hardware: str) -> tuple[FoundDevice, ...]:
+def system_profiler(displays: str, hardware: str, *,
+                    wired_limit_mb: int | None = None) -> tuple[FoundDevice, ...]:
     """``system_profiler -json SPDisplaysDataType`` + ``SPHardwareDataType``: ``metal:0``.
 
-    Apple silicon has unified memory: the GPU's memory is the machine's
-    (``physical_memory``); the reconciler plans onto what NodeConfig declares.
+    Apple silicon has unified memory, but the GPU may wire only its working
+    set, not the whole machine (``metal_working_set``: ``iogpu.wired_limit_mb``
+    when set, else macOS's default share of ``physical_memory``).
     A Mac without an Apple GPU (no ``sppci_cores`` / ``Apple`` chip) has none.
     """
     gpus = json.loads(displays).get("SPDisplaysDataType") or []
     hw = (json.loads(hardware).get("SPHardwareDataType") or [{}])[0]
-    memory = _size_words(str(hw.get("physical_memory", "")))
+    memory = metal_working_set(_size_words(str(hw.get("physical_memory", ""))), wired_limit_mb)
     out = []
     for gpu in gpus:
         name = str(gpu.get("sppci_model") or gpu.get("_name") or "")
@@ -175,6 +177,28 @@ def system_profiler(displays: str, hardware: str) -> tuple[FoundDevice, ...]:
         out.append(FoundDevice(id=f"metal:{len(out)}", kind=DeviceKind.METAL,
                                name=name.replace("kHW_AppleM1Item", "Apple M1"), memory=memory))
     return tuple(out)
+
+
+#: Up to this much unified memory macOS's default GPU working set is two thirds of it, above
+#: it three quarters (BEHAVIOUR §7.1; the figures it rests on are in tests/devices/data/SOURCES.md).
+SMALL_MAC = 36 * 2**30
+
+
+def metal_working_set(physical: int, wired_limit_mb: int | None) -> int:
+    """What the GPU of an Apple silicon Mac with ``physical`` bytes may use (§7.1).
+
+    ``iogpu.wired_limit_mb`` when it is set (non-zero: the operator raised or
+    lowered the GPU's wired limit, and Metal's ``recommendedMaxWorkingSetSize``
+    follows it), never more than the machine; else the default macOS applies,
+    which Apple does not publish: two thirds of memory up to ``SMALL_MAC``,
+    three quarters above, as Metal reported it on macOS 13/14 (newer macOS gives
+    somewhat more, so this under-promises there, never over). 0 stays 0 (unknown).
+    """
+    if physical <= 0:
+        return 0
+    if wired_limit_mb:
+        return min(wired_limit_mb * 2**20, physical)
+    return physical * 2 // 3 if physical <= SMALL_MAC else physical * 3 // 4
 
 
 def _size_words(text: str) -> int:
@@ -186,6 +210,22 @@ def _size_words(text: str) -> int:
 
 
 def sysctl_memsize(text: str) -> int | None:
-    """``hw.memsize: 7516192768`` from ``sysctl`` output."""
-    m = re.search(r"hw\.memsize:\s*(\d+)", text)
+    """``hw.memsize: 7516192768`` from ``sysctl hw.memsize`` (or the bare number of ``-n``)."""
+    return _sysctl_number(text, "hw.memsize")
+
+
+def sysctl_wired_limit_mb(text: str) -> int | None:
+    """``iogpu.wired_limit_mb: 0`` from ``sysctl iogpu.wired_limit_mb`` (or ``-n``'s bare number).
+
+    A write's echo ``iogpu.wired_limit_mb: 0 -> 14000`` is read as the value
+    now (14000). None: not there (an Intel Mac, an older macOS: ``unknown oid``).
+    """
+    return _sysctl_number(text, "iogpu.wired_limit_mb")
+
+
+def _sysctl_number(text: str, name: str) -> int | None:
+    m = re.search(rf"^{re.escape(name)}:\s*(\d+)(?:\s*->\s*(\d+))?\s*$", text, re.MULTILINE)
+    if m:
+        return int(m.group(2) or m.group(1))
+    m = re.fullmatch(r"\s*(\d+)\s*", text)
     return int(m.group(1)) if m else None

@@ -55,9 +55,27 @@ def test_amd_then_apple_then_nothing() -> None:
     rocm = (DATA / "rocm-smi_marimo-9237_1x_rx7900xt.json").read_text()
     found = devices.discover(run=_tools({"rocm-smi": rocm}), nvml=_no_nvml)
     assert found.tool == "rocm-smi" and found.devices[0].id == "rocm:0"
+    displays = (DATA / "system_profiler_SPDisplays_tirekick_apple-m1pro-14core.json").read_text()
+    hardware = (DATA / "system_profiler_SPHardware_tirekick_m5max-128GB.json").read_text()
+    apple = devices.discover(run=_tools({"SPDisplaysDataType": displays,
+                                         "SPHardwareDataType": hardware}), nvml=_no_nvml)
+    assert apple.tool == "system_profiler" and apple.devices[0].id == "metal:0"
     nothing = devices.discover(run=_tools({}), nvml=_no_nvml)
     assert nothing.tool is None and nothing.devices == ()
     assert "nvidia-smi is not installed" in nothing.notes
+
+
+def test_metal_0_is_the_working_set_sysctl_says() -> None:
+    """§7.1 on a Mac, discovery asks ``sysctl iogpu.wired_limit_mb``: set, it is metal:0's memory;
+    0 or no such oid (sysctl fails), the default share of the machine (3/4 of 128 GiB)."""
+    displays = (DATA / "system_profiler_SPDisplays_tirekick_apple-m1pro-14core.json").read_text()
+    hardware = (DATA / "system_profiler_SPHardware_tirekick_m5max-128GB.json").read_text()
+    wired = (DATA / "sysctl_iogpu-wired-limit-write_llmfit-570_m1max-32GB.txt").read_text()
+    tools = {"SPDisplaysDataType": displays, "SPHardwareDataType": hardware}
+    set_ = devices.discover(run=_tools({**tools, "iogpu.wired_limit_mb": wired}), nvml=_no_nvml)
+    assert [(d.id, d.memory) for d in set_.devices] == [("metal:0", 26000 * 2**20)]
+    default = devices.discover(run=_tools(tools), nvml=_no_nvml)
+    assert [(d.id, d.memory) for d in default.devices] == [("metal:0", 96 * GIB)]
 
 
 def test_declared_against_found_missing_smaller_undeclared() -> None:
@@ -165,3 +183,25 @@ def test_devices_yaml_leaves_a_device_of_unknown_size_for_the_operator() -> None
     assert yaml.safe_load(text) == {"devices": []}
     assert '# - {id: "cuda:0", kind: cuda, memory: ...}  # Tesla P100-PCIE-16GB' in text
     assert devices_yaml(()) == "devices: []\n"
+
+
+def test_capabilities_on_a_mac_s_recorded_outputs_flags_the_whole_memory(tmp_path, capsys,
+                                                                         monkeypatch) -> None:
+    """§7.1 README "On a Mac": on recorded system_profiler outputs (128 GiB), metal:0 is found as
+    its working set (96 GiB = 103.1 GB), so declaring the machine's 128 GiB is ``smaller`` (exit 1)
+    and --devices-yaml offers 90% of the working set."""
+    from reconciler import cli
+
+    outputs = {"SPDisplaysDataType": "system_profiler_SPDisplays_tirekick_apple-m1pro-14core.json",
+               "SPHardwareDataType": "system_profiler_SPHardware_tirekick_m5max-128GB.json"}
+    run = _tools({key: (DATA / name).read_text() for key, name in outputs.items()})
+    monkeypatch.setattr(devices, "discover", lambda: devices.from_system_profiler(run))
+    (tmp_path / "node.yaml").write_text(
+        "apiVersion: reconciler/v1\nkind: NodeConfig\nmetadata: {name: mac-mini}\n"
+        "spec: {devices: [{id: 'metal:0', kind: metal, memory: 128GiB}]}\n")
+    assert cli.main(["-f", str(tmp_path), "capabilities"]) == 1
+    assert ("  metal:0    declared 137.4 GB  found 103.1 GB  smaller: declared larger than found: "
+            "roles placed on it are unplaceable") in capsys.readouterr().out
+    assert cli.main(["-f", str(tmp_path), "capabilities", "--devices-yaml"]) == 0
+    assert capsys.readouterr().out == (
+        'devices:\n  - {id: "metal:0", kind: metal, memory: 92.7GB}  # Apple M1 Pro, 96.0 GiB\n')

@@ -103,16 +103,69 @@ def test_rocm_smi_mi250_is_two_devices() -> None:
     assert [(d.id, d.memory) for d in found] == [("rocm:0", 68702699520), ("rocm:1", 68702699520)]
 
 
-def test_system_profiler_apple_silicon_has_one_metal_device_on_unified_memory() -> None:
-    """§7.1 Apple silicon is one ``metal:0`` device whose memory is the machine's unified memory."""
+def test_system_profiler_apple_silicon_has_one_metal_device_of_its_working_set() -> None:
+    """§7.1 Apple silicon is one ``metal:0`` device; its memory is the GPU's working set (the
+    default share of the machine's unified memory: 3/4 of 128 GiB, 2/3 of 7 GiB), not all of it."""
     found = gpuparse.system_profiler(_read("system_profiler_SPDisplays_tirekick_apple-m1pro-14core.json"),
                                      _read("system_profiler_SPHardware_tirekick_m5max-128GB.json"))
     assert [(d.id, d.kind, d.name, d.memory) for d in found] == [
-        ("metal:0", DeviceKind.METAL, "Apple M1 Pro", 128 * 2**30)]
+        ("metal:0", DeviceKind.METAL, "Apple M1 Pro", 96 * 2**30)]
     (m1,) = gpuparse.system_profiler(
         _read("system_profiler_SPDisplays_torchserve_apple-m1-7core.json"),
         _read("system_profiler_SPHardware_tirekick_gh-runner-macos26_m1-virtual.json"))
-    assert (m1.name, m1.memory) == ("Apple M1", 7 * 2**30)
+    assert (m1.name, m1.memory) == ("Apple M1", 7 * 2**30 * 2 // 3)
+
+
+def test_a_set_wired_limit_is_the_working_set() -> None:
+    """§7.1 ``iogpu.wired_limit_mb`` set (non-zero) is metal:0's memory, in MiB (llmfit#570's M1 Max:
+    26000 → Metal reported 26000 MiB); never more than the machine."""
+    limit = gpuparse.sysctl_wired_limit_mb(_read("sysctl_iogpu-wired-limit-write_llmfit-570_m1max-32GB.txt"))
+    assert limit == 26000
+    (gpu,) = gpuparse.system_profiler(
+        _read("system_profiler_SPDisplays_tirekick_apple-m1pro-14core.json"),
+        _read("system_profiler_SPHardware_tirekick_m5max-128GB.json"), wired_limit_mb=limit)
+    assert gpu.memory == 26000 * MIB
+    assert gpuparse.metal_working_set(32 * 2**30, 10**6) == 32 * 2**30
+
+
+def test_sysctl_outputs_of_an_m2_pro_mac_mini() -> None:
+    """§7.1 the recorded M2 Pro (32 GiB, macOS 26.5.1): hw.memsize read; wired_limit_mb 0 is the
+    default, so metal:0 is 2/3 of 32 GiB (Metal there said 25.0 GiB: the rule under-promises)."""
+    memsize = gpuparse.sysctl_memsize(_read("sysctl_hw-model-memsize_idx66485229638_m2pro-32GiB.txt"))
+    assert memsize == 32 * 2**30
+    limit = gpuparse.sysctl_wired_limit_mb(_read("sysctl_iogpu-wired-limit_idx66485229638_m2pro-32GiB.txt"))
+    assert limit == 0
+    working_set = gpuparse.metal_working_set(memsize, limit)
+    assert working_set == 32 * 2**30 * 2 // 3 < 25 * 2**30
+
+
+#: Metal's recommendedMaxWorkingSetSize (MB as llama.cpp prints it: MiB) for a machine's memory,
+#: as public logs show it with no wired limit set (SOURCES.md §5, macOS 13/14 era).
+REPORTED = [
+    (16 * 2**30, 10922.67),  # abetlen/llama-cpp-python#687, M1 Pro 16 GB
+    (32 * 2**30, 21845.34),  # ggml-org/llama.cpp#2011 (M1 Max), ollama/ollama#434 (M2 Max)
+    (96 * 2**30, 73728.00),  # ggml-org/llama.cpp#3213, M2 Max 96 GB
+]
+
+
+def test_the_default_working_set_is_two_thirds_up_to_36_gib_and_three_quarters_above() -> None:
+    """§7.1 with iogpu.wired_limit_mb 0 (or unreadable) metal:0 is 2/3 of memory up to 36 GiB, 3/4
+    above: Metal's own figures in public logs, to the hundredth of a MiB; unknown memory is 0."""
+    for memory, reported_mib in REPORTED:
+        for limit in (0, None):
+            assert abs(gpuparse.metal_working_set(memory, limit) / MIB - reported_mib) < 0.01
+    assert gpuparse.metal_working_set(36 * 2**30, 0) == 24 * 2**30
+    assert gpuparse.metal_working_set(48 * 2**30, 0) == 36 * 2**30
+    assert gpuparse.metal_working_set(0, 4096) == 0
+
+
+def test_sysctl_parsers_take_both_forms_and_nothing_else() -> None:
+    """``name: value``, ``-n``'s bare value, a write's ``old -> new``; an unknown oid is None."""
+    assert gpuparse.sysctl_memsize("17179869184\n") == 16 * 2**30  # hand-written: -n's form
+    assert gpuparse.sysctl_wired_limit_mb("0\n") == 0  # hand-written: -n's form
+    assert gpuparse.sysctl_wired_limit_mb(
+        "sysctl: unknown oid 'iogpu.wired_limit_mb'\n") is None  # hand-written
+    assert gpuparse.sysctl_wired_limit_mb("iogpu.wired_limit_mb: 0 -> 14000\n") == 14000
 
 
 def test_sysctl_memsize_agrees_with_system_profiler() -> None:

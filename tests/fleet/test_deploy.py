@@ -4,6 +4,8 @@ their own tools (systemd-analyze verify, kubernetes-validate, promtool)."""
 from __future__ import annotations
 
 import os
+import plistlib
+import shlex
 import shutil
 import subprocess
 import sys
@@ -148,3 +150,114 @@ def test_every_alert_names_the_node() -> None:
     rules = [r for g in groups for r in g["rules"]]
     assert len(rules) == 7
     assert all("$labels.node" in r["annotations"]["summary"] for r in rules)
+
+
+# ---------------------------------------------------------------- launchd (macOS)
+
+LAUNCHD = DEPLOY / "launchd"
+#: The launchd.plist(5) keys the jobs use, and the type each must have.
+PLIST_KEYS = {
+    "Label": str, "ProgramArguments": list, "UserName": str, "GroupName": str,
+    "EnvironmentVariables": dict, "WorkingDirectory": str, "RunAtLoad": bool,
+    "KeepAlive": (bool, dict), "ThrottleInterval": int, "ExitTimeOut": int,
+    "AbandonProcessGroup": bool, "ProcessType": str, "Umask": int, "StartInterval": int,
+    "StandardOutPath": str, "StandardErrorPath": str,
+}
+PROCESS_TYPES = {"Background", "Standard", "Adaptive", "Interactive"}
+PATH_KEYS = ("WorkingDirectory", "StandardOutPath", "StandardErrorPath")
+
+
+def plist(name: str) -> dict:
+    with open(LAUNCHD / name, "rb") as f:
+        return plistlib.load(f)
+
+
+def plist_problems(job: dict) -> list[str]:
+    """What launchd would refuse or misread: unknown keys, wrong types, paths it cannot use
+    (launchd runs ProgramArguments without a shell: no ``~``, no ``$VAR``, absolute paths)."""
+    out = []
+    for key, value in job.items():
+        want = PLIST_KEYS.get(key)
+        if want is None:
+            out.append(f"unknown key {key}")
+        elif not isinstance(value, want) or (want is int and isinstance(value, bool)):
+            out.append(f"{key} is {type(value).__name__}")
+    args = job.get("ProgramArguments") or []
+    if not args or not all(isinstance(a, str) for a in args) or not args[0].startswith("/"):
+        out.append("ProgramArguments[0] is not an absolute path")
+    for key in PATH_KEYS:
+        if key in job and not str(job[key]).startswith("/"):
+            out.append(f"{key} is not absolute")
+    for text in [*args, *(str(job.get(k, "")) for k in PATH_KEYS),
+                 *(job.get("EnvironmentVariables") or {}).values()]:
+        if "~" in text or "$" in text:
+            out.append(f"{text!r}: launchd expands neither ~ nor $VAR")
+    if "ProcessType" in job and job["ProcessType"] not in PROCESS_TYPES:
+        out.append(f"ProcessType {job['ProcessType']}")
+    for key, value in (job.get("EnvironmentVariables") or {}).items():
+        if not isinstance(value, str):
+            out.append(f"EnvironmentVariables.{key} is {type(value).__name__}")
+    if isinstance(job.get("KeepAlive"), dict) and not all(
+            isinstance(v, bool) for v in job["KeepAlive"].values()):
+        out.append("KeepAlive's conditions must be booleans")
+    return out
+
+
+def systemd_argv(unit: str, key: str) -> list[str]:
+    """The argv of ``key=`` in a systemd unit (continuation lines joined), ``--node %H`` removed:
+    launchd expands no %H, and the reconciler's default node is the host name anyway."""
+    text = (DEPLOY / "systemd" / unit).read_text().replace("\\\n", " ")
+    line = next(ln for ln in text.splitlines() if ln.startswith(key + "="))
+    argv = shlex.split(line.split("=", 1)[1])
+    if "--node" not in argv:
+        return argv
+    i = argv.index("--node")
+    assert argv[i + 1] == "%H"
+    return argv[:i] + argv[i + 2:]
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in LAUNCHD.glob("*.plist")))
+def test_launchd_jobs_parse_with_the_right_key_types(name) -> None:
+    """Each plist loads (plistlib), is labelled by its file name, and every key is one launchd
+    knows with the type it wants; programs and paths absolute, no ~ or $VAR (no shell)."""
+    job = plist(name)
+    assert job["Label"] + ".plist" == name
+    assert plist_problems(job) == []
+
+
+def test_the_launchd_check_would_catch_a_mistake() -> None:
+    """The check can fail: a misspelt key, a string for an integer, ~ in a path, a relative
+    program are each reported."""
+    job = plist("local.reconciler.watch.plist")
+    bad = {**job, "KeepAlve": True, "ThrottleInterval": "5", "StandardOutPath": "~/watch.log",
+           "ProgramArguments": ["reconcile", "watch"]}
+    problems = plist_problems(bad)
+    assert "unknown key KeepAlve" in problems and "ThrottleInterval is str" in problems
+    assert "StandardOutPath is not absolute" in problems
+    assert "ProgramArguments[0] is not an absolute path" in problems
+
+
+def test_the_launchd_daemon_runs_the_systemd_command_line_and_restarts_on_failure_only() -> None:
+    """local.reconciler.watch: the systemd unit's `reconcile watch` argv (but the node flag);
+    started at boot, restarted only on a failed exit (KeepAlive SuccessfulExit=false: SIGTERM's
+    exit 0 stays stopped), its servers left running (AbandonProcessGroup), a service account."""
+    job = plist("local.reconciler.watch.plist")
+    assert job["ProgramArguments"] == systemd_argv("reconciler-watch.service", "ExecStart")
+    assert job["RunAtLoad"] is True and job["KeepAlive"] == {"SuccessfulExit": False}
+    assert job["AbandonProcessGroup"] is True and job["ExitTimeOut"] >= 120
+    assert job["ProcessType"] == "Interactive"  # servers inherit it: not throttled
+    assert job["UserName"] == "_reconciler" and job["Umask"] == 0o027
+
+
+def test_the_launchd_interval_job_pulls_then_runs_once() -> None:
+    """local.reconciler.once: every 120 s, the systemd once-unit's pull, then (only if it
+    succeeded) its `reconcile --once` argv; no KeepAlive (a pass that ends is done)."""
+    job = plist("local.reconciler.once.plist")
+    assert job["StartInterval"] == 120 and "KeepAlive" not in job
+    shell, dash_c, script = job["ProgramArguments"]
+    assert (shell, dash_c) == ("/bin/sh", "-c")
+    pull, once = script.split(" && exec ")
+    assert shlex.split(pull) == systemd_argv("reconciler-once.service", "ExecStartPre")
+    assert shlex.split(once) == systemd_argv("reconciler-once.service", "ExecStart")
+    pulls = plist("local.reconciler.pull.plist")["ProgramArguments"]
+    assert pulls == shlex.split(pull)

@@ -43,7 +43,7 @@ MUTANTS = (
            "§8 linux: a pidfd opened on a recycled pid watches another process; the server's "
            "exit is never noticed", T),
     mutant("platform/choose.py", "linux-everywhere",
-           '    return "linux" if system.startswith("linux") else "portable"',
+           '    return "macos" if system.startswith("darwin") else "portable"',
            '    return "linux"',
            "a Mac without RECONCILER_PLATFORM picks linux: pidfds, /proc and netlink it lacks", T),
 )
