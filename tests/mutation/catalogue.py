@@ -140,8 +140,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(VW, "pid-unowned", "        if running and proc is not None else None,",
        "        if proc is not None else None,",
        "§3: a decision names a pid we do not own"),
-    _m(VW, "owner-id", "owner_id=record.instance_id if running and record is not None else None,",
-       "owner_id=None,",
+    _m(VW, "owner-id", "record.instance_id if running and record is not None else None,  # owner_id",
+       "None,  # owner_id",
        "§3: a stop after an edit checks the new marker, not the one the process carries"),
     _m(LD, "adopted-ollama-managed", "    if not spec.managed:\n        return _adopted(r, models, now)",
        "    if not spec.managed and spec.runtime is not Runtime.OLLAMA:\n"
