@@ -225,16 +225,19 @@ def start(r: Role, checks, verb: Verb, reason: Reason, status: Status, detail: s
     held = r.reserved if keeps else r.resident_hold
     # §7.1 a claim whose devices placement picks gets its launch after placement; one
     # built on its devices already says them (placement keeps it as is when they fit).
-    picks = r.claim is not None and r.assignment is None
+    # (The launch's claim and devices read once: every start and restart of every pass.)
+    claim, assignment, need = r.claim, r.assignment, spec.host_need
+    picks = claim is not None and assignment is None
     launch = None if picks else r.launch()
     act: Start | Restart = (
-        Start(launch=launch, reserve=spec.host_need, generation=r.generation,
+        Start(launch=launch, reserve=need, generation=r.generation,
               restarted_at=spec.restarted_at) if verb is Verb.START else
-        Restart(launch=launch, replaces=r.process, reserve=spec.host_need,
+        Restart(launch=launch, replaces=r.process, reserve=need,
                 generation=r.generation, restarted_at=spec.restarted_at))
-    return draft(r, act, reason, status, detail, why=why, claim=r.claim,
-                 devices=r.assignment.pairs() if r.assignment else None, release=r.reserved, retry_in=policy.POLL,
-                 restarts=r.restarts if restarts is None else restarts, holds=held, keeps=keeps)
+    return draft(r, act, reason, status, detail, why=why, claim=claim,
+                 devices=assignment.pairs() if assignment else None, release=r.reserved,
+                 retry_in=policy.POLL, restarts=r.restarts if restarts is None else restarts,
+                 holds=held, keeps=keeps)
 
 
 def model_refusal(r: Role, checks, *, release: int, kept: int | None) -> Draft | None:
