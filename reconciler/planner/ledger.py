@@ -166,6 +166,8 @@ class Ledger:
         or one excludes it: such a claim can never be placed.
         """
         mine = self._excludes.get(name, ())
+        if not mine and name not in self._excluders and name not in self._together:
+            return []  # the common case: no exclusion names it (every claim of every pass)
         out = [o for o in mine if o != name and o in self.held]
         out += [o for o in self._excluders.get(name, ()) if o != name]
         for other in self._together.get(name, ()):

@@ -36,13 +36,15 @@ from reconciler.core.observed import (
 from reconciler.core.units import format_duration
 
 
-@attrs.define(kw_only=True)
+@attrs.define
 class Role:
     """Everything the ladder knows about one role this pass.
 
     Never changed after it is built, but not frozen: it never leaves the
     planner, and a frozen class costs twice as much to build, once per role
-    per pass (``bench/bench_plan.py``).
+    per pass (``bench/bench_plan.py``). Built by position (``views.view``, its
+    one maker): CPython passes more than 15 keyword arguments through a dict,
+    and that call cost ~2.5 µs per role per pass, as much as the rest of the view.
     """
 
     name: str
@@ -117,21 +119,25 @@ class Role:
 
 def draft(r: Role, verb: Verb | Act, reason: Reason, status: Status, detail: str, *,
           holds: int | None = None, keeps: bool = False, claim: Claim | None = None,
-          **kw) -> Draft:
+          why: str | None = None, release: int = 0, retry_in: float | None = None,
+          restarts: int | None = None,
+          devices: tuple[tuple[str, int], ...] | None = None) -> Draft:
     """A rung's verdict as a draft. ``verb``: a verb that carries nothing but the role's
     live process (stop, keep, wait, refuse, give-up, forget), or the payload of one that
-    carries more (``Start``, ``Restart``, ``Load``, ``Unload``)."""
-    kw.setdefault("restarts", r.restarts)
-    if r.why:
-        kw.setdefault("why", r.why)
-    devices = r.record.devices if holds is not None and r.record is not None else ()
-    if devices:
-        kw.setdefault("devices", devices)  # §7.1 what it holds (a claim's are placed later)
+    carries more (``Start``, ``Restart``, ``Load``, ``Unload``). Unsaid: ``why`` is the
+    role's, ``restarts`` its count, ``devices`` those it holds (with ``holds``).
+
+    Every field named (no ``**kw``): a decision is built per role per pass, and a call
+    through a dict of keywords cost twice what the decision does."""
+    held = r.record.devices if holds is not None and r.record is not None else ()
     act = _OF_ROLE[verb](r.process) if isinstance(verb, Verb) else verb
     decision = Decision(role=r.name, act=act, reason=reason, status=status, detail=detail,
                         runtime=r.runtime, port=r.port, host=r.host, instance_id=r.instance_id,
-                        **kw)
-    return Draft(decision=decision, holds=holds, keeps_on_refusal=keeps, devices=devices,
+                        why=r.why if why is None else why, release=release, retry_in=retry_in,
+                        restarts=r.restarts if restarts is None else restarts,
+                        # §7.1 what it holds (a claim's are placed later)
+                        devices=held if devices is None else devices)
+    return Draft(decision=decision, holds=holds, keeps_on_refusal=keeps, devices=held,
                  claim=claim)
 
 
@@ -219,17 +225,19 @@ def start(r: Role, checks, verb: Verb, reason: Reason, status: Status, detail: s
     held = r.reserved if keeps else r.resident_hold
     # §7.1 a claim whose devices placement picks gets its launch after placement; one
     # built on its devices already says them (placement keeps it as is when they fit).
-    picks = r.claim is not None and r.assignment is None
-    on = {"devices": r.assignment.pairs()} if r.assignment else {}
+    # (The launch's claim and devices read once: every start and restart of every pass.)
+    claim, assignment, need = r.claim, r.assignment, spec.host_need
+    picks = claim is not None and assignment is None
     launch = None if picks else r.launch()
     act: Start | Restart = (
-        Start(launch=launch, reserve=spec.host_need, generation=r.generation,
+        Start(launch=launch, reserve=need, generation=r.generation,
               restarted_at=spec.restarted_at) if verb is Verb.START else
-        Restart(launch=launch, replaces=r.process, reserve=spec.host_need,
+        Restart(launch=launch, replaces=r.process, reserve=need,
                 generation=r.generation, restarted_at=spec.restarted_at))
-    return draft(r, act, reason, status, detail, why=why, claim=r.claim, **on,
-                 release=r.reserved, retry_in=policy.POLL,
-                 restarts=r.restarts if restarts is None else restarts, holds=held, keeps=keeps)
+    return draft(r, act, reason, status, detail, why=why, claim=claim,
+                 devices=assignment.pairs() if assignment else None, release=r.reserved,
+                 retry_in=policy.POLL, restarts=r.restarts if restarts is None else restarts,
+                 holds=held, keeps=keeps)
 
 
 def model_refusal(r: Role, checks, *, release: int, kept: int | None) -> Draft | None:

@@ -92,19 +92,22 @@ def view(v: Tables, name: str) -> Role:
     if record is not None and record.model_tag and spec_of(record.runtime).shared_endpoint:
         sharing = loadrungs.serving(v.served, record.host, record.port, record.model_tag,
                                     spec_of(record.runtime)) - {name}
+    # By position, in the fields' order (a keyword call of 21 costs a dict: rungs.Role).
     return Role(
-        name=name, spec=spec, record=record, obs=obs,
-        launcher=v.launcher, prepared=prepared, policy=rpolicy,
-        running=running, restarts=restarts, operator=operator, sharing=sharing,
-        runtime=spec.runtime if spec is not None else record.runtime,
-        port=spec.serve.port if spec is not None else record.port,
-        host=spec.serve.host if spec is not None else record.host,
-        instance_id=instance,
-        # An edit of model, port or host changes the instance id; the running
+        name, spec, record, obs,
+        v.launcher,  # launcher
+        prepared,
+        rpolicy,  # policy
+        running, restarts, operator, sharing,
+        spec.runtime if spec is not None else record.runtime,  # runtime
+        spec.serve.port if spec is not None else record.port,  # port
+        spec.serve.host if spec is not None else record.host,  # host
+        instance,  # instance_id
+        # process: an edit of model, port or host changes the instance id; the running
         # process still carries the id it was started with: stops use that.
-        process=Target(pid=proc.pid, create_time=proc.create_time,
-                       owner_id=record.instance_id if record is not None else instance)
+        Target(pid=proc.pid, create_time=proc.create_time,
+               owner_id=record.instance_id if record is not None else instance)
         if running and proc is not None else None,
-        owner_id=record.instance_id if running and record is not None else None,
-        generation=generation, fresh=fresh, interrupted=interrupted,
+        record.instance_id if running and record is not None else None,  # owner_id
+        generation, fresh, interrupted,
     )
