@@ -142,6 +142,8 @@ SCHEMA = {
         "flag": {"const": True},
         "ids": {"type": "array", "items": {"type": "string"}, "uniqueItems": True, "maxItems": 3},
         "mixed": {"type": "array", "uniqueItems": True},
+        "tag": {"type": "string", "minLength": 1},
+        "some": {"type": "array", "minItems": 1},
         "one": {"oneOf": [{"type": "integer"}, {"type": "number"}]},
         "tagged": {"type": "object", "propertyNames": {"pattern": "^x"},
                    "additionalProperties": {"type": "boolean"}},
@@ -167,6 +169,8 @@ CASES = [
     ({"texts": "x"}, True), ({"texts": "z"}, False), ({"texts": ["x"]}, False),
     ({"texts": {"x": 1}}, False), ({"texts": None}, False),
     ({"ids": ("a",)}, False),  # not a plain value: never accepted (jsonschema: not an array)
+    # the floors (minLength, minItems): the manifests' blank names and empty lists
+    ({"tag": ""}, False), ({"tag": "a"}, True), ({"some": []}, False), ({"some": [0]}, True),
 ]
 
 
