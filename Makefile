@@ -23,12 +23,15 @@ testbed:
 	bash testbed/setup.sh
 	bash testbed/setup_mlx.sh
 
-# The checkers of deploy/: promtool (Debian's prometheus package) and systemd-analyze.
+# The checkers of deploy/: promtool (Debian's prometheus package) and systemd-analyze; node for
+# the status page's script (tests/statuspage).
 tools:
 	@command -v promtool >/dev/null 2>&1 || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
 	@command -v systemd-analyze >/dev/null 2>&1 || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd; }
+	@command -v node >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs; }
 
 test: $(STAMP) testbed tools
 	$(BIN)/python -m pytest
