@@ -18,11 +18,22 @@ order in the child, before exec). Failures are values, never exceptions.
   it is what ``status`` shows of why a server ended (BEHAVIOUR §4). No
   SIGCHLD handler is installed; when the reconciler exits its children are
   re-parented to init, which reaps them (their status is then lost to us).
+
+A status is given only for the process a record names: the pid *and* its
+create time. The create time a record holds is the one the caller read
+right after the start (``note_create_time``), so the two are compared as
+equals, not against our wall clock: a create time is the boot time plus
+ticks, and the boot time moves when the wall clock is stepped (a VM resumed,
+NTP), so a wall-clock window once refused our own child's status now and then
+(``exit status unknown`` for a server we had just started). The children
+table is shared by the pass and the observer's thread: one lock, so a child
+is reaped, and its status kept, exactly once.
 """
 
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from typing import Callable, Mapping, Sequence
 
@@ -30,14 +41,19 @@ import attrs
 
 from reconciler.system import signals
 from reconciler.core.desired import RunAs
+from reconciler.core.ownership import same_start
 
+_lock = threading.RLock()  # the tables below: the pass and the observer's thread share them
 _children: dict[int, subprocess.Popen] = {}
-_started: dict[int, float] = {}  # when each child was started (wall clock)
+#: Each child's start: (wall clock before, wall clock after, its create time once noted).
+_started: dict[int, tuple[float, float, float | None]] = {}
 #: Exit statuses of reaped children (``Popen.returncode``: negative is a signal).
-_statuses: dict[int, tuple[int, float]] = {}  # pid → (returncode, when it was started)
+_statuses: dict[int, tuple[int, tuple[float, float, float | None]]] = {}
 _STATUSES_KEPT = 256
-#: How far a recorded create time may be from our start of a child and still be it.
-_SAME_START = 2.0
+#: Where no create time was noted, how far one may lie outside our start's wall-clock
+#: window and still be that start: a create time is the boot time (whole seconds,
+#: truncated) plus clock ticks, so up to a second early, and the pass may be slow.
+_WINDOW_SLACK = 2.0
 
 
 @attrs.frozen(kw_only=True)
@@ -103,6 +119,7 @@ def start(
     ``in_child`` runs in the child after the privilege drop, right before
     exec (keep it to one C call: nothing else is safe there).
     """
+    before = time.time()
     try:
         proc = subprocess.Popen(
             list(argv), executable=argv[0], env=dict(env), cwd=cwd,
@@ -112,23 +129,36 @@ def start(
         )
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         return Started(failure=_message(exc))
-    _children[proc.pid] = proc
-    _started[proc.pid] = time.time()
-    _statuses.pop(proc.pid, None)  # a status kept for an earlier holder of this pid
+    with _lock:
+        _children[proc.pid] = proc
+        _started[proc.pid] = (before, time.time(), None)
+        _statuses.pop(proc.pid, None)  # a status kept for an earlier holder of this pid
     return Started(pid=proc.pid)
+
+
+def note_create_time(pid: int, create_time: float | None) -> None:
+    """The create time the caller read of its new child ``pid`` (the one it records)."""
+    with _lock:
+        start = _started.get(pid)
+        if start is not None and create_time is not None:
+            _started[pid] = (start[0], start[1], create_time)
+        elif pid in _statuses and create_time is not None:  # it ended before the note
+            code, (before, after, _) = _statuses[pid]
+            _statuses[pid] = (code, (before, after, create_time))
 
 
 def reap() -> tuple[tuple[int, int], ...]:
     """Collect exited children without blocking: ``(pid, returncode)`` of each."""
     done = []
-    for pid, proc in list(_children.items()):
-        code = proc.poll()
-        if code is not None:
-            del _children[pid]
-            done.append((pid, code))
-            _statuses[pid] = (code, _started.pop(pid, 0.0))
-    while len(_statuses) > _STATUSES_KEPT:
-        del _statuses[next(iter(_statuses))]  # the oldest: dicts keep insertion order
+    with _lock:
+        for pid, proc in list(_children.items()):
+            code = proc.poll()
+            if code is not None:
+                del _children[pid]
+                done.append((pid, code))
+                _statuses[pid] = (code, _started.pop(pid, (0.0, 0.0, None)))
+        while len(_statuses) > _STATUSES_KEPT:
+            del _statuses[next(iter(_statuses))]  # the oldest: dicts keep insertion order
     return tuple(done)
 
 
@@ -136,18 +166,28 @@ def exit_status(pid: int, create_time: float | None = None) -> int | None:
     """A child's exit status (``Popen.returncode``), once it has ended; None otherwise.
 
     None also for a pid that is not our child: only the parent learns it.
-    ``create_time`` (the recorded one) must match our start of that child, so
-    an earlier process that held the same pid is never given its status.
+    ``create_time`` (the recorded one) must be our start of that child, so an
+    earlier process that held the same pid is never given its status.
     """
-    if pid in _children:
-        reap()
-    found = _statuses.get(pid)
+    with _lock:
+        if pid in _children:
+            reap()
+        found = _statuses.get(pid)
     if found is None:
         return None
-    code, started = found
-    if create_time is not None and abs(create_time - started) > _SAME_START:
+    code, start = found
+    if create_time is not None and not _is_that_start(create_time, start):
         return None
     return code
+
+
+def _is_that_start(create_time: float, start: tuple[float, float, float | None]) -> bool:
+    """Is ``create_time`` our start of the child? The noted create time when there is one;
+    else our start's wall-clock window, widened by ``_WINDOW_SLACK``."""
+    before, after, noted = start
+    if noted is not None:
+        return same_start(noted, create_time)
+    return before - _WINDOW_SLACK <= create_time <= after + _WINDOW_SLACK
 
 
 def is_child(pid: int) -> bool:

@@ -82,7 +82,9 @@ def spawn(
         os.close(log_fd)
     if started.pid is None:
         return SpawnResult(ok=False, error=f"cannot start {launch.argv[0]}: {started.failure}")
-    return SpawnResult(ok=True, pid=started.pid, create_time=procs.create_time(started.pid))
+    created = procs.create_time(started.pid)
+    programs.note_create_time(started.pid, created)  # what exit_status compares with
+    return SpawnResult(ok=True, pid=started.pid, create_time=created)
 
 
 # ---------------------------------------------------------------- checks

@@ -83,3 +83,34 @@ def test_a_once_run_records_its_own_children_that_already_ended(tmp_path):
         assert after.exit == ExitInfo(known=True, code=2, log=("E fatal: bad flag",))
         assert after.exited_at == 500.0
         assert store.role("other").exit is None  # alive (and not our child): left alone
+
+
+def test_our_childs_status_follows_the_create_time_we_noted_not_the_wall_clock(tmp_path):
+    """§4 a status goes to the process a record names (pid + create time). The create time
+    compared is the one noted at the start: a wall clock stepped since (a resumed VM moves
+    the boot time, so every create time) still finds our own child's code (it once said
+    ``exit status unknown`` now and then); any other create time gets nothing."""
+    pid, _ = _child(tmp_path, "exit 4")
+    stepped = time.time() - 3600.0  # as a create time read after the clock was stepped
+    programs.note_create_time(pid, stepped)
+    _ended(pid)
+    assert programs.exit_status(pid, stepped) == 4
+    assert programs.exit_status(pid, stepped + 0.5) is None  # another process at that pid
+    assert programs.exit_status(pid, time.time()) is None
+
+
+def test_without_a_noted_create_time_the_start_window_decides(tmp_path):
+    """§4 where no create time was noted (it could not be read), one inside our start's
+    wall-clock window (a second early, as boot-time truncation makes it) is ours; one
+    from long before is an earlier holder of the pid, which gets no status."""
+    where = tmp_path / "w"
+    where.mkdir()
+    fd = os.open(where / "server.log", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        started = programs.start(["/bin/sh", "-c", "exit 5"], env={}, cwd=str(where),
+                                 output=fd)
+    finally:
+        os.close(fd)
+    _ended(started.pid)
+    assert programs.exit_status(started.pid, time.time() - 1.0) == 5
+    assert programs.exit_status(started.pid, time.time() - 60.0) is None
