@@ -81,6 +81,10 @@ class ExitInfo:
     """
 
     known: bool = False  # the exit status was read (the server was our child)
+    #: Seen by a pass that records nothing (``status``, ``plan``): the reconciler that
+    #: started the server (a running ``watch``) may still record its status, so this
+    #: pass says "not recorded yet", never "unknown".
+    pending: bool = False
     code: int | None = None  # its exit code, when it exited by itself
     signal: int | None = None  # the signal that ended it
     oom: str = ""  # the kernel's line about killing it for memory, when the kernel said so

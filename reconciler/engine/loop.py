@@ -104,7 +104,8 @@ def plan_pass(inputs: PassInputs) -> PassResult:
     # Shown as an applying pass would see them: with the re-adopted records.
     found = readopt.survey(remembered, desired, root)
     remembered = readopt.merged(remembered, found.readopted)
-    observed, the_plan = _observe_and_plan(inputs, desired, remembered, root, found.orphans)
+    observed, the_plan = _observe_and_plan(inputs, desired, remembered, root, found.orphans,
+                                           records=False)
     return began.result(loaded, observed, the_plan)
 
 
@@ -159,12 +160,14 @@ def _load(inputs: PassInputs):
 
 
 def _observe_and_plan(inputs: PassInputs, desired: Desired, remembered: Remembered,
-                      root: str, orphans: tuple[Orphan, ...] = ()) -> tuple[Observed, Plan]:
+                      root: str, orphans: tuple[Orphan, ...] = (),
+                      records: bool = True) -> tuple[Observed, Plan]:
     from reconciler.world import observe
     from reconciler.planner import plan
 
     observed = observe.observe(desired, remembered, probe_timeout=desired.node.probe_timeout,
-                               sticky=inputs.store.sticky_mismatches(), root=root)
+                               sticky=inputs.store.sticky_mismatches(), root=root,
+                               records=records)
     if orphans:
         observed = attrs.evolve(observed, orphans=orphans)
     if desired.node.fetch is not None:  # §1.6 only a node that fetches looks at its cache

@@ -43,6 +43,7 @@ _SIGNALS = {
 }
 SIGKILL = 9
 NOT_A_CHILD = "exit status unknown: not a child of this reconciler"
+NOT_RECORDED_YET = "exit status not recorded yet"
 
 # llama.cpp's log prefix: "0.00.009.286 E " (time since start, then the level).
 _LLAMA_PREFIX = re.compile(r"^\d+\.\d+\.\d+\.\d+ ([DIWE]) ")
@@ -74,6 +75,8 @@ def headline(info: ExitInfo) -> str:
         return f"exited (code {info.code})"
     if info.oom:
         return "killed (out of memory)"
+    if info.pending:
+        return f"exited ({NOT_RECORDED_YET})"
     return f"exited ({NOT_A_CHILD})"
 
 

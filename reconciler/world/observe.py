@@ -314,7 +314,8 @@ def _port_taken(t: Target, facts: ProcessFacts | None) -> bool:
     return not ours and procs.accepts_connections(t.host, t.port)
 
 
-def _exit(t: Target, facts: ProcessFacts | None, root: str | None) -> ExitInfo | None:
+def _exit(t: Target, facts: ProcessFacts | None, root: str | None,
+          records: bool = True) -> ExitInfo | None:
     """How our recorded server ended, when it is gone and the record does not say yet."""
     r = t.record
     if r is None or not r.pid or r.exit is not None or facts is None or facts.alive:
@@ -324,11 +325,12 @@ def _exit(t: Target, facts: ProcessFacts | None, root: str | None) -> ExitInfo |
     from reconciler.world import postmortem
 
     cwd = instances.instance_dir(root, r.instance_id) if root else None
-    return postmortem.gather(r.pid, r.create_time, cwd)
+    return postmortem.gather(r.pid, r.create_time, cwd, records=records)
 
 
 def process_side(
     all_targets: list[Target], allowed: set[str], root: str | None = None,
+    records: bool = True,
 ) -> dict[str, tuple[ProcessFacts | None, tuple[str, ...], bool, ExitInfo | None]]:
     """Process facts, exposure, port_taken and exit per role (blocking; run in a thread)."""
     facts: dict[str, ProcessFacts | None] = {}
@@ -346,7 +348,7 @@ def process_side(
         f = facts[t.name]
         ok = t.name in allowed
         out[t.name] = (f, _exposed(t, f, ok, readable), ok and _port_taken(t, f),
-                       _exit(t, f, root))
+                       _exit(t, f, root, records))
     return out
 
 
@@ -382,11 +384,13 @@ class _Beside(threading.Thread):
 
 def observe(
     desired: Desired, remembered: Remembered, *, probe_timeout: float | None = None,
-    sticky: Mapping[str, str] | None = None, root: str | None = None,
+    sticky: Mapping[str, str] | None = None, root: str | None = None, records: bool = True,
 ) -> Observed:
     """Observe every desired and remembered role once (see the module docstring).
 
     ``root``: the instance directories' root, where a gone server's log is read.
+    ``records``: the pass will record what it finds (False: ``status``, ``plan``; see
+    ``postmortem.gather``).
     """
     timeout = desired.node.probe_timeout if probe_timeout is None else probe_timeout
     all_targets = targets(desired, remembered)
@@ -407,7 +411,7 @@ def observe(
     wires = probe.Wires()
     try:
         known = send_first(allowed, timeout, wires)
-        reading = _Beside(process_side, all_targets, allowed_names, root)
+        reading = _Beside(process_side, all_targets, allowed_names, root, records)
         try:
             wires.run()
         finally:

@@ -31,10 +31,17 @@ from reconciler.system import programs
 from reconciler.core.observed import ExitInfo
 
 
-def gather(pid: int, create_time: float | None, cwd: str | None) -> ExitInfo:
-    """How the recorded server ``pid`` (started at ``create_time``, working in ``cwd``) ended."""
+def gather(pid: int, create_time: float | None, cwd: str | None, *,
+           records: bool = True) -> ExitInfo:
+    """How the recorded server ``pid`` (started at ``create_time``, working in ``cwd``) ended.
+
+    ``records``: this pass writes what it finds. One that does not (``status``, ``plan``)
+    is never the server's parent, while the reconciler that is (a running ``watch``) may
+    not have recorded the exit yet: its unknown status is "not recorded yet", not "unknown".
+    """
     returncode = programs.exit_status(pid, create_time)
-    info = exitreasons.from_returncode(returncode) if returncode is not None else ExitInfo()
+    info = (exitreasons.from_returncode(returncode) if returncode is not None
+            else ExitInfo(pending=not records))
     data = serverlog.tail(cwd) if cwd else None
     log = exitreasons.tail_lines(data) if data else ()
     oom = ""

@@ -18,6 +18,7 @@ import pytest
 
 from tests.e2e.conftest import free_port, http_get, wait_for
 from tests.support import roles
+from reconciler.planner import exitreasons
 
 pytestmark = pytest.mark.e2e
 
@@ -43,15 +44,18 @@ def _alive(pid: int | None) -> bool:
 
 
 def test_a_once_run_knows_the_code_of_a_server_that_dies_while_it_waits(world):
-    """--once waits for a new server to listen (§5 after start): one dying then is its child."""
-    port = free_port()
-    world.node()
+    """--once waits for a new server to listen (§5 after start): one dying then is its child.
+
+    The backoff is long (30 s), so that `status` still finds the role in it however slow
+    the machine (with the default 1 s base a loaded one saw `exited`, next `restart`)."""
+    name = "chat"
+    world.node(restart="{max_restarts: 3, base: 30s, cap: 60s, stable_after: 60s}")
     world.model()
-    _role(world, "chat", port, kv_quant="q8_0")
+    _role(world, name, free_port(), kv_quant="q8_0")
     world.reconcile("--once")
-    assert wait_for(lambda: not _alive(world.pid("chat")), 10)
-    row = _status(world, "chat")
-    assert row["status"] == "backoff"
+    assert wait_for(lambda: not _alive(world.pid(name)), 10)
+    row = _status(world, name)
+    assert row["status"] == "backoff", json.dumps(row)
     assert row["detail"].startswith(
         f"exited (code 1): llama_init_from_model: {WHY}; restart 1 of 3 in "), row["detail"]
     assert "\n" not in row["detail"]
@@ -60,13 +64,15 @@ def test_a_once_run_knows_the_code_of_a_server_that_dies_while_it_waits(world):
     # The event of the next pass says it too, and the record keeps it across runs.
     world.reconcile("--once")
     with world.store() as store:
-        said = [e.detail for e in store.events("chat")]
+        said = [e.detail for e in store.events(name)]
         assert any(WHY in d for d in said), said
-        assert any(WHY in line for line in store.role("chat").exit.log)
+        assert any(WHY in line for line in store.role(name).exit.log)
 
 
 def test_a_once_run_tells_why_a_server_it_no_longer_parents_exited(world):
-    """A server that dies after the --once run that started it ended: honestly no code."""
+    """A server that dies after the --once run that started it ended: honestly no code.
+    `status` records nothing, so until a pass that acts has looked it says the status is
+    not recorded yet (a running watch, its parent, may still record it)."""
     port = free_port()
     world.node()
     world.model()
@@ -77,10 +83,14 @@ def test_a_once_run_tells_why_a_server_it_no_longer_parents_exited(world):
     os.kill(pid, signal.SIGKILL)  # by someone else, after the run: its parent is long gone
     assert wait_for(lambda: not _alive(pid), 10)
     row = _status(world, "chat")
-    assert row["detail"].startswith(
-        "exited (exit status unknown: not a child of this reconciler)"), row["detail"]
-    assert row["exit"]["known"] is False and row["exit"]["code"] is None
-    assert row["exit"]["signal"] is None
+    assert row["detail"].startswith("exited (exit status not recorded yet)"), row["detail"]
+    assert world.reconcile("--once").returncode == 0  # a pass that records: it is nobody's child
+    with world.store() as store:
+        recorded = store.role("chat").exit
+    assert recorded is not None and recorded.known is False and not recorded.pending
+    assert exitreasons.headline(recorded) == (
+        "exited (exit status unknown: not a child of this reconciler)")
+    assert recorded.code is None and recorded.signal is None
 
 
 def test_watch_knows_the_exit_code_and_the_signal_of_its_own_children(world):
@@ -94,8 +104,10 @@ def test_watch_knows_the_exit_code_and_the_signal_of_its_own_children(world):
          str(world.state), "watch", "--resync", "60"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        # (`status` itself is nobody's parent: until watch has recorded the exit it says
+        # "not recorded yet"; then the code watch read as the server's parent.)
         detail = wait_for(lambda: (d := _status(world, "chat")["detail"]).startswith("exited (")
-                          and d, 20)
+                          and exitreasons.NOT_RECORDED_YET not in d and d, 20)
         assert detail.startswith(f"exited (code 1): llama_init_from_model: {WHY}; restart 1 of 3 in"), \
             detail
         _role(world, "chat", port)  # the fix: a good launch

@@ -33,6 +33,7 @@ def test_headline_names_the_code_the_signal_or_that_it_cannot_be_known():
         == "killed by SIGKILL (out of memory)"
     assert exitreasons.headline(ExitInfo()) == "exited (exit status unknown: not a child of this reconciler)"
     assert exitreasons.headline(ExitInfo(oom="Killed process 7 (x)")) == "killed (out of memory)"
+    assert exitreasons.headline(ExitInfo(pending=True)) == "exited (exit status not recorded yet)"
 
 
 def test_from_returncode_reads_popen_semantics():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 
 import attrs
@@ -83,6 +84,19 @@ def test_a_once_run_records_its_own_children_that_already_ended(tmp_path):
         assert after.exit == ExitInfo(known=True, code=2, log=("E fatal: bad flag",))
         assert after.exited_at == 500.0
         assert store.role("other").exit is None  # alive (and not our child): left alone
+
+
+def test_a_pass_that_records_nothing_says_not_recorded_yet_for_a_stranger(tmp_path):
+    """§4 `status` and `plan` are never a server's parent, and the reconciler that is (a
+    running watch) may not have recorded the exit yet: not ours to know → "not recorded
+    yet"; a pass that records says unknown; our own child's code is said by both."""
+    proc = subprocess.Popen(["/bin/sh", "-c", "exit 2"])  # a child, but not programs'
+    proc.wait()
+    assert postmortem.gather(proc.pid, time.time(), None, records=False) == ExitInfo(pending=True)
+    assert postmortem.gather(proc.pid, time.time(), None) == ExitInfo()
+    pid, created = _child(tmp_path, "exit 6")
+    _ended(pid)
+    assert postmortem.gather(pid, created, None, records=False) == ExitInfo(known=True, code=6)
 
 
 def test_our_childs_status_follows_the_create_time_we_noted_not_the_wall_clock(tmp_path):

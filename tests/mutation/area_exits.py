@@ -15,4 +15,12 @@ MUTANTS = (
            "    if False:",
            "§4: a process that once held our child's pid is given our child's exit code",
            "tests/exitreasons"),
+    mutant("world/postmortem.py", "dry-pass-says-unknown",
+           "            else ExitInfo(pending=not records))", "            else ExitInfo())",
+           "§4: `status` says a server watch started is `not a child` before watch records it",
+           "tests/exitreasons"),
+    mutant("planner/exitreasons.py", "pending-worded-unknown",
+           "    if info.pending:\n", "    if False:\n",
+           "§4: `status` says `exit status unknown` where the parent has not recorded it yet",
+           "tests/exitreasons"),
 )
