@@ -25,9 +25,9 @@ from typing import Any, Protocol, Sequence
 from reconciler.core.rollouts import PrometheusGate, Rollout
 from reconciler.planner.rollout import GateAnswer
 
-#: Seconds between the points of the bake's subquery: at most this many points.
-BAKE_POINTS = 20
-MIN_STEP = 15.0  # Prometheus' default scrape interval: finer steps read the same samples
+#: The bake is checked by a subquery over it:
+BAKE_POINTS = 20  # the bake is read at this many points (at most one a second)
+MIN_STEP = 1.0  # seconds: a finer step reads the same samples again
 
 
 class Gate(Protocol):
