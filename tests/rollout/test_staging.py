@@ -99,3 +99,24 @@ def test_a_pause_holds_a_staged_change_where_it_stands() -> None:
     got = choose(START + 10 * 7200, labels={"ring": "canary"},
                  rollouts=(attrs.evolve(ROLLOUT, paused=True),))["coder"]
     assert (got.take, got.reason) == (Take.PREVIOUS, "rollout up: paused (Rollout up)")
+
+
+# ------------------------------------------------------------ properties
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+specs = st.sampled_from([None, OLD, NEW, attrs.evolve(OLD, state=WantedState.STOPPED),
+                         attrs.evolve(NEW, state=WantedState.STOPPED),
+                         attrs.evolve(OLD, serve=attrs.evolve(OLD.serve, port=20009))])
+
+
+@given(specs, specs, specs)
+def test_a_revert_a_removal_and_a_stop_are_never_staged(runs, new, before) -> None:
+    """Whatever the node runs and ran before: going back to either, removing the role and
+    stopping it always apply at once (or are no change); only a running role is staged."""
+    got = ro.change(runs, new, before=before)
+    if new is None or new == runs or (before is not None and new == before) or (
+            new.state is WantedState.STOPPED):
+        assert got.kind is not Kind.STAGED
+    if got.kind is Kind.STAGED:
+        assert runs is not None and runs.state is not WantedState.STOPPED
