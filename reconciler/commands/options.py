@@ -168,6 +168,9 @@ def fleet_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rollout", action="store_true",
                    help="§13 each Rollout's waves and every node's turn: when it moves, whether "
                         "it has, what the gate says (offline: not asked, so later waves hold)")
+    p.add_argument("--ask-gates", action="store_true",
+                   help="with --rollout: ask each wave's gate (its Prometheus) about the "
+                        "revision checked out, instead of showing it unasked")
     p.add_argument("--at", metavar="TIME",
                    help="with --rollout: the moment to show, an RFC 3339 time such as "
                         "2026-12-02T15:10:00Z (default: now)")

@@ -6,6 +6,7 @@ order and, per wave, each node that runs a role the rollout stages: when it move
 reason the node's plan would give. ``gates`` holds what the gates answered, by
 (rollout, wave); a wave nobody asked about (offline: a CI job) reads "gate
 unknown: not asked (offline)" and its nodes hold, as a node would.
+``questions`` says what to ask each gate: the nodes of the earlier waves.
 
 Text::
 
@@ -102,6 +103,23 @@ def view(whole: Fleet, at: float, gates: Mapping[tuple[str, str], GateAnswer] | 
                      nodes=tuple(sorted(waves[i], key=lambda t: (t.turn.place.at, t.node))))
             for i, wave in enumerate(rollout.all_waves))))
     return FleetRollouts(at=at, rollouts=tuple(out))
+
+
+def questions(whole: Fleet, *, implicit: str = "") -> list[tuple[Rollout, str, tuple[str, ...]]]:
+    """What to ask the gates: (rollout, wave, the nodes of the earlier waves that run a role
+    it stages) for each wave after the first of each gated rollout. A node with no staged
+    role reports nothing about the revision, so it is not asked about."""
+    shown = view(whole, 0.0, implicit=implicit)
+    out = []
+    for rv in shown.rollouts:
+        if rv.rollout.gate is None:
+            continue
+        before: list[str] = []
+        for wave in rv.waves:
+            if wave.index > 0:
+                out.append((rv.rollout, wave.name, tuple(sorted(before))))
+            before += [t.node for t in wave.nodes]
+    return out
 
 
 def text(shown: FleetRollouts) -> str:

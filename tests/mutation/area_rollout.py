@@ -75,6 +75,15 @@ MUTANTS = (
            "        wave_gates = {}",
            "§13: fleet --rollout shows every later wave held even when its gate answered open",
            RO),
+    mutant("fleet/rolloutview.py", "gate-asked-about-its-own-wave",
+           "            if wave.index > 0:\n"
+           "                out.append((rv.rollout, wave.name, tuple(sorted(before))))\n"
+           "            before += [t.node for t in wave.nodes]",
+           "            before += [t.node for t in wave.nodes]\n"
+           "            if wave.index > 0:\n"
+           "                out.append((rv.rollout, wave.name, tuple(sorted(before))))",
+           "§13: a wave's gate is asked about its own nodes too, which have not moved: it "
+           "never opens", RO),
     mutant("report/metrics.py", "revision-not-published",
            "            revision.add_metric((node, role, commit, ran), 1)",
            "            revision.add_metric((node, role, \"\", ran), 1)",

@@ -78,7 +78,7 @@ def test_a_bad_time_and_misused_flags_are_errors(capsys, tmp_path) -> None:
     code, _, err = run(capsys, tmp_path, "--at", "tomorrow")
     assert code == 1 and "is not an RFC 3339 time" in err
     code = cli.main(["-f", str(tmp_path), "fleet", "--at", "2026-12-02T15:40:00Z"])
-    assert code == 1 and "--at goes with --rollout" in capsys.readouterr().err
+    assert code == 1 and "--at and --ask-gates go with --rollout" in capsys.readouterr().err
 
 
 def test_without_a_rollout_document_it_says_changes_are_not_staged(capsys, tmp_path) -> None:
@@ -88,3 +88,46 @@ def test_without_a_rollout_document_it_says_changes_are_not_staged(capsys, tmp_p
     assert cli.main(["-f", str(tmp_path), "fleet", "--rollout"]) == 0
     assert capsys.readouterr().out == (
         "No Rollout document: every change reaches every node at its next pass.\n")
+
+
+def test_the_gates_are_asked_about_the_earlier_waves_nodes(capsys, tmp_path) -> None:
+    """--ask-gates: each later wave's gate gets one instant query naming the nodes of the
+    waves before it that run a staged role (gpu-1, the canary); its answer is shown and
+    the nodes past their moment move."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import parse_qs, urlsplit
+
+    asked: list[str] = []
+
+    class Prometheus(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            query = parse_qs(urlsplit(self.path).query)["query"][0]
+            asked.append(query)
+            result = [{"metric": {}, "value": [1, "1"]}] if 'n=~"gpu-1"' in query else []
+            body = json.dumps({"status": "success",
+                               "data": {"resultType": "vector", "result": result}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Prometheus)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        gated = {**ROLLOUT, "spec": {**ROLLOUT["spec"], "gate": {"prometheus": {
+            "url": f"http://127.0.0.1:{server.server_address[1]}", "query": 'h{n=~"$nodes"}'}}}}
+        ((name, data),) = files(*DOCS[:-1], gated)
+        (tmp_path / name).write_bytes(data)
+        code = cli.main(["-f", str(tmp_path), "fleet", "--rollout", "--ask-gates",
+                         "--at", "2026-12-02T15:40:00Z"])
+        out = capsys.readouterr().out
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 0 and asked == ['h{n=~"gpu-1"}']
+    assert "  wave rest  opens 15:00Z  3 nodes, 2 moved  gate open: 1 sample healthy" in out
+    assert "    gpu-3  15:15Z  moved" in out.splitlines()
