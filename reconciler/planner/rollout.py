@@ -26,7 +26,7 @@ one it ran before) apply at once: stopping a bad change never waits for a wave.
 The Rollout document itself is never staged, so a pause holds at once.
 
 ``choose`` puts them together for a node's pass: per role, take the new spec or
-keep the one it runs, and why.
+keep the one it runs, and why; ``gates_to_ask`` says which gates it needs first.
 """
 
 from __future__ import annotations
@@ -219,6 +219,24 @@ class Choice:
 def rollout_for(rollouts: Sequence[Rollout], role: str) -> Rollout | None:
     """The rollout staging ``role`` (the loader allows at most one)."""
     return next((r for r in rollouts if r.covers(role)), None)
+
+
+def gates_to_ask(runs: Mapping[str, RoleSpec], new: Mapping[str, RoleSpec], *,
+                 rollouts: Sequence[Rollout], node: str, labels: Mapping[str, str], now: float,
+                 before: Mapping[str, RoleSpec] | None = None) -> tuple[tuple[str, str], ...]:
+    """The (rollout, wave) gates ``choose`` needs answered now: only where a role's change is
+    staged, the node's moment has come and its wave has a gate (a pass asks nothing else)."""
+    earlier = before or {}
+    wanted: set[tuple[str, str]] = set()
+    for role in set(runs) | set(new):
+        rollout = rollout_for(rollouts, role)
+        if rollout is None or change(runs.get(role), new.get(role),
+                                     before=earlier.get(role)).kind is not Kind.STAGED:
+            continue
+        step = turn(rollout, node, labels, now, {})
+        if step.why is Why.GATE:
+            wanted.add((rollout.name, step.place.wave_name))
+    return tuple(sorted(wanted))
 
 
 def choose(runs: Mapping[str, RoleSpec], new: Mapping[str, RoleSpec], *,

@@ -45,6 +45,10 @@ MUTANTS = (
            "if what.kind is not Kind.STAGED:",
            "§13: a role no Rollout covers is held by the schedule of none (a crash, or held)",
            RO),
+    mutant("planner/rollout.py", "gate-asked-early", "        if step.why is Why.GATE:",
+           "        if step.why is not Why.PAUSED:",
+           "§13: a node's pass queries Prometheus before its moment has come (every node, "
+           "every pass)", RO),
     mutant("planner/rolloutgate.py", "empty-result-opens",
            "    if not isinstance(result, list) or not result:",
            "    if not isinstance(result, list):",

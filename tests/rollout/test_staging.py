@@ -120,3 +120,23 @@ def test_a_revert_a_removal_and_a_stop_are_never_staged(runs, new, before) -> No
         assert got.kind is not Kind.STAGED
     if got.kind is Kind.STAGED:
         assert runs is not None and runs.state is not WantedState.STOPPED
+
+
+def test_a_pass_asks_a_gate_only_when_a_staged_change_waits_on_it() -> None:
+    """gates_to_ask: nothing before the node's moment, nothing for a change applied at once
+    or a node of the first wave; (rollout, wave) once the moment of a later wave's node has
+    come and a gate is declared."""
+    from reconciler.core.rollouts import PrometheusGate
+
+    gated = (attrs.evolve(ROLLOUT, gate=PrometheusGate(url="http://p:9090", query="up")),)
+
+    def ask(now, **kw):
+        return ro.gates_to_ask(kw.get("runs", {"coder": OLD}), kw.get("new", {"coder": NEW}),
+                               rollouts=kw.get("rollouts", gated), node="gpu-2",
+                               labels=kw.get("labels", {}), now=now)
+
+    assert ask(START + 60) == ()
+    assert ask(START + 7200) == (("up", "rest"),)
+    assert ask(START + 7200, labels={"ring": "canary"}) == ()
+    assert ask(START + 7200, new={}) == ()
+    assert ask(START + 7200, rollouts=(ROLLOUT,)) == ()
