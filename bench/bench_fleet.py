@@ -97,6 +97,26 @@ spec:
 """ + (("    devices: {count: 1}\n" if r % 4 else "    devices: {ids: [\"cuda:6\", \"cuda:7\"]}\n")
        if devices else ""))
     (folder / "roles.yaml").write_text("---\n".join(roles))
+    (folder / "rollout.yaml").write_text(ROLLOUT)  # §13 staged as a fleet's changes are
+
+
+#: Every role staged: zone z0 the canaries, then pool a, then the rest, gated.
+ROLLOUT = """\
+apiVersion: reconciler/v1
+kind: Rollout
+metadata: {name: everything}
+spec:
+  start: "2026-12-02T14:00:00Z"
+  duration: 6h
+  waves:
+    - {name: canary, canary: true, node_selector: {match_labels: {zone: z0}}}
+    - {name: pool-a, node_selector: {match_labels: {pool: a}}}
+  gate:
+    prometheus:
+      url: http://prometheus.internal:9090
+      query: (count(reconciler:node_healthy_revision{node=~"$nodes"} == 1) or vector(0)) >= bool $count
+      bake: 15m
+"""
 
 
 def run_fleet(folder: Path) -> float:

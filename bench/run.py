@@ -22,6 +22,8 @@ BENCHES = [
     ("plan() of 1k and 10k roles (issue: planner at scale)", ["bench_plan.py"]),
     ("plan() with devices, 10k roles on 1,000 nodes × 8 devices (issue 20: devices)",
      ["bench_plan_devices.py", "--baseline"]),
+    ("reconcile fleet --rollout, 1,000 nodes × 10 roles (issue 30: rollouts)",
+     ["bench_rollout.py"]),
     ("reconcile fleet with devices, 10,000 nodes (issue 20: devices)",
      ["bench_fleet.py", "--devices", "--runs", "1"]),
     ("router vs direct llama-server (issue 13: the router)", ["bench_router.py"]),

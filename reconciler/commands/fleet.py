@@ -1,10 +1,12 @@
-"""``reconcile fleet [--json] [--diff REV]`` and ``reconcile plan --offline`` (SHELL; §10).
+"""``reconcile fleet [--json] [--diff REV | --rollout [--at TIME]]``, ``plan --offline`` (SHELL; §10).
 
 Both work from the manifests alone: no probe, no process table, no state
 store, so a CI job can run them on any machine. ``fleet`` shows every node's
 offline plan (``fleetview``); ``--diff REV`` compares it with the manifests
 at git revision ``REV`` (``gitrev``: nothing is checked out) and prints one
-line per node or role that changes (``fleetdiff``). Exit codes as ``plan
+line per node or role that changes (``fleetdiff``). ``--rollout`` shows every
+node's turn in each Rollout at ``--at`` (§13, ``rolloutview``), gates unasked
+unless ``--ask-gates`` (one query per later wave, about the checked-out commit). Exit codes as ``plan
 --detailed-exitcode``: with ``--diff``, 0 no changes, 2 changes; 1 an error
 (invalid manifests on either side, an unknown revision).
 """
@@ -32,9 +34,16 @@ from reconciler.repo.gitcommit import manifests_commit
 class FleetOptions:
     json: bool = False
     diff: str | None = None
+    rollout: bool = False  # §13
+    ask_gates: bool = False  # with rollout: ask the Prometheus gates (not offline)
+    at: str | None = None  # with rollout: an RFC 3339 time; None: now
 
 
 def run(g: GlobalOptions, o: FleetOptions) -> int:
+    if ((o.at is not None or o.ask_gates) and not o.rollout) or (o.rollout and o.diff):
+        print("reconcile: fleet: --at and --ask-gates go with --rollout, and --rollout not "
+              "with --diff", file=sys.stderr)
+        return Exit.ERROR
     paths = common.manifest_paths(g)
     loaded = sources.load_desired(paths)
     if loaded.problems or loaded.fleet is None:
@@ -55,6 +64,8 @@ def run(g: GlobalOptions, o: FleetOptions) -> int:
 
 
 def _show(o: FleetOptions, paths: list[str], loaded, implicit: str) -> int:
+    if o.rollout:
+        return _rollout(o, paths, loaded, implicit)
     now = fleetview.view(loaded.fleet, implicit=implicit)
     if o.diff:
         return _diff(o, paths, now, implicit)
@@ -82,6 +93,38 @@ def _diff(o: FleetOptions, paths: list[str], now, implicit: str) -> int:
     else:
         common.print_text(fleetdiff.text(changes))
     return Exit.CHANGES if changes else Exit.OK
+
+
+def _rollout(o: FleetOptions, paths: list[str], loaded, implicit: str) -> int:
+    """§13 every node's turn at ``--at`` (default now); the gates are not asked (offline)."""
+    import time
+
+    from reconciler.fleet import rolloutview
+    from reconciler.manifests.rolloutdoc import parse_time
+
+    try:
+        at = parse_time(o.at) if o.at is not None else time.time()
+    except ValueError as err:
+        print(f"reconcile: --at: {err}", file=sys.stderr)
+        return Exit.ERROR
+    gates = _ask_gates(paths, loaded.fleet, implicit) if o.ask_gates else None
+    shown = rolloutview.view(loaded.fleet, at, gates, implicit=implicit)
+    if o.json:
+        common.print_json(rolloutview.as_json(shown), ensure_ascii=False)
+    else:
+        common.print_text(rolloutview.text(shown))
+    return Exit.OK
+
+
+def _ask_gates(paths: list[str], whole, implicit: str) -> dict:
+    """Each later wave's gate, asked about the revision checked out (its commit)."""
+    from reconciler.fleet import rolloutview
+    from reconciler.world.gate import PrometheusAsk
+
+    revision = (manifests_commit(paths) or "").removesuffix("+dirty")
+    ask = PrometheusAsk()
+    return {(rollout.name, wave): ask.ask(rollout, wave, revision=revision, nodes=nodes)
+            for rollout, wave, nodes in rolloutview.questions(whole, implicit=implicit)}
 
 
 def run_offline_plan(g: GlobalOptions, o: PlanOptions) -> int:

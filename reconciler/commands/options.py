@@ -160,10 +160,20 @@ def fleet_flags(p: argparse.ArgumentParser) -> None:
         "Every node's offline plan: the roles placed on it, their ports, and its memory "
         "against its budget, from the manifests alone. With --diff REV, what the checkout "
         "changes on which node relative to git revision REV (nothing is checked out); exit 0 "
-        "no changes, 2 changes, 1 error.")
+        "no changes, 2 changes, 1 error. With --rollout, when each node takes the changes "
+        "its Rollout stages (BEHAVIOUR §13).")
     _json(p)
     p.add_argument("--diff", metavar="REV",
                    help="show the node and role changes since git revision REV (e.g. HEAD~1)")
+    p.add_argument("--rollout", action="store_true",
+                   help="§13 each Rollout's waves and every node's turn: when it moves, whether "
+                        "it has, what the gate says (offline: not asked, so later waves hold)")
+    p.add_argument("--ask-gates", action="store_true",
+                   help="with --rollout: ask each wave's gate (its Prometheus) about the "
+                        "revision checked out, instead of showing it unasked")
+    p.add_argument("--at", metavar="TIME",
+                   help="with --rollout: the moment to show, an RFC 3339 time such as "
+                        "2026-12-02T15:10:00Z (default: now)")
 
 
 def watch_flags(p: argparse.ArgumentParser) -> None:

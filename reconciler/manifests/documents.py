@@ -307,7 +307,7 @@ def _on_demand_rules(r: _Reader, runtime: Runtime, mode: Mode) -> None:
               f"not {runtime} (Ollama loads a model on request by itself)")
 
 
-def _labels(r: _Reader, path: tuple[str, ...]) -> dict[str, str]:
+def _labels(r: _Reader, path: tuple[str | int, ...]) -> dict[str, str]:
     """A mapping of label keys to values at ``path``, each checked (BEHAVIOUR §10)."""
     found = r.get(*path) or {}
     for key, value in found.items():
@@ -326,7 +326,14 @@ def _placement(r: _Reader) -> Placement | None:
     raw_selector = raw.get("node_selector")
     if raw_selector is None:
         return Placement(nodes=frozenset(nodes) if nodes is not None else None)
-    base = ("spec", "placement", "node_selector")
+    return Placement(nodes=frozenset(nodes) if nodes is not None else None,
+                     selector=selector_at(r, ("spec", "placement", "node_selector")))
+
+
+def selector_at(r: _Reader, base: tuple[str | int, ...]) -> labels.Selector:
+    """The node selector at ``base`` (a placement's, a rollout wave's), its operators
+    checked against their values."""
+    raw_selector = r.get(*base) or {}
     match_labels = _labels(r, base + ("match_labels",))
     expressions = []
     for i, term in enumerate(raw_selector.get("match_expressions") or ()):
@@ -341,5 +348,4 @@ def _placement(r: _Reader) -> Placement | None:
             r.add(here + (("values", index) if index is not None else ("values",)
                           if "values" in term else ("operator",)), message)
         expressions.append((term["key"], term["operator"], values))
-    return Placement(nodes=frozenset(nodes) if nodes is not None else None,
-                     selector=labels.selector(match_labels, tuple(expressions)))
+    return labels.selector(match_labels, tuple(expressions))

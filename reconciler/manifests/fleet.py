@@ -35,6 +35,7 @@ import attrs
 
 from reconciler.core.desired import Desired, ModelSpec, NodeConfig, RoleSpec, sorted_by_name
 from reconciler.core.labels import Selector
+from reconciler.core.rollouts import Rollout
 from reconciler.runtimes import spec_of
 
 frozen = attrs.frozen(kw_only=True)
@@ -78,6 +79,7 @@ class Fleet:
     roles: tuple[FleetRole, ...] = ()  # sorted by name
     models: tuple[ModelSpec, ...] = ()  # sorted by name
     nodes: tuple[NodeConfig, ...] = ()  # the declared NodeConfigs, sorted by name
+    rollouts: tuple[Rollout, ...] = ()  # §13 the Rollout documents, sorted by name
 
     def node(self, name: str) -> NodeConfig | None:
         return next((n for n in self.nodes if n.name == name), None)

@@ -11,7 +11,8 @@ stage let through, collecting problems instead of stopping at the first:
 3. ``documents``: typed values and the per-document rules a schema cannot say;
 4. duplicate names (a NodeConfig's is its node's), and ``crosscheck.assemble``:
    references, formats, and every node's ports, collisions and budget
-   (``nodecheck``), into a ``Fleet``.
+   (``nodecheck``), into a ``Fleet``; the Rollouts' checks across documents
+   (``rolloutdoc.check``, §13).
 
 ``desired`` is this node's share of the fleet (``fleet.desired_for``): the
 node ``node`` chooses, or, without a choice, the one node of a set with at
@@ -29,12 +30,14 @@ from typing import Any, Mapping, Sequence
 import attrs
 
 from reconciler.manifests import documents, extra_args, fleet as fleets, nodedoc, yamlsafe
+from reconciler.manifests import rolloutdoc
 from reconciler.runtimes import spec_of
 from reconciler.manifests.crosscheck import Declared, assemble
 from reconciler.manifests.documents import RoleDraft
 from reconciler.manifests.roleextras import RepoFiles
 from reconciler.core.errors import Problem, sorted_problems
 from reconciler.core.desired import Desired, ModelSpec, NodeConfig, Runtime
+from reconciler.core.rollouts import Rollout
 from reconciler.manifests.fleet import Fleet, NodeChoice
 from reconciler.manifests.schemata import KINDS
 from reconciler.manifests.yamlsafe import Document
@@ -218,6 +221,7 @@ def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str
     models: dict[str, ModelSpec] = {}
     drafts: list[RoleDraft] = []
     nodes: list[tuple[NodeConfig, Document]] = []
+    rollouts: list[tuple[Rollout, Document]] = []
     for kind, doc in valid:
         if kind == "Model":
             model, found = documents.model_spec(doc)
@@ -227,6 +231,10 @@ def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str
             draft, found = documents.role_draft(doc, repo_files)
             if draft is not None:
                 drafts.append(draft)
+        elif kind == "Rollout":  # §13
+            rollout, found = rolloutdoc.rollout_spec(doc)
+            if rollout is not None:
+                rollouts.append((rollout, doc))
         else:
             config, found = nodedoc.node_config(doc)
             if config is not None:
@@ -235,4 +243,9 @@ def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str
     declared = Declared(models=frozenset(n for k, n, _ in named if k == "Model"),
                         roles=frozenset(n for k, n, _ in named if k == "InferenceSpec"))
     whole, found, warnings = assemble(drafts, models, nodes, declared, implicit=implicit)
+    if rollouts:  # §13
+        rollouts.sort(key=lambda pair: pair[0].name)
+        more, warned = rolloutdoc.check(rollouts, declared.roles, whole.nodes)
+        found, warnings = found + more, warnings + warned
+        whole = attrs.evolve(whole, rollouts=tuple(r for r, _ in rollouts))
     return whole, problems + found, warnings

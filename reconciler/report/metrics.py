@@ -8,6 +8,9 @@ series                                                type   from
 ====================================================  =====  ===========================
 ``reconciler_role_status{node,role,status}``          gauge  one-hot over every status
 ``reconciler_role_restarts{node,role}``               gauge  restart count (§4; resets)
+``reconciler_role_revision{node,role,revision,        gauge  1: the manifests commit the role
+generation}``                                                was planned from, and the
+                                                             generation its record ran (§13)
 ``reconciler_reserved_bytes{node,role}``              gauge  the residency ledger (§7)
 ``reconciler_memory_budget_bytes{node}``              gauge  NodeConfig (absent: none)
 ``reconciler_probe_latency_seconds{node,role}``       gauge  the pass's readiness probe
@@ -86,6 +89,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _HELP = {
     "reconciler_role_status": "Current status of each role (one series per status, 1 for the current one).",
     "reconciler_role_restarts": "Restarts counted by the restart policy (reset after stable_after or reconcile start).",
+    "reconciler_role_revision": "1 per role: the manifests revision (git commit) it was planned from, and the generation (§4) it runs.",
     "reconciler_reserved_bytes": "Bytes each role holds in the residency ledger.",
     "reconciler_memory_budget_bytes": "The NodeConfig memory budget in bytes (absent when there is none).",
     "reconciler_probe_latency_seconds": "Latency of the last readiness probe of each role.",
@@ -123,6 +127,11 @@ def _families(result, store, *, problems_count: int, last_pass_ts: float, durati
     status = family("reconciler_role_status", ("role", "status"))
     restarts = family("reconciler_role_restarts", ("role",))
     reserved = family("reconciler_reserved_bytes", ("role",))
+    # §13 what a rollout's gate reads: which revision and generation each role is on.
+    revision = family("reconciler_role_revision", ("role", "revision", "generation"))
+    commit = getattr(result, "git_commit", None) or ""
+    wanted = {r.name for r in desired.roles} if (desired := getattr(result, "desired", None)) \
+        is not None else set()
     for role in roles:
         decision = decisions.get(role)
         record = records.get(role)
@@ -132,9 +141,11 @@ def _families(result, store, *, problems_count: int, last_pass_ts: float, durati
         count = record.restarts if record is not None else (decision.restarts if decision else 0)
         restarts.add_metric((node, role), count)
         reserved.add_metric((node, role), record.reserved if record is not None else 0)
+        if role in wanted:
+            ran = record.generation if record is not None and record.generation else ""
+            revision.add_metric((node, role, commit, ran), 1)
 
     budget = family("reconciler_memory_budget_bytes")
-    desired = getattr(result, "desired", None)
     if desired is not None and desired.node.memory_budget is not None:
         budget.add_metric((node,), desired.node.memory_budget)
 
@@ -183,7 +194,7 @@ def _families(result, store, *, problems_count: int, last_pass_ts: float, durati
     for f in observed.fetches if observed is not None else ():  # §1.6
         fetched.add_metric((node, f.model), f.total - f.missing)
         remaining.add_metric((node, f.model), f.missing)
-    return [status, restarts, reserved, budget, latency, last, took, success, problems, actions,
+    return [status, restarts, revision, reserved, budget, latency, last, took, success, problems, actions,
             dev_memory, dev_reserved, dev_used, fetched, remaining]
 
 

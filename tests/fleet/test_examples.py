@@ -15,7 +15,7 @@ def test_the_fleet_example_is_valid_without_warnings() -> None:
     """Three NodeConfigs, their Models and roles: no problem, no warning."""
     result = sources.load_desired([str(FLEET)])
     assert result.problems == () and result.warnings == ()
-    assert result.summary == "9 documents: 3 Model, 3 InferenceSpec, 3 NodeConfig"
+    assert result.summary == "10 documents: 3 Model, 3 InferenceSpec, 3 NodeConfig, 1 Rollout"
 
 
 def test_each_node_runs_what_its_labels_select() -> None:

@@ -56,3 +56,25 @@ def test_fetch_progress_is_published_per_model(store):
         (("model", "qwen"), ("node", "test-node")): 600}
     assert series(text, "reconciler_fetch_remaining_bytes") == {
         (("model", "qwen"), ("node", "test-node")): 400}
+
+
+def test_each_role_publishes_the_revision_and_generation_it_runs():
+    """§13 reconciler_role_revision{role,revision,generation} is 1 per role of this node's
+    share: the manifests commit of the pass, and the generation its record ran — what a
+    rollout's gate reads. A role not in the share (being stopped) has no revision."""
+    from reconciler.core.decisions import Reason
+    from reconciler.core.desired import Mode, Runtime
+    from reconciler.core.observed import RoleRecord
+
+    class Records:
+        def roles(self):
+            return (RoleRecord(name="coder", instance_id="i", runtime=Runtime.LLAMACPP,
+                               mode=Mode.MANAGED, generation="g-1"),)
+
+    stop = flat(role="old", verb=Verb.STOP, pid=4242, create_time=1.0, reason=Reason.REMOVED,
+                status=Status.RUNNING)
+    result = attrs.evolve(good(desired("coder", "chat"), keep("coder"), keep("chat"), stop),
+                          git_commit="abc123")
+    got = series(metrics.render_result(result, Records()), "reconciler_role_revision")
+    assert {(dict(k)["role"], dict(k)["revision"], dict(k)["generation"]): v
+            for k, v in got.items()} == {("coder", "abc123", "g-1"): 1, ("chat", "abc123", ""): 1}
