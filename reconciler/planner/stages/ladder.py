@@ -90,14 +90,16 @@ def stage(v: Views) -> Drafted:
 
 
 def _scaled(v: Views) -> dict[str, tuple[int, int]]:
-    """§12 groups with an instance remembered beyond 0 → (replicas before, replicas now).
+    """§12 groups with a server of ours remembered → (replicas before, replicas now).
 
-    Before: one more than the highest index a record names (the store keeps no count).
+    Before: one more than the highest index whose record holds a server (the store
+    keeps no count: a stopped instance's record is no instance any more).
     """
     before: dict[str, int] = {}
-    for name in v.records:
-        group = group_of(name)
-        before[group] = max(before.get(group, 1), replica_of(name) + 1)
+    for name, record in v.records.items():
+        if record.pid is not None:
+            group = group_of(name)
+            before[group] = max(before.get(group, 1), replica_of(name) + 1)
     out = {}
     for group, was in before.items():
         spec = v.specs.get(group)
@@ -113,12 +115,13 @@ def _scale(r: Role, drafted: Draft, counts: tuple[int, int]) -> Draft:
     d = drafted.decision
     replica = replica_of(r.name)
     if r.spec is None and now and replica >= now and d.reason is Reason.REMOVED:
-        why = f"replicas {was} → {now}"
+        why = f"replicas {max(was, replica + 1)} → {now}"
         return attrs.evolve(drafted, decision=attrs.evolve(
             d, reason=Reason.SCALE_DOWN, why=why,
             detail=d.detail.replace("removed from the manifests", f"scaled down ({why})")))
-    if (r.record is None and replica and d.reason is Reason.MISSING
-            and d.verb is Verb.START and now > was):
+    if (not r.running and replica >= was and d.reason is Reason.MISSING
+            and d.verb is Verb.START and now > was and r.spec is not None
+            and not r.spec.on_demand):  # an on-demand instance starts on its demand (§9)
         return attrs.evolve(drafted, decision=attrs.evolve(
             d, reason=Reason.SCALE_UP, why=f"replicas {was} → {now}"))
     return drafted
