@@ -42,4 +42,7 @@ MUTANTS = (
     mutant(NC, "instance-port-outside-allowed",
            "if not config.port_allowed(spec.serve.port + i)]", "if False]",
            "§12: validate lets an instance listen outside allowed_ports", MAN, REP),
+    mutant("manifests/devicecheck.py", "instances-fit-one-device", "taken if apart else set()",
+           "set()", "§12: validate does not warn that a role's instances do not all fit the "
+           "devices (it counts two on one card)", REP, MAN),
 )

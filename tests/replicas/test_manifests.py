@@ -87,3 +87,17 @@ def test_instances_helper() -> None:
     assert [(r.name, r.serve.port) for r in many] == [("chat", 9000), ("chat/1", 9001),
                                                        ("chat/2", 9002)]
     assert all(attrs.evolve(r, name="chat", serve=base.serve) == many[0] for r in many)
+
+
+def test_validate_warns_when_the_instances_do_not_all_fit_the_devices() -> None:
+    """§12/§7.1 validate places N instances of a role, never two on one device: three
+    replicas of one GPU each on two GPUs warn for chat/2; shared_by_replicas does not."""
+    node = b"devices: [{id: 'cuda:0', memory: 24GB}, {id: 'cuda:1', memory: 24GB}]\n  serve_programs"
+    apart = loader.load([("set.yaml", _role(", replicas: 3, placement: {devices: {count: 1}}")
+                          .replace(b"serve_programs", node))])
+    said = [p.message for p in apart.warnings if p.path == "$.spec.devices"]
+    assert len(said) == 1 and "chat/2 needs" in said[0] and "never share" in said[0], said
+    shared = loader.load([("set.yaml", _role(
+        ", replicas: 3, placement: {devices: {count: 1, shared_by_replicas: true}}")
+        .replace(b"serve_programs", node))])
+    assert not [p for p in shared.warnings if p.path == "$.spec.devices"]
