@@ -22,7 +22,7 @@ MUTANTS = (
            "§12: a new generation restarts every instance at once: the role is down for clients",
            PLAN, REP),
     mutant(RO, "next-before-ready",
-           "busy = [i for i in members if i not in update and not _ready(drafts[i])]",
+           "busy = [i for i in members if i not in update and _away(drafts[i])]",
            "busy = []",
            "§12: the next instance restarts before the restarted one answers (two down; a "
            "gave-up first instance does not stop the rollout)", PLAN, REP),

@@ -2,8 +2,8 @@
 
 A role with ``replicas`` ≥ 2 is a group of instances. When its generation
 changes (a new launch, ``restarted_at``), the ladder drafts a restart for every
-running instance; this stage lets at most one of them go, and only while every
-other instance of the group is ready (kept, running, in sync): the others
+running instance; this stage lets at most one of them go, and only while no
+other instance of the group is away (starting, crashed, in backoff, gave up): the others
 ``wait`` with reason ``rolling_update``, still serving the previous generation,
 and the next goes once the restarted one answers. The lowest index goes first.
 An instance that gave up on the new generation stops the rollout there: the
@@ -41,7 +41,7 @@ def stage(d: Drafted) -> Drafted:
         update = [i for i in members if _updates(drafts[i])]
         if not update:
             continue
-        busy = [i for i in members if i not in update and not _ready(drafts[i])]
+        busy = [i for i in members if i not in update and _away(drafts[i])]
         if busy:
             first = drafts[busy[0]].decision
             gave_up = first.status is Status.GAVE_UP
@@ -63,10 +63,18 @@ def _updates(dr: Draft) -> bool:
     return dec.verb is Verb.RESTART and dec.reason is Reason.SPEC_CHANGED
 
 
-def _ready(dr: Draft) -> bool:
-    """Serving as it should: kept, running and answering (in sync)."""
+#: Where an instance is on its way back (or failing to come back): not serving for now.
+_COMING = frozenset({Status.STARTING, Status.LOADING, Status.EXITED, Status.BACKOFF,
+                     Status.GAVE_UP})
+
+
+def _away(dr: Draft) -> bool:
+    """Away for now: being restarted, starting, crashed, in backoff, gave up. An instance
+    that was not serving (not started yet, stopped, refused, unplaceable, on demand and not
+    asked for) is not away: its start takes nothing from the group's service, and one that
+    cannot run at all would hold the rollout for ever (placement comes after this stage)."""
     dec = dr.decision
-    return dec.verb is Verb.KEEP and dec.status is Status.RUNNING
+    return dec.verb is Verb.RESTART or dec.status in _COMING
 
 
 def _wait(r, dr: Draft, why: str) -> Draft:
