@@ -158,11 +158,11 @@ def test_three_instances_scale_roll_and_readopt(world):
     for name in NAMES:
         record = world.record(name)
         assert _servers(world, record.instance_id) == [record.pid], name
-    # Re-adoption by marker, the state store gone (host-only: a device-placed server's
-    # launch is compared without its devices on re-adoption, and would be restarted once).
-    _role(world, port, 3, restarted_at="2", devices=False)
-    assert _roll(world, port, "2") == list(NAMES)
+    # Re-adoption by marker, the state store gone: every instance taken back on its devices.
     pids = _pids(world)
+    devices = {name: world.record(name).devices for name in NAMES}
+    assert sorted(devices.values()) == [(("cuda:0", 10**9),), (("cuda:1", 10**9),),
+                                        (("cuda:2", 10**9),)], devices
     db = world.state / "state.db"
     for sidecar in ("state.db-wal", "state.db-shm"):
         (world.state / sidecar).unlink(missing_ok=True)
@@ -172,3 +172,5 @@ def test_three_instances_scale_roll_and_readopt(world):
     assert _pids(world) == pids, out.stdout
     for name in NAMES:
         assert f"= keep {name} " in out.stdout, out.stdout
+        assert world.record(name).devices == devices[name], name
+    assert "No changes" in converge(world).stdout
