@@ -18,7 +18,9 @@ beside it. Printed: µs per role at each size and the growth of the whole
 plan's time from 1k to 10k roles (10× the roles; 10× is linear).
 Goal (issue: planner at scale): ≤ 10 µs per role at 10k, growth ≤ 11×.
 
-Run: ``.venv/bin/python bench/bench_plan.py [--sizes 1000 10000] [--runs 5]``.
+Run: ``.venv/bin/python bench/bench_plan.py [--sizes 1000 10000] [--runs 5]``;
+``--replicas 3 --sizes 3000 30000``: 10,000 roles of three instances each (§12), the
+same mix over instances (a spec-changed instance is held by the rolling update).
 """
 
 from __future__ import annotations
@@ -89,8 +91,16 @@ def models(n: int) -> tuple[ModelSpec, ...]:
     return tuple(sorted(out, key=lambda m: m.name))
 
 
-def world(n: int):
-    """Desired, observed and remembered for ``n`` roles (plus the removed ones' records)."""
+def _name(i: int, replicas: int) -> str:
+    """Role ``i``'s name; with ``replicas`` (§12), instance ``i % replicas`` of group ``i // replicas``."""
+    if replicas == 1:
+        return f"r{i:05d}"
+    return f"r{i // replicas:05d}" + (f"/{i % replicas}" if i % replicas else "")
+
+
+def world(n: int, replicas: int = 1):
+    """Desired, observed and remembered for ``n`` roles (plus the removed ones' records);
+    ``replicas``: the roles are instances, ``replicas`` to a group (§12, consecutive ports)."""
     node = NodeConfig(allowed_ports=PortRange(start=10_000, end=60_000),
                       serve_programs=PROGRAMS)
     all_models = models(n)
@@ -100,13 +110,13 @@ def world(n: int):
     ollama_roles: list[tuple[str, int, str]] = []
     holding = claiming = 0
     for i in range(n):
-        kind, name, port = KINDS[i % 20], f"r{i:05d}", FIRST_PORT + i
+        kind, name, port = KINDS[i % 20], _name(i, replicas), FIRST_PORT + i
         runtime = Runtime.MLX_LM if kind.startswith("mlx") else Runtime.LLAMACPP
         model = "mlxq" if runtime is Runtime.MLX_LM else "qwen"
         if kind.startswith("ollama"):
             runtime, model = Runtime.OLLAMA, f"tag{i}"
             port = OLLAMA_FIRST_PORT + i // (20 * TAGS_PER_OLLAMA // 2)
-        excludes = frozenset({f"r{i + 1:05d}"}) if i % 25 == 0 and i + 1 < n else frozenset()
+        excludes = frozenset({_name(i + 1, replicas)}) if i % 25 == 0 and i + 1 < n else frozenset()
         spec = RoleSpec(
             name=name, runtime=runtime,
             mode=Mode.ADOPTED if kind in ("adopted", "removed-adopted") else Mode.MANAGED,
@@ -114,6 +124,7 @@ def world(n: int):
             memory=MemorySpec(weights=GB, kv=GB // 2), excludes=excludes,
             state=WantedState.STOPPED if kind == "state-stopped" else WantedState.RUNNING,
             keep_alive=300.0 if runtime is Runtime.OLLAMA else None,
+            replicas=replicas if runtime is not Runtime.OLLAMA else 1,
         )
         footprint = spec.memory.footprint
         pid = 100_000 + i
@@ -183,8 +194,8 @@ def world(n: int):
     return desired, observed, Remembered(roles=tuple(records))
 
 
-def measure(n: int, runs: int) -> tuple[float, float, collections.Counter]:
-    desired, observed, remembered = world(n)
+def measure(n: int, runs: int, replicas: int = 1) -> tuple[float, float, collections.Counter]:
+    desired, observed, remembered = world(n, replicas)
     launches.forget()  # the first pass works out every launch (planner/launches.py)
     times, result = [], None
     for _ in range(runs):
@@ -201,10 +212,13 @@ def main() -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--verbs", action="store_true", help="print the plan's verbs per size")
+    parser.add_argument("--replicas", type=int, default=1,
+                        help="§12 the roles are instances, this many to a role (sizes count "
+                             "instances: --sizes 3000 30000 --replicas 3 is 10,000 roles of 3)")
     args = parser.parse_args()
     seconds = {}
     for n in args.sizes:
-        first, took, verbs = measure(n, args.runs)
+        first, took, verbs = measure(n, args.runs, args.replicas)
         seconds[n] = took
         print(f"plan() of {n:>6} roles: {took * 1000:8.1f} ms = {took / n * 1e6:6.1f} µs per role"
               f"   (first pass, every launch worked out: {first / n * 1e6:.1f} µs per role)")

@@ -14,7 +14,7 @@ import attrs
 
 from reconciler.commands import common
 from reconciler.commands.options import GlobalOptions
-from reconciler.core.desired import Desired
+from reconciler.core.desired import Desired, group_of, replica_of
 from reconciler.core.exitcodes import Exit
 from reconciler.core.units import format_size
 from reconciler.engine import loop
@@ -105,12 +105,36 @@ def _print_table(rows: list[dict]) -> None:
         (r["role"], r["runtime"], r["mode"], r["status"], str(r["pid"] or "-"),
          str(r["port"] or "-"), str(r["restarts"]),
          format_size(r["reserved_bytes"]) if r["reserved_bytes"] else "-", r["detail"])
-        for r in rows
+        for r in _grouped(rows)
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS) - 1)]
     common.print_text("\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1]
         for row in table))
+
+
+def _grouped(rows: list[dict]) -> list[dict]:
+    """§12 one line per instance, grouped under its role: a role of several instances gets a
+    line of its own (how many, and in which statuses), its instances indented below it."""
+    if not any("/" in r["role"] for r in rows):
+        return rows
+    groups: dict[str, list[dict]] = {}
+    for r in sorted(rows, key=lambda r: (group_of(r["role"]), replica_of(r["role"]))):
+        groups.setdefault(group_of(r["role"]), []).append(r)
+    out: list[dict] = []
+    for group, mine in groups.items():
+        if len(mine) == 1:
+            out += mine
+            continue
+        said: dict[str, int] = {}
+        for x in mine:
+            said[x["status"]] = said.get(x["status"], 0) + 1
+        out.append({"role": group, "runtime": mine[0]["runtime"], "mode": mine[0]["mode"],
+                    "status": f"{len(mine)} instances", "pid": None, "port": None,
+                    "restarts": "", "reserved_bytes": 0,
+                    "detail": ", ".join(f"{n} {s}" for s, n in sorted(said.items()))})
+        out += [{**x, "role": f"  {x['role']}"} for x in mine]
+    return out
 
 
 def _as_recorded(row: dict) -> dict:

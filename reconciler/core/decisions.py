@@ -122,6 +122,9 @@ class Reason(enum.StrEnum):
     NO_DISK = "no_disk"  # §1.6 the fetch would leave less than min_free
     NO_FETCH = "no_fetch"  # §1.6 the Model has a source, this node does not fetch
     FETCH_FAILED = "fetch_failed"  # §1.6 the bytes did not match: a new generation or --retry
+    SCALE_UP = "scale_up"  # §12 a new instance of a role whose replicas grew
+    SCALE_DOWN = "scale_down"  # §12 an instance beyond the role's replicas is stopped
+    ROLLING_UPDATE = "rolling_update"  # §12 a new generation waits: one instance at a time
 
 
 # ---------------------------------------------------------------- what each verb carries

@@ -277,6 +277,12 @@ class RoleSpec:
     aliases: tuple[str, ...] = ()
     #: The server's own environment variables (names from its runtime's allowlist).
     env: tuple[tuple[str, str], ...] = ()
+    #: §12 ``spec.replicas``: how many instances the role (its group) runs. Every instance
+    #: spec carries it; its ``group`` and ``replica`` are read from its name (instance 0
+    #: is named as the role, instance i ``role/i``: a role's own name has no ``/``).
+    replicas: int = 1
+    #: §12 ``placement.devices.shared_by_replicas``: instances of the group may share a device.
+    shared_by_replicas: bool = False
     ref: SourceRef | None = attrs.field(default=None, eq=False)
 
     @property
@@ -287,6 +293,16 @@ class RoleSpec:
     @property
     def managed(self) -> bool:
         return self.mode is Mode.MANAGED
+
+    @property
+    def group(self) -> str:
+        """§12 the role this instance is of (its own name for a role without replicas)."""
+        return group_of(self.name)
+
+    @property
+    def replica(self) -> int:
+        """§12 this instance's index in its group (0 for a role without replicas)."""
+        return replica_of(self.name)
 
     @property
     def wanted(self) -> bool:
@@ -449,6 +465,37 @@ class Launch:
     files: tuple[tuple[str, bytes], ...] = attrs.field(default=(), eq=False, repr=False)
     #: Directories relative to cwd the server writes into, made (owned by run_as) at start.
     dirs: tuple[str, ...] = ()
+
+
+def instance_name(group: str, replica: int) -> str:
+    """§12 instance 0 keeps the role's name; instance i ≥ 1 is ``group/i``."""
+    return group if replica == 0 else f"{group}/{replica}"
+
+
+def group_of(name: str) -> str:
+    """The group an instance name belongs to (``chat/2`` → ``chat``; a role's name has no ``/``)."""
+    return name.split("/", 1)[0]
+
+
+def replica_of(name: str) -> int:
+    """The index an instance name carries (``chat/2`` → 2, ``chat`` → 0)."""
+    _, _, tail = name.partition("/")
+    return int(tail) if tail.isdigit() else 0
+
+
+def instances(spec: RoleSpec) -> tuple[RoleSpec, ...]:
+    """§12 a role with ``replicas: N`` as its N instance specs (itself when N is 1).
+
+    Instance i listens on ``serve.port + i``; everything else (placement, memory,
+    restart policy, generation inputs) is the role's, per instance.
+    """
+    if spec.replicas <= 1:
+        return (spec,)
+    out = [spec]
+    for i in range(1, spec.replicas):
+        out.append(attrs.evolve(spec, name=instance_name(spec.name, i),
+                                serve=attrs.evolve(spec.serve, port=spec.serve.port + i)))
+    return tuple(out)
 
 
 def sorted_by_name(items: Iterable) -> tuple:

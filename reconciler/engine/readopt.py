@@ -23,6 +23,7 @@ A plan-only pass calls ``survey`` alone, to show what an applying pass would see
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import attrs
@@ -31,7 +32,9 @@ from reconciler.core import events, ownership
 from reconciler.planner import identity, records
 from reconciler.world import procs
 from reconciler.core.decisions import Decision, Reason, Start
-from reconciler.core.desired import Desired
+from reconciler.core.desired import Desired, Launch
+from reconciler.core.devices import Assignment, shares
+from reconciler.planner.launches import device_env
 from reconciler.core.observed import Orphan, Remembered, RoleRecord
 from reconciler.runtimes import spec_of
 
@@ -59,7 +62,7 @@ def survey(remembered: Remembered, desired: Desired, root: str) -> Survey:
             continue
         pid, ctime, _, cmdline, environ = max(hits, key=lambda h: h[1])
         taken.add(pid)
-        launch = identity.launch(role, models, desired.node, os.environ, root)
+        launch, assignment = _launch_of(role, models, desired, root, cmdline, environ)
         same = (launch is not None and environ == dict(launch.env)
                 and _runs(cmdline, launch.argv))
         base = record or records.new_record(role, Decision(
@@ -72,6 +75,7 @@ def survey(remembered: Remembered, desired: Desired, root: str) -> Survey:
             generation=identity.generation(launch.digest, role.restarted_at) if same else None,
             restarted_at=role.restarted_at if same else None,
             reserved=role.memory.footprint, terminal=None, terminal_detail="", intent=None,
+            devices=assignment.pairs() if same and assignment else (),
         ))
     orphans = tuple(Orphan(pid=pid, create_time=ctime, instance_id=iid)
                     for pid, ctime, iid, _, _ in sorted(unrecorded, key=lambda h: h[0])
@@ -80,6 +84,38 @@ def survey(remembered: Remembered, desired: Desired, root: str) -> Survey:
         heard = procs.listeners_by_group([o.pid for o in orphans]) or {}
         orphans = tuple(attrs.evolve(o, listen=heard.get(o.pid, ())) for o in orphans)
     return Survey(readopted=tuple(readopted), orphans=orphans)
+
+
+def _launch_of(role, models, desired: Desired, root: str, cmdline, environ
+               ) -> tuple[Launch | None, Assignment | None]:
+    """The current launch the found server runs, and its devices (§7.1, §12).
+
+    A role placed on devices was launched on the devices placement picked, which no
+    record says any more: each set the request allows (its ``ids``, or every ``count``
+    of the node's devices of a kind the runtime uses) is tried until one gives the
+    process's own argv and environment; else the launch without devices (a restart
+    follows, spec_changed, as for any other launch).
+    """
+    node = desired.node
+    plain = identity.launch(role, models, node, os.environ, root)
+    req, rt = role.devices, spec_of(role.runtime).devices
+    if req is None or rt is None or not node.devices:
+        return plain, None
+    usable = [d.id for d in sorted(node.devices, key=lambda d: (d.kind, d.index))
+              if d.kind in rt.kinds]
+    sets = [req.ids] if req.ids else list(itertools.combinations(usable, req.count or 0))
+    launcher = identity.Launcher(node, os.environ, root)
+    iid = identity.instance_id(role)
+    for ids in sets[:256]:
+        got = Assignment(ids=tuple(ids), bytes=shares(role.memory.footprint, req.split,
+                                                      len(ids)), split=req.split)
+        argv = launcher.argv(role, models, got)
+        if argv is None or not _runs(cmdline, argv):
+            continue
+        launch = launcher.launch(argv, iid, None, device_env(role.runtime, got), role=role)
+        if environ == dict(launch.env):
+            return launch, got
+    return plain, None
 
 
 def _recorded(pid: int, ctime: float, remembered: Remembered) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable, Sequence
 
-from reconciler.core.desired import NodeConfig, WantedState
+from reconciler.core.desired import NodeConfig, WantedState, instance_name
 from reconciler.core.devices import index_of, kind_of, shares
 from reconciler.core.units import format_size
 from reconciler.core.errors import Problem
@@ -90,30 +90,36 @@ def _unplaced(config: NodeConfig, drafts: Sequence[RoleDraft],
     out = []
     for draft in sorted(drafts, key=lambda d: (not d.spec.devices.ids, d.spec.serve.port,
                                                d.spec.name)):
-        req, rt = draft.spec.devices, spec_of(draft.spec.runtime).devices
+        spec = draft.spec
+        req, rt = spec.devices, spec_of(spec.runtime).devices
         n = req.wanted
         need = shares(footprint(draft), req.split, n)
-        if req.ids:
-            ids = list(req.ids)
-        else:
-            most = max(need)
-            ids = _best_fit(config, free, rt.kinds, n, most)
-        if ids and all(free[i] >= b for i, b in zip(ids, need)):
-            for i, b in zip(ids, need):
-                free[i] -= b
-            continue
-        out.append(f"{draft.spec.name} needs {format_size(max(need))} on {req} "
-                   f"({', '.join(f'{i} {format_size(free[i])} free' for i in sorted(free, key=device_order))})")
+        taken: set[str] = set()  # §12 devices of this role's earlier instances
+        apart = spec.replicas > 1 and not spec.shared_by_replicas
+        for replica in range(spec.replicas):
+            if req.ids:
+                ids = list(req.ids)
+            else:
+                ids = _best_fit(config, free, rt.kinds, n, max(need), taken if apart else set())
+            if ids and all(free[i] >= b for i, b in zip(ids, need)):
+                for i, b in zip(ids, need):
+                    free[i] -= b
+                taken.update(ids)
+                continue
+            out.append(f"{instance_name(spec.name, replica)} needs {format_size(max(need))} on "
+                       f"{req} ({', '.join(f'{i} {format_size(free[i])} free' for i in sorted(free, key=device_order))})"
+                       + (" (instances of a role never share a device)" if taken and apart else ""))
     return out
 
 
 def _best_fit(config: NodeConfig, free: dict[str, int], kinds: frozenset, n: int,
-              most: int) -> list[str]:
+              most: int, avoid: set[str]) -> list[str]:
     """As the planner's ``pick``: of one kind (kinds in order), the ``n`` devices with the
-    least free memory that still hold ``most``, ties by index; [] when no kind has them."""
+    least free memory that still hold ``most``, ties by index, none of ``avoid`` (§12 the
+    role's other instances); [] when no kind has them."""
     for kind in sorted({d.kind for d in config.devices if d.kind in kinds}):
         fitting = sorted((free[d.id], device_order(d.id), d.id) for d in config.devices
-                         if d.kind == kind and free[d.id] >= most)
+                         if d.kind == kind and free[d.id] >= most and d.id not in avoid)
         if len(fitting) >= n:
             return sorted((i for _, _, i in fitting[:n]), key=device_order)
     return []

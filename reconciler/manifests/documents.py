@@ -283,6 +283,8 @@ def role_draft(doc: Document, repo_files: roleextras.RepoFiles | None = None
         max_concurrency=r.get("spec", "max_concurrency"),
         restarted_at=r.get("spec", "restarted_at"),
         devices=devicedocs.role_devices(r, runtime, mode),
+        replicas=_replicas(r, runtime, mode),
+        shared_by_replicas=bool(r.get("spec", "placement", "devices", "shared_by_replicas")),
         ref=r.ref,
         **more_role,
     )
@@ -295,6 +297,24 @@ def role_draft(doc: Document, repo_files: roleextras.RepoFiles | None = None
         doc=doc,
     )
     return (None if r.problems else draft), r.problems
+
+
+def _replicas(r: _Reader, runtime: Runtime, mode: Mode) -> int:
+    """§12 ``spec.replicas``: only on a managed server the reconciler launches (one port each)."""
+    raw = r.get("spec", "replicas")
+    if raw is None:
+        return 1
+    if mode is not Mode.MANAGED or not spec_of(runtime).launched:
+        r.add(("spec", "replicas"), f"replicas are for managed llamacpp and mlx-lm roles, not "
+              f"{'an adopted role' if mode is not Mode.MANAGED else runtime} "
+              "(the reconciler starts each instance on its own port)")
+        return 1
+    devices = r.get("spec", "placement", "devices") or {}
+    if int(raw) > 1 and devices.get("ids") and not devices.get("shared_by_replicas"):
+        r.add(("spec", "replicas"), f"{raw} instances cannot each have the devices "
+              f"{', '.join(devices['ids'])} (two instances never share a device): use "
+              "placement.devices.count, or placement.devices.shared_by_replicas: true")
+    return int(raw)
 
 
 def _on_demand_rules(r: _Reader, runtime: Runtime, mode: Mode) -> None:

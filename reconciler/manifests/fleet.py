@@ -33,7 +33,15 @@ from typing import Iterable, Mapping, Sequence
 
 import attrs
 
-from reconciler.core.desired import Desired, ModelSpec, NodeConfig, RoleSpec, sorted_by_name
+from reconciler.core.desired import (
+    Desired,
+    ModelSpec,
+    NodeConfig,
+    RoleSpec,
+    instance_name,
+    instances,
+    sorted_by_name,
+)
 from reconciler.core.labels import Selector
 from reconciler.core.rollouts import Rollout
 from reconciler.runtimes import spec_of
@@ -160,13 +168,24 @@ def desired_for(fleet: Fleet, node: NodeConfig, *,
     models = models_on(fleet.models, node)
     by_name = {m.name: m for m in models}
     mine = {r.spec.name for r in roles}
+    specs = tuple(_merged(r, by_name.get(r.spec.model or ""), node, merged) for r in roles)
+    if any(s.replicas > 1 for s in specs):  # §12 each role's instances, in name order
+        specs = sorted_by_name(i for s in specs for i in instances(s))
     return Desired(
-        roles=tuple(_merged(r, by_name.get(r.spec.model or ""), node, merged) for r in roles),
+        roles=specs,
         models=models,
         node=node,
-        placed_elsewhere=tuple((r.spec.name, placed.get(r.spec.name, ()))
-                               for r in fleet.roles if r.spec.name not in mine),
+        placed_elsewhere=tuple((name, placed.get(r.spec.name, ()))
+                               for r in fleet.roles if r.spec.name not in mine
+                               for name in _names(r.spec)),
     )
+
+
+def _names(spec: RoleSpec) -> tuple[str, ...]:
+    """§12 the names a role's instances have (its own alone without replicas)."""
+    if spec.replicas <= 1:
+        return (spec.name,)
+    return tuple(sorted(instance_name(spec.name, i) for i in range(spec.replicas)))
 
 
 def models_on(models: tuple[ModelSpec, ...], node: NodeConfig) -> tuple[ModelSpec, ...]:

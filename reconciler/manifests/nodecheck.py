@@ -12,6 +12,11 @@ and a selector label that no node carries (warnings; ``NotIn`` and
 
 A problem that one role has on many nodes is reported once, naming them.
 With a single node every message reads as it did before there were fleets.
+§12 a role's instances (``replicas``) listen on ``serve.port + i``: each of
+those ports is checked too, reported at ``$.spec.replicas``.
+
+Size: one walk over the nodes gathers every per-node check of a role set (ports,
+instance ports, collisions, programs, devices, the router's), each a small function.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from collections import defaultdict
 from typing import Mapping, NamedTuple, Sequence
 
 from reconciler.manifests import devicecheck, fleet
-from reconciler.core.desired import ModelSpec, NodeConfig, WantedState
+from reconciler.core.desired import ModelSpec, NodeConfig, WantedState, instance_name
 from reconciler.manifests.documents import RoleDraft
 from reconciler.core.errors import Problem
 from reconciler.core.labels import Operator
@@ -46,6 +51,8 @@ def check(drafts: Sequence[RoleDraft], nodes: Sequence[Node],
     ports: dict[tuple[int, str], list[str]] = defaultdict(list)  # (draft, range) → nodes
     collisions: dict[tuple[int, int], list[str]] = defaultdict(list)  # (draft, first) → nodes
     programs: dict[tuple[int, str], list[str]] = defaultdict(list)  # (draft, runtime) → nodes
+    replica_ports: dict[tuple[int, str], list[str]] = defaultdict(list)  # §12 (draft, range)
+    instance_hits: dict[tuple[int, int], tuple[str, list[str]]] = {}  # §12 (draft, i) → message
     by_id = {id(d): d for d in drafts}
     sizes = {id(d): _footprint(d, models) for d in drafts}  # each role's, once for every node
     placed_once: dict[object, list[str]] = {}  # devicecheck's placements, per device set
@@ -62,12 +69,17 @@ def check(drafts: Sequence[RoleDraft], nodes: Sequence[Node],
         for draft in share:
             if not config.port_allowed(draft.spec.serve.port):
                 ports[(id(draft), str(config.allowed_ports))].append(config.name)
+            if draft.spec.replicas > 1:
+                replica_ports[(id(draft), str(config.allowed_ports))] += [
+                    config.name] if _outside(draft, config) else []
             spec = draft.spec
             if spec.managed and spec_of(spec.runtime).launched and \
                     config.serve_program(spec.runtime) is None:
                 programs[(id(draft), str(spec.runtime))].append(config.name)
         for later, first in facts.collisions:
             collisions[(id(later), id(first))].append(config.name)
+        for key, message in facts.instances:
+            instance_hits.setdefault(key, (message, []))[1].append(config.name)
         warnings += _node_warnings(config, doc, share, facts, drafts)
         placed_devices = devicecheck.check(config, doc, share, lambda d: sizes[id(d)], many,
                                            placed_once)
@@ -86,6 +98,16 @@ def check(drafts: Sequence[RoleDraft], nodes: Sequence[Node],
         problems.append(draft.doc.problem(
             ("spec", "serve", "port"),
             f"port {draft.spec.serve.port} is outside allowed_ports {allowed}{_of(on, many)}{at}"))
+    for (key, allowed), on in replica_ports.items():
+        if on:
+            draft = by_id[key]
+            config = next(c for c in configs if c.name == on[0])
+            name, port = _outside(draft, config)[0]
+            problems.append(draft.doc.problem(
+                ("spec", "replicas"), f"{name} would listen on {port}, outside allowed_ports "
+                f"{allowed}{_of(on, many)} (instance i listens on serve.port + i)"))
+    for (key, _), (message, on) in sorted(instance_hits.items()):
+        problems.append(by_id[key].doc.problem(("spec", "replicas"), message + _of(on, many, " on")))
     shared = " or ".join(s.title for s in SPECS.values() if s.shared_endpoint) or "no"
     for (key, first_key), on in collisions.items():
         later, first = by_id[key], by_id[first_key]
@@ -132,13 +154,43 @@ class _Share(NamedTuple):
     collisions: list[tuple[RoleDraft, RoleDraft]]  # _collisions
     always: list[tuple[str, int]]  # the always-on roles' names and host memory
     need: int  # their sum
+    instances: list[tuple[tuple[int, int], str]]  # §12 _instance_collisions
 
 
 def _share(share: Sequence[RoleDraft], sizes: Mapping[int, int]) -> _Share:
-    always = [(d.spec.name, _host(d, sizes)) for d in share
+    always = [(d.spec.name, _host(d, sizes) * d.spec.replicas) for d in share
               if d.spec.state is WantedState.RUNNING]
     return _Share(collisions=_collisions(share), always=always,
-                  need=sum(size for _, size in always))
+                  need=sum(size for _, size in always), instances=_instance_collisions(share))
+
+
+def _outside(draft: RoleDraft, config: NodeConfig) -> list[tuple[str, int]]:
+    """§12 the instances (i ≥ 1) of ``draft`` whose port is outside ``config``'s allowlist."""
+    spec = draft.spec
+    return [(instance_name(spec.name, i), spec.serve.port + i) for i in range(1, spec.replicas)
+            if not config.port_allowed(spec.serve.port + i)]
+
+
+def _instance_collisions(share: Sequence[RoleDraft]) -> list[tuple[tuple[int, int], str]]:
+    """§12 an instance (i ≥ 1) on the address of another role or instance of the node:
+    ((draft, i), message), the first such address of each instance."""
+    if all(d.spec.replicas <= 1 for d in share):
+        return []
+    owner: dict[tuple[str, int], tuple[RoleDraft, str]] = {}
+    for draft in sorted(share, key=lambda d: (d.doc.file, d.doc.line)):
+        owner.setdefault((draft.spec.serve.host, draft.spec.serve.port), (draft, draft.spec.name))
+    out = []
+    for draft in sorted(share, key=lambda d: (d.doc.file, d.doc.line)):
+        spec = draft.spec
+        for i in range(1, spec.replicas):
+            name, port = instance_name(spec.name, i), spec.serve.port + i
+            first = owner.setdefault((spec.serve.host, port), (draft, name))
+            if first[0] is draft and first[1] == name:
+                continue
+            what = (f"role {first[1]!r} ({first[0].doc.file}:{first[0].doc.line})"
+                    if "/" not in first[1] else f"instance {first[1]}")
+            out.append(((id(draft), i), f"{name} would listen on {port}, the port of {what}"))
+    return out
 
 
 def _node_warnings(config: NodeConfig, doc: Document | None, share: Sequence[RoleDraft],
@@ -183,6 +235,10 @@ def _router_checks(config: NodeConfig, doc: Document | None, share: Sequence[Rol
                     ("spec", "router", "listen"),
                     f"port {router.port} is also the port of role {draft.spec.name!r} "
                     f"({draft.doc.file}:{draft.doc.line}); the router needs a port of its own"))
+            if 0 < router.port - draft.spec.serve.port < draft.spec.replicas:
+                problems.append(draft.doc.problem(
+                    ("spec", "replicas"), f"{instance_name(draft.spec.name, router.port - draft.spec.serve.port)} "
+                    f"would listen on {router.port}, the router's port"))
     page = config.status_page
     if page is not None and doc is not None:  # §11 the status page's port is its own too
         taken = [(f"role {d.spec.name!r} ({d.doc.file}:{d.doc.line})", d.spec.serve.port)

@@ -21,6 +21,8 @@ The rules:
 * only from the devices the claim needs (§7.1): a role holding device memory
   whose stop the claim turns out not to need (it was on another device) is
   kept running.
+* §12 never another instance of the claimant's own role: a spillover instance
+  does not swap out the instance whose full queue asked for it.
 
 Each try re-runs the whole placement with the chosen roles stopped, so every
 ledger rule (the budget, exclusions both ways, roles resident together, the
@@ -40,6 +42,7 @@ from typing import Callable, Collection, Mapping, Sequence
 import attrs
 
 from reconciler.core.decisions import Decision, Forget, Reason, Status, Stop, Verb, Wait
+from reconciler.core.desired import group_of
 from reconciler.planner.ledger import CLAIMS, Draft, order_key
 
 Place = Callable[[list[Draft]], list[Decision]]
@@ -60,7 +63,7 @@ def evict(drafts: Sequence[Draft], decisions: Sequence[Decision], idle: Mapping[
     for claim in claims:
         if not _refused_by_ledger(current[claim.role]):
             continue
-        pool = [name for name in lru if name not in evicted and name != claim.role]
+        pool = [name for name in lru if name not in evicted and not _kin(name, claim.role)]
         if not pool:
             continue
         everything = _placed(place, drafts, {**evicted, **{n: claim.role for n in pool}})
@@ -81,6 +84,12 @@ def evict(drafts: Sequence[Draft], decisions: Sequence[Decision], idle: Mapping[
             else:
                 current = kept
     return [current[d.role] for d in decisions]
+
+
+def _kin(name: str, claimant: str) -> bool:
+    """The claimant itself, or (§12) another instance of its role: never stopped for it
+    (one copy swapped for another makes no room for the role's requests)."""
+    return name == claimant or group_of(name) == group_of(claimant)
 
 
 def _refused_by_ledger(d: Decision) -> bool:
@@ -121,7 +130,7 @@ def contended(drafts: Sequence[Draft], decisions: Sequence[Decision],
         refused = current[claim.role]
         if claim.role not in claimants or not _refused_by_ledger(refused):
             continue
-        pool = {name: left for name, left in holders.items() if name != claim.role}
+        pool = {name: left for name, left in holders.items() if not _kin(name, claim.role)}
         if not pool or _refused_by_ledger(
                 _placed(place, drafts, {n: claim.role for n in pool})[claim.role]):
             continue

@@ -22,11 +22,15 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 def instance_id(role: RoleSpec) -> str:
-    """``<name>-<8 hex of sha256(name|runtime|model|host:port|mode)>``."""
+    """``<name>-<8 hex of sha256(name|runtime|model|host:port|mode)>``.
+
+    §12 an instance ``chat/2`` is ``chat.2-…`` (one directory under the data root: no
+    ``/``); the digest is of its own name, so no role named ``chat.2`` shares it.
+    """
     key = "|".join(
         [role.name, str(role.runtime), role.model or "", role.serve.address, str(role.mode)]
     )
-    return f"{role.name}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+    return f"{role.name.replace('/', '.')}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
 
 def generation(runs: str, restarted_at: str | None) -> str:

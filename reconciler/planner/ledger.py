@@ -256,6 +256,7 @@ def place(
     together: Mapping[str, frozenset[str]] | None = None,
     devices: Sequence[Device] = (), broken: Mapping[str, str] | None = None,
     placed: Callable[[Decision, Assignment], Decision] | None = None,
+    apart: Mapping[str, str] | None = None,
 ) -> list[Decision]:
     """§7: count every holder (planned releases already gone), then fit the claims.
 
@@ -264,10 +265,11 @@ def place(
     node's declared devices, ``broken`` those discovery found missing or
     smaller (§7.1): a claim with a device request gets its devices here, and
     ``placed(decision, assignment)`` makes its final decision (the planner's
-    builds the launch on those devices too); by default the devices are set.
+    builds the launch on those devices too); by default the devices are set. ``apart``:
+    §12 instance → group, for the groups whose instances never share a device.
     """
     ledger = Ledger(budget, excludes, together,
-                    DeviceLedger(devices, broken) if devices else None)
+                    DeviceLedger(devices, broken, apart) if devices else None)
     for draft in drafts:
         if draft.holds is not None:
             ledger.hold(draft.decision.role, draft.holds)

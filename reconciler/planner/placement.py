@@ -140,9 +140,12 @@ def unusable(devices: Sequence[Device], found: Iterable[FoundDevice] | None) -> 
 class DeviceLedger:
     """Bytes held per device and per role for one ``place()`` call."""
 
-    def __init__(self, devices: Sequence[Device], broken: Mapping[str, str] | None = None) -> None:
+    def __init__(self, devices: Sequence[Device], broken: Mapping[str, str] | None = None,
+                 apart: Mapping[str, str] | None = None) -> None:
         self.capacity, self.kinds, self.order, self.rank, self.by_kind = _declared(devices)
         self.broken = dict(broken or {})
+        #: §12 instance → its group, for groups whose instances never share a device.
+        self.apart: Mapping[str, str] = apart or {}
         self.used: dict[str, int] = dict.fromkeys(self.capacity, 0)
         self.held: dict[str, Pairs] = {}
         self.holders: dict[str, dict[str, int]] = {d: {} for d in self.capacity}
@@ -188,7 +191,8 @@ class DeviceLedger:
                     return claim.on((found,))
                 continue
             fitting = [d for d in ids
-                       if self._usable(d, claim) and self.free(d, name) >= claim.most]
+                       if self._usable(d, claim) and self.free(d, name) >= claim.most
+                       and (not self.apart or self.sibling(d, name) is None)]
             if len(fitting) >= count:
                 best = sorted(fitting, key=lambda d: (self.free(d, name), self.rank[d]))[:count]
                 return claim.on(tuple(sorted(best, key=self.rank.__getitem__)))
@@ -199,7 +203,20 @@ class DeviceLedger:
         for device, need in zip(ids, claim.need):
             if not self._usable(device, claim) or self.free(device, name) < need:
                 return False
+            if self.apart and self.sibling(device, name) is not None:
+                return False
         return True
+
+    def sibling(self, device: str, name: str) -> str | None:
+        """§12 another instance of ``name``'s group holding ``device`` (the first by name),
+        when the group's instances may not share one; else None."""
+        group = self.apart.get(name)
+        if group is None:
+            return None
+        apart = self.apart
+        found = [who for who in self.holders.get(device, ()) if who != name
+                 and apart.get(who) == group]
+        return min(found) if found else None
 
     def _fullest(self, name: str, ids: tuple[str, ...], need: int) -> str | None:
         """The device of ``ids`` (declared, of one kind the claim can use, in device order)
@@ -208,8 +225,9 @@ class DeviceLedger:
         for every count-1 claim."""
         best, least = None, 0
         broken, capacity, used, holders = self.broken, self.capacity, self.used, self.holders
+        apart = self.apart and name in self.apart  # §12 instances of one group never share
         for device in ids:  # device order: a tie keeps the first
-            if device in broken:
+            if device in broken or (apart and self.sibling(device, name) is not None):
                 continue
             free = capacity[device] - used[device] + holders[device].get(name, 0)
             if free >= need and (best is None or free < least):
@@ -234,6 +252,8 @@ class DeviceLedger:
                     return f"{device} is a {self.kinds[device]} device; this runtime cannot use it"
                 if self.free(device, name) < n:
                     return self._short(device, name, n)
+                if self.sibling(device, name) is not None:
+                    return self._taken(device, name)
             raise AssertionError(f"{name} fits {req.ids}")
         count = req.count or 0
         need = shares(claim.footprint, req.split, count)
@@ -242,10 +262,16 @@ class DeviceLedger:
         if len(usable) < count:
             return (f"{name} needs {count} device{'s' if count != 1 else ''} of "
                     f"{' or '.join(sorted(claim.kinds))}; the node declares {len(usable)}")
-        parts = [self.broken[d] if d in self.broken else self._short(d, name, most, said=False)
+        parts = [self.broken[d] if d in self.broken else self._taken(d, name)
+                 if self.sibling(d, name) is not None else self._short(d, name, most, said=False)
                  for d in usable]
         each = f"{format_size(most)} on each of {count} devices" if count > 1 else format_size(most)
         return f"{name} needs {each}: " + "; ".join(parts)
+
+    def _taken(self, device: str, name: str) -> str:
+        """§12 ``device`` holds another instance of ``name``'s group."""
+        return (f"{device} holds {self.sibling(device, name)} (instances of "
+                f"{self.apart[name]} never share a device)")
 
     def _short(self, device: str, name: str, need: int, said: bool = True) -> str:
         free = max(self.free(device, name), 0)

@@ -72,6 +72,7 @@ from reconciler.planner.stages import (
     order,
     orphans,
     placing,
+    rolling,
     views,
 )
 from reconciler.planner.stages.values import Inputs
@@ -84,6 +85,7 @@ def plan(
     viewed = views.stage(Inputs(desired=desired, observed=observed, remembered=remembered,
                                 ctx=ctx, now=now))
     drafted = ladder.stage(viewed)       # §4 one draft per role: the first rung that matches
+    drafted = rolling.stage(drafted)     # §12 a new generation: one instance of a group at a time
     drafted = orphans.stage(drafted)     # §4 servers of ours no role wants
     drafted = fetchgate.stage(drafted)   # §1.6 a start waits for its Model's fetch
     placed = placing.stage(drafted)      # §7, §7.1 memory and devices for the claims

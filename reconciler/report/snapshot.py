@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from reconciler.core.desired import group_of, replica_of
 from reconciler.planner import memoryview
 from reconciler.planner.memoryview import MemoryBar
 
@@ -49,6 +50,8 @@ def status_rows(result, store, *, records=None) -> list[dict]:
         pid = obs.process.pid if obs.process and obs.process.owned else None
         rows.append({
             "role": d.role,
+            "group": group_of(d.role),  # §12 the role an instance is of (its own name)
+            "instance": replica_of(d.role),  # §12 its index (0 for a role without replicas)
             "runtime": str(spec.runtime if spec else record.runtime if record else d.runtime or ""),
             "mode": str(spec.mode if spec else record.mode if record else ""),
             "status": str(d.status),

@@ -94,6 +94,9 @@ class Route:
     #: The role's ``api_key_file``: the proxy sends its key upstream (never the client's).
     key_file: str | None = None
     max_concurrency: int | None = None  # forwarded at once; more wait (None: any)
+    #: §12 the role this route is an instance of (``chat`` for ``chat/1``), and its index.
+    group: str = attrs.field(default=attrs.Factory(lambda self: self.role, takes_self=True))
+    replica: int = 0
 
     @property
     def authority(self) -> str:
@@ -131,8 +134,8 @@ def routes(plan: Plan, desired: Desired, outcomes: Iterable = ()) -> Table:
         outcome = done.get(spec.name)
         runtime = spec_of(spec.runtime)
         served = runtime.wanted(spec, models.get(spec.model or ""))
-        names = tuple(dict.fromkeys(n for n in (spec.name, spec.model, served, *spec.aliases)
-                                    if n))
+        names = tuple(dict.fromkeys(n for n in (spec.name, spec.group, spec.model, served,
+                                                *spec.aliases) if n))
         state, message = _state(decision, spec, outcome)
         if state is not RouteState.REFUSED and not _forwardable(spec, desired):
             state, message = RouteState.REFUSED, (
@@ -144,7 +147,8 @@ def routes(plan: Plan, desired: Desired, outcomes: Iterable = ()) -> Table:
             status=_status(decision, outcome),
             on_demand=spec.on_demand, ollama=runtime.loads_models, upstream_model=served,
             keep_alive=spec.keep_alive if runtime.loads_models else None,
-            key_file=spec.serve.api_key_file, max_concurrency=spec.max_concurrency))
+            key_file=spec.serve.api_key_file, group=spec.group, replica=spec.replica,
+            max_concurrency=spec.max_concurrency))
     return Table(routes=tuple(out))
 
 
@@ -194,6 +198,8 @@ def _state(d: Decision | None, spec: RoleSpec, outcome=None) -> tuple[RouteState
         if d.reason in (Reason.STARTING, Reason.LOADING, Reason.ON_DEMAND):
             return RouteState.WAIT, ""
         return RouteState.REFUSED, f"{spec.name} is {d.status}: {d.detail or refused}"
+    if d.verb is Verb.WAIT and d.reason is Reason.ROLLING_UPDATE and d.status in _ANSWERING:
+        return RouteState.READY, ""  # §12 its restart waits its turn: it serves meanwhile
     if d.verb in (Verb.START, Verb.RESTART, Verb.LOAD, Verb.WAIT):
         return RouteState.WAIT, ""
     if d.verb is Verb.STOP and d.reason in _COMING_BACK and spec.on_demand:

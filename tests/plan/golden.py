@@ -16,6 +16,7 @@ except ``expect`` or ``steps``)::
               kv_quant: q8_0, draft_model: x, state: running, memory: {weights: 55GB, kv: 0},
               excludes: [role:voice], restart: {max_restarts: 3}, keep_alive: 300,
               idle_after: 600,                  # state: on-demand (§9)
+              replicas: 3, shared_by_replicas: false,  # §12 instances coder, coder/1, …
               devices: {count: 1}}              # §7.1 or {ids: ["cuda:1"], split: [3, 1]}
     observed:
       models: {qwen: verified}          # default: every model verified
@@ -67,6 +68,8 @@ import yaml
 from reconciler.planner import identity
 from reconciler.core.decisions import PlanContext
 from reconciler.core.desired import (
+    instances,
+    sorted_by_name,
     LivenessSpec,
     Desired,
     MemorySpec,
@@ -193,6 +196,8 @@ def role_spec(name: str, data: dict[str, Any], node: NodeConfig) -> RoleSpec:
         idle_after=float(data.get("idle_after", 600)),
         liveness=LivenessSpec(**data["liveness"]) if "liveness" in data else None,
         restarted_at=data.get("restarted_at"),
+        replicas=data.get("replicas", 1),  # §12 expanded into instances by ``desired``
+        shared_by_replicas=data.get("shared_by_replicas", False),
     )
 
 
@@ -200,7 +205,8 @@ def desired(case: dict[str, Any]) -> Desired:
     node = node_config(case.get("node"))
     models_data = case.get("models", DEFAULT_MODELS)
     models = tuple(model_spec(n, d) for n, d in sorted(models_data.items()))
-    roles = tuple(role_spec(n, d, node) for n, d in sorted((case.get("roles") or {}).items()))
+    roles = sorted_by_name(i for n, d in sorted((case.get("roles") or {}).items())
+                           for i in instances(role_spec(n, d, node)))
     elsewhere = tuple((n, tuple(on)) for n, on in sorted((case.get("elsewhere") or {}).items()))
     return Desired(roles=roles, models=models, node=node, placed_elsewhere=elsewhere)
 

@@ -31,6 +31,8 @@ RULES = {
     # §9 on-demand roles
     ("start", "demand"), ("stop", "idle"), ("stop", "evicted"), ("keep", "on_demand"),
     ("stop", "orphan"), ("stop", "startup_timeout"), ("start", "spec_changed"),
+    # §12 instances
+    ("start", "scale_up"), ("stop", "scale_down"), ("wait", "rolling_update"),
 }
 
 _SIZE_FIELDS = {"reserve", "release"}

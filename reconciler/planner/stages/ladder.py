@@ -24,7 +24,14 @@ from reconciler.core import ownership
 from reconciler.planner import demandrungs, exitreasons, livenessrungs, loadrungs, policy
 from reconciler.core.decisions import Reason, Status, Verb
 from reconciler.core.demand import Demand
-from reconciler.core.desired import Mode, NodeConfig, RouterConfig, WantedState
+from reconciler.core.desired import (
+    Mode,
+    NodeConfig,
+    RouterConfig,
+    WantedState,
+    group_of,
+    replica_of,
+)
 from reconciler.planner.ledger import Draft
 from reconciler.core.observed import Health, ModelCheck
 from reconciler.planner.rungs import (
@@ -58,10 +65,14 @@ def stage(v: Views) -> Drafted:
     claimants: set[str] = set()  # §9 on-demand roles whose refused claim may wait for them
     node, now, demand = v.node, v.now, v.demand
     residency = (node.router or _NO_ROUTER).min_residency
+    scaled = _scaled(v) if (any("/" in name for name in v.records)
+                            or any("/" in name for name in v.specs)) else {}
     for r in v.roles:
         name = r.name
         drafted = _decide(r, node, v.models, v.checks, v.guard, now, v.elsewhere.get(name),
                           demand)
+        if scaled and group_of(name) in scaled:
+            drafted = _scale(r, drafted, scaled[group_of(name)])
         if r.claim is not None:
             roles[name] = r
         if demand is not None and r.spec is not None and r.spec.on_demand:
@@ -76,6 +87,44 @@ def stage(v: Views) -> Drafted:
     return Drafted(views=v, drafts=tuple(drafts), claimants=roles,
                    on_demand=OnDemand(idle=idle, later=later, claimants=frozenset(claimants))
                    if claimants else _NOBODY)
+
+
+def _scaled(v: Views) -> dict[str, tuple[int, int]]:
+    """§12 groups with a server of ours remembered → (replicas before, replicas now).
+
+    Before: one more than the highest index whose record holds a server (the store
+    keeps no count: a stopped instance's record is no instance any more).
+    """
+    before: dict[str, int] = {}
+    for name, record in v.records.items():
+        if record.pid is not None:
+            group = group_of(name)
+            before[group] = max(before.get(group, 1), replica_of(name) + 1)
+    out = {}
+    for group, was in before.items():
+        spec = v.specs.get(group)
+        out[group] = (was, spec.replicas if spec is not None else 0)
+    return out
+
+
+def _scale(r: Role, drafted: Draft, counts: tuple[int, int]) -> Draft:
+    """§12 the reason of an instance's stop or start when its role's replicas changed:
+    ``scale_down`` for an instance past the count (its stop, its forget), ``scale_up`` for
+    a new instance beside running ones. Anything else is the ladder's as it is."""
+    was, now = counts
+    d = drafted.decision
+    replica = replica_of(r.name)
+    if r.spec is None and now and replica >= now and d.reason is Reason.REMOVED:
+        why = f"replicas {max(was, replica + 1)} → {now}"
+        return attrs.evolve(drafted, decision=attrs.evolve(
+            d, reason=Reason.SCALE_DOWN, why=why,
+            detail=d.detail.replace("removed from the manifests", f"scaled down ({why})")))
+    if (not r.running and replica >= was and d.reason is Reason.MISSING
+            and d.verb is Verb.START and now > was and r.spec is not None
+            and not r.spec.on_demand):  # an on-demand instance starts on its demand (§9)
+        return attrs.evolve(drafted, decision=attrs.evolve(
+            d, reason=Reason.SCALE_UP, why=f"replicas {was} → {now}"))
+    return drafted
 
 
 def _decide(r: Role, node: NodeConfig, models, checks, guard: bool, now: float,

@@ -28,7 +28,8 @@ def stage(d: Drafted) -> Placed:
         together={name: frozenset(group - {name}) for here in v.served.values()
                   for _, group in here if len(group) > 1 for name in group},
         devices=devices,
-        broken=placement.unusable(devices, v.inputs.observed.devices) if devices else None)
+        broken=placement.unusable(devices, v.inputs.observed.devices) if devices else None,
+        apart=_apart(v.specs) if devices else {})
     return Placed(drafted=d, room=room, decisions=tuple(place(d, room, d.drafts)))
 
 
@@ -40,4 +41,11 @@ def place(d: Drafted, room: Room, drafts: Sequence[Draft]) -> list[Decision]:
         return placed_launch(roles[decision.role], decision, got)
 
     return ledger.place(list(drafts), room.budget, room.excludes, room.together, room.devices,
-                        room.broken, placed)
+                        room.broken, placed, room.apart)
+
+
+def _apart(specs) -> dict[str, str]:
+    """§12 instance → group, for every group of instances on devices that may not share one
+    (``placement.devices.shared_by_replicas`` unset)."""
+    return {name: spec.group for name, spec in specs.items()
+            if spec.replicas > 1 and spec.devices is not None and not spec.shared_by_replicas}

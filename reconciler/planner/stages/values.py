@@ -95,6 +95,8 @@ class Room:
     together: Mapping[str, frozenset[str]]
     devices: tuple[Device, ...]
     broken: Mapping[str, str] | None
+    #: §12 instance → group, for groups whose instances never share a device.
+    apart: Mapping[str, str] = {}
 
 
 @frozen
