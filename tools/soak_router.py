@@ -20,6 +20,13 @@ evictions (swaps per minute), the daemon's descriptors before and after.
 ``tests/router/test_soak_e2e.py`` runs this for a minute and asserts 0 ours,
 0 503s and the descriptors back to their baseline. ``--repo`` runs another
 checkout's daemon (the same figures for the code before a change).
+
+``--replicas N`` (§12) soaks instances instead: one always-on role ``chat``
+with ``replicas: N`` on consecutive ports, every request for ``chat`` (the
+router balances), every ``--kill-every`` seconds kill -9 of a random
+instance. A failure is explained only when a kill fell inside the request
+(use ``--grace 0``: after the router learns of the exit, nothing more may
+fail); ``by_instance_kills`` counts the kills.
 """
 
 from __future__ import annotations
@@ -59,7 +66,7 @@ def free_port() -> int:
             return port
 
 
-def manifests(root: Path, router: int, ports: dict[str, int]) -> Path:
+def manifests(root: Path, router: int, ports: dict[str, int], replicas: int = 0) -> Path:
     out = root / "manifests"
     out.mkdir(parents=True)
     digest = hashlib.sha256(MODEL.read_bytes()).hexdigest()
@@ -84,7 +91,8 @@ def manifests(root: Path, router: int, ports: dict[str, int]) -> Path:
           shards:
             - {{path: {MODEL.name}, size: {MODEL.stat().st_size}, sha256: {digest}}}"""]
     for name, port in ports.items():
-        state, size = ("running", "100MB") if name == "base" else ("on-demand", "600MB")
+        state, size = ("running", "100MB") if name == "base" or replicas else ("on-demand", "600MB")
+        more = f"\n              replicas: {replicas}" if replicas else ""
         docs.append(f"""\
             apiVersion: reconciler/v1
             kind: InferenceSpec
@@ -92,7 +100,7 @@ def manifests(root: Path, router: int, ports: dict[str, int]) -> Path:
             spec:
               runtime: llamacpp
               mode: managed
-              model: tiny
+              model: tiny{more}
               state: {state}
               idle_after: 5s
               memory: {{weights: {size}, kv: 0}}
@@ -102,18 +110,39 @@ def manifests(root: Path, router: int, ports: dict[str, int]) -> Path:
     return out
 
 
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive free ports (a role's instances take port + i)."""
+    while True:
+        first = free_port()
+        if first + count > 59999:
+            continue
+        try:
+            for port in range(first, first + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return first
+
+
 class Soak:
-    def __init__(self, root: Path, repo: Path) -> None:
-        self.root, self.repo = root, repo
+    def __init__(self, root: Path, repo: Path, replicas: int = 0) -> None:
+        self.root, self.repo, self.replicas = root, repo, replicas
         self.router = free_port()
-        self.ports = {name: free_port() for name in ROLES}
+        self.roles = ("chat",) if replicas else ROLES
+        self.ports = ({"chat": free_ports(replicas)} if replicas
+                      else {name: free_port() for name in ROLES})
+        # every server's port → its unit name (an instance i > 0 of chat is chat/i)
+        self.units = ({self.ports["chat"] + i: ("chat" if i == 0 else f"chat/{i}")
+                       for i in range(replicas)} if replicas
+                      else {port: name for name, port in self.ports.items()})
         self.records: list[dict] = []
         self.kills: list[tuple[float, str]] = []
         self.lock = threading.Lock()
         self.stop = threading.Event()
 
     def start(self) -> None:
-        folder = manifests(self.root, self.router, self.ports)
+        folder = manifests(self.root, self.router, self.ports, self.replicas)
         self.log = open(self.root / "watch.log", "w")
         env = {**os.environ, "PYTHONPATH": str(self.repo)}
         self.proc = subprocess.Popen(
@@ -121,10 +150,12 @@ class Soak:
              str(self.root / "state"), "--log-format", "json", "watch", "--stop-on-exit"],
             cwd=self.repo, env=env, stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and self.models().get("base") != "ready":
+        first = self.roles[0] if self.replicas else "base"
+        while time.monotonic() < deadline and (self.models().get(first) != "ready" or (
+                self.replicas and len(self.servers()) < self.replicas)):
             time.sleep(0.1)
-        if self.models().get("base") != "ready":
-            raise RuntimeError("the router never listed base as ready:\n"
+        if self.models().get(first) != "ready":
+            raise RuntimeError(f"the router never listed {first} as ready:\n"
                                + (self.root / "watch.log").read_text()[-3000:])
 
     def models(self) -> dict[str, str]:
@@ -147,8 +178,9 @@ class Soak:
                 argv = child.cmdline()
             except psutil.Error:
                 continue
-            for name, port in self.ports.items():
-                if "--port" in argv and argv[argv.index("--port") + 1] == str(port):
+            if "--port" in argv:
+                name = self.units.get(int(argv[argv.index("--port") + 1]))
+                if name is not None:
                     found[name] = child
         return found
 
@@ -162,7 +194,7 @@ class Soak:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{self.router}/v1", api_key="none",
                                max_retries=0, timeout=90)
         while not self.stop.is_set():
-            role, stream = rng.choice(ROLES), rng.random() < 0.5
+            role, stream = rng.choice(self.roles), rng.random() < 0.5
             began, outcome = time.monotonic(), "ok"
             try:
                 if stream:
@@ -213,8 +245,8 @@ def classify(records: list[dict], kills: list[tuple[float, str]], grace: float) 
     failed = [r for r in records if r["outcome"] != "ok"]
     ours = []
     for r in failed:
-        explained = any(role == r["role"] and r["began"] - 0.5 <= at <= r["ended"] + 0.5
-                        or role == r["role"] and 0 <= r["ended"] - at <= grace
+        explained = any(_group(role) == r["role"] and r["began"] - 0.5 <= at <= r["ended"] + 0.5
+                        or _group(role) == r["role"] and 0 <= r["ended"] - at <= grace
                         for at, role in kills)
         if not explained:
             ours.append(r)
@@ -228,11 +260,16 @@ def classify(records: list[dict], kills: list[tuple[float, str]], grace: float) 
             "status_503": sum(r["outcome"].startswith("503") for r in failed)}
 
 
+def _group(unit: str) -> str:
+    """An instance's role (``chat/2`` → ``chat``)."""
+    return unit.split("/", 1)[0]
+
+
 def soak(seconds: float, workers: int, kill_every: float, grace: float, settle: float,
-         repo: Path) -> dict:
+         repo: Path, replicas: int = 0) -> dict:
     root = Path(tempfile.mkdtemp(prefix="soak-", dir="/var/tmp"))
     os.chmod(root, 0o755)
-    run = Soak(root, repo)
+    run = Soak(root, repo, replicas)
     try:
         run.start()
         time.sleep(1.0)
@@ -263,6 +300,12 @@ def soak(seconds: float, workers: int, kill_every: float, grace: float, settle: 
             "fds_after": after, "evictions": _count(log, "stop", "evicted"),
             "cold_starts": _count(log, "start", "demand"),
             "tracebacks": log.count("Traceback"), "log_bytes": len(log)})
+        if replicas:
+            figures["replicas"] = replicas
+            figures["by_instance_kills"] = {u: sum(k == u for _, k in run.kills)
+                                            for u in sorted(set(run.units.values()))}
+            figures["restarts_after_kill"] = _count(log, "start", "crashed") + _count(
+                log, "restart", "crashed")
         took_ok = sorted(r["ended"] - r["began"] for r in run.records if r["outcome"] == "ok")
         if took_ok:
             figures["ok_seconds_p50"] = round(took_ok[len(took_ok) // 2], 2)
@@ -299,10 +342,12 @@ def main() -> int:
     parser.add_argument("--grace", type=float, default=5.0)
     parser.add_argument("--settle", type=float, default=15.0)
     parser.add_argument("--repo", type=Path, default=REPO)
+    parser.add_argument("--replicas", type=int, default=0,
+                        help="soak one role of N instances instead (§12)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     figures = soak(args.seconds, args.workers, args.kill_every, args.grace, args.settle,
-                   args.repo.resolve())
+                   args.repo.resolve(), args.replicas)
     if args.json:
         print(json.dumps(figures))
     else:
