@@ -51,6 +51,7 @@ from reconciler.core.desired import (
     ServeSpec,
 )
 from reconciler.core.devices import Assignment, DeviceRequest
+from reconciler.core.observed import flat_record
 from reconciler.core.observed import (
     Health,
     Observed,
@@ -105,7 +106,7 @@ def node_world(first: int, devices: bool = True) -> tuple[Desired, Observed, Rem
         observations.append(RoleObservation(
             name=name, process=ProcessFacts(pid=pid, create_time=1.0, alive=alive, owned=alive),
             probe=ProbeFacts(health=Health.UP, detail="healthy") if alive else None))
-        records.append(RoleRecord(
+        records.append(flat_record(
             name=name, instance_id=identity.instance_id(spec), runtime=spec.runtime,
             mode=spec.mode, port=port, pid=pid, create_time=1.0, launch_digest=launch.digest,
             launch_argv=launch.argv, healthy_since=None if not alive else NOW - 500,
