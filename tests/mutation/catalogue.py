@@ -143,8 +143,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(VW, "owner-id", "record.instance_id if running and record is not None else None,  # owner_id",
        "None,  # owner_id",
        "§3: a stop after an edit checks the new marker, not the one the process carries"),
-    _m(LD, "adopted-ollama-managed", "    if not spec.managed:\n        return _adopted(r, models, now)",
-       "    if not spec.managed and spec.runtime is not Runtime.OLLAMA:\n"
+    _m(LD, "adopted-ollama-managed", "    if not managed:  # (spec.managed, read above)\n        return _adopted(r, models, now)",
+       "    if not managed and spec.runtime is not Runtime.OLLAMA:\n"
        "        return _adopted(r, models, now)",
        "§1.2: an adopted Ollama role is loaded and unloaded like a managed one"),
     _m(RG, "port-taken-operator", "if r.obs.port_taken:", "if r.obs.port_taken and not r.operator:",
@@ -286,8 +286,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(LD, "removed-stop-keeps-memory", "Status.RUNNING, gone, release=rec.reserved)",
        "Status.RUNNING, gone, release=0)",
        "§7: stopping a removed role releases nothing"),
-    _m(VW, "stable-after-dead", "    else:\n        answering = answering and running",
-       "    else:\n        answering = answering",
+    _m(VW, "stable-after-dead", "        answering = answering and running and not (",
+       "        answering = answering and not (",
        "§4: a dead server's last probe resets its restart count"),
     _m(VW, "operator-ignored", "operator = name in v.operator_starts", "operator = False",
        "§4: `reconcile start` does nothing"),
@@ -662,8 +662,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(LD, "adopted-hung-exited", "resident = status in (Status.RUNNING, Status.LOADING, Status.DEGRADED, Status.UNKNOWN)",
        "resident = status in (Status.RUNNING, Status.LOADING, Status.DEGRADED)",
        "§4/§7: a hung adopted server (unknown) drops its hold in the ledger"),
-    _m(VW, "liveness-stable-resets", "answering = answering and running and not livenessrungs.failing(spec, record, probe, now)",
-       "answering = answering and running",
+    _m(VW, "liveness-stable-resets", "            and livenessrungs.failing(spec, record, probe, now))",
+       "            and False)",
        "§4.1: a hung server that /health does not show wins its restart count back (stable_after)"),
     # ------------------------------------------------------------ §4 generations, orphans, intents
     _m(G, "ignored", "return generation is not None and record is not None and (",

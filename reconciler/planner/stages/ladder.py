@@ -38,7 +38,7 @@ from reconciler.planner.rungs import (
     terminal,
 )
 from reconciler.planner.stages.values import Drafted, OnDemand, Views
-from reconciler.runtimes import spec_of
+from reconciler.runtimes import SPECS, spec_of
 from reconciler.runtimes.common import ANSWERING_STATUS
 from reconciler.core.units import format_duration
 
@@ -101,9 +101,9 @@ def _decide(r: Role, node: NodeConfig, models, checks, guard: bool, now: float,
                      f"port {spec.serve.port} is outside allowed_ports {node.allowed_ports}; "
                      "not probed", release=0 if r.running else r.reserved,
                      holds=r.reserved if r.running else None)
-    if not spec.managed:
+    if not managed:  # (spec.managed, read above)
         return _adopted(r, models, now)
-    if spec_of(spec.runtime).loads_models:
+    if SPECS[spec.runtime].loads_models:  # (the table itself: every role of every pass)
         return loadrungs.ollama(r, models, now)
     # §4 state: stopped → stop our server; nothing running → nothing to do.
     if spec.state is WantedState.STOPPED:
