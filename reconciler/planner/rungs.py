@@ -257,7 +257,7 @@ def placed_launch(r: Role, d: Decision, got: Assignment) -> Decision:
         return d if d.devices == pairs else d.placed(pairs, d.act)
     prepared = r.launcher.placed(r.spec, got, r.instance_id)
     launch = r.launcher.launch(r.spec, prepared)
-    generation = generations.current(r.spec, launch.digest, None)
+    generation = prepared.generation  # (``generations.current`` of its digest, kept with it)
     act = d.act
     if isinstance(act, Start):
         return d.placed(pairs, Start(launch=launch, reserve=act.reserve, generation=generation,

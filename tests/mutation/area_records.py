@@ -40,3 +40,13 @@ MUTANTS = (
            "§3: a started server is recorded without its create time: never proven ours, "
            "never stopped", "tests/records"),
 )
+
+# The planner's memo of a placed launch's generation (issue 27 item 6: worked out once with
+# the launch, not once per pass).
+MUTANTS += (
+    mutant("planner/launches.py", "placed-generation-without-restarted-at",
+           "found.generation = generations.current(spec, found.digest, None)",
+           "found.generation = found.digest",
+           "§4/§7.1: a role with restarted_at placed on new devices records a generation that "
+           "is never its own: restarted again on every pass", "tests/devices", "tests/plan"),
+)
