@@ -57,11 +57,11 @@ def stage(v: Views) -> Drafted:
     later: dict[str, float] = {}  # §9 other on-demand roles, that may make room later → when
     claimants: set[str] = set()  # §9 on-demand roles whose refused claim may wait for them
     node, now, demand = v.node, v.now, v.demand
+    models, checks, guard, elsewhere = v.models, v.checks, v.guard, v.elsewhere  # (read once)
     residency = (node.router or _NO_ROUTER).min_residency
     for r in v.roles:
         name = r.name
-        drafted = _decide(r, node, v.models, v.checks, v.guard, now, v.elsewhere.get(name),
-                          demand)
+        drafted = _decide(r, node, models, checks, guard, now, elsewhere.get(name), demand)
         if r.claim is not None:
             roles[name] = r
         if demand is not None and r.spec is not None and r.spec.on_demand:
