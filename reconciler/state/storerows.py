@@ -1,7 +1,9 @@
 """A ``RoleRecord`` as a row of ``state.db``'s ``roles`` table, and back (PURE).
 
 ``row_of`` is what ``store.Store.put_role`` writes (enums as their text, tuples and
-nested records as JSON), ``record_of`` what ``roles()`` reads back. A nested record
+nested records as JSON, the record's parts as the flat columns they were in round 3:
+``process`` as pid and create_time, ``load`` as model_tag and we_loaded), ``record_of``
+what ``roles()`` reads back. A nested record
 (``ExitInfo``, ``Liveness``) written by a newer reconciler keeps only the fields
 this one knows: reading an old or newer database is never fatal. The SQL is
 ``store.py``'s, the schema ``storeschema.py``'s.
