@@ -48,6 +48,7 @@ from reconciler.core.desired import Desired, Mode, RoleSpec, Runtime, ServeSpec
 from reconciler.core.ownership import MARKER_ENV
 from reconciler.world.observe import observe
 from reconciler.core.observed import Remembered, RoleRecord
+from reconciler.core.observed import flat_record
 
 #: The goal per fleet: at most this many times one role's observation.
 GOALS = {"adopted": 2.5, "managed": 2.0}
@@ -149,7 +150,7 @@ class Fleet:
                                   serve=ServeSpec(port=port)))
             argv = ("/opt/server", "--model", MODEL, "--host", "127.0.0.1", "--port", str(port),
                     "--alias", name)
-            records.append(RoleRecord(
+            records.append(flat_record(
                 name=name, instance_id=f"{name}-bench000", runtime=runtime, mode=Mode.MANAGED,
                 port=port, pid=proc.pid, create_time=created, launch_argv=argv,
                 started_at=created, healthy_since=created + 1))

@@ -47,6 +47,7 @@ from reconciler.core.desired import (
     ServeSpec,
     WantedState,
 )
+from reconciler.core.observed import flat_record
 from reconciler.core.observed import (
     Health,
     ModelCheck,
@@ -138,7 +139,7 @@ def world(n: int, replicas: int = 1):
                         reserved=footprint)
             if launch is not None:
                 base.update(launch_digest=launch.digest, launch_argv=launch.argv)
-            return RoleRecord(**{**base, **kw})
+            return flat_record(**{**base, **kw})
 
         if kind.startswith("ollama"):
             tag = by_name[model].ollama_tag

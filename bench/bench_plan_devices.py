@@ -26,7 +26,14 @@ speak of: the compute), and the passes with the collector off. At 10k roles the
 working set of 1,000 distinct nodes (~2.5 µs per role) and the collector
 (~0.6 µs) come on top of the compute (~14 µs per role). Before the memo of
 launches (round 3), argv and digests were worked out on every pass: ~40 % of
-the time.
+the time. Round 4 (one pass at 1k roles, traced: load-independent): ~1,610
+bytecodes and ~43.5 Python calls per role; the view ~220 bytecodes, the
+``Decision``s' init ~138 (1.2 per role: a placed claim is built twice), the
+ledger's ``place`` ~100, the role's ``Role`` ~80, the ladder ~80; callgrind
+per role per pass 138.5K → 130.9K instructions after the Role's launch fields
+became slots and the hot runtime lookups read the table. What is left is spread
+thin: ≤ 10 µs needs fewer values per role (a decision built once, not drafted
+and placed), not faster ones.
 
 Run: ``.venv/bin/python bench/bench_plan_devices.py [--sizes 1000 10000] [--runs 5] [--where]``.
 """
@@ -51,6 +58,7 @@ from reconciler.core.desired import (
     ServeSpec,
 )
 from reconciler.core.devices import Assignment, DeviceRequest
+from reconciler.core.observed import flat_record
 from reconciler.core.observed import (
     Health,
     Observed,
@@ -105,7 +113,7 @@ def node_world(first: int, devices: bool = True) -> tuple[Desired, Observed, Rem
         observations.append(RoleObservation(
             name=name, process=ProcessFacts(pid=pid, create_time=1.0, alive=alive, owned=alive),
             probe=ProbeFacts(health=Health.UP, detail="healthy") if alive else None))
-        records.append(RoleRecord(
+        records.append(flat_record(
             name=name, instance_id=identity.instance_id(spec), runtime=spec.runtime,
             mode=spec.mode, port=port, pid=pid, create_time=1.0, launch_digest=launch.digest,
             launch_argv=launch.argv, healthy_since=None if not alive else NOW - 500,

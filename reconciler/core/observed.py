@@ -4,6 +4,15 @@
 checks); ``store.py`` fills ``Remembered`` (one ``RoleRecord`` per role the
 reconciler has started, loaded or adopted). With ``model.Desired`` they are
 the inputs of ``plan()``.
+
+A ``RoleRecord`` holds what the role is in typed parts, as a ``Decision``
+carries its verb's payload: ``process`` (``ServerProcess``) only while it names
+a server we started, ``load`` (``LoadedModel``) only for a role a load was
+decided for, ``intent`` only while an action is in flight; so a create time
+without its pid, or a load of ours without its tag, cannot be built.
+
+Size: the two value families a pass reads (the look of this pass, the store's
+memory), each with the small typed parts its records are made of.
 """
 
 from __future__ import annotations
@@ -237,8 +246,41 @@ class Intent:
 
 
 @frozen
+class ServerProcess:
+    """The server we started, while the record holds it: its pid and the create time
+    that proves that pid still ours (§3). They change together or not at all, so a
+    create time without a pid cannot be recorded."""
+
+    pid: int
+    create_time: float | None = None
+
+
+@frozen
+class LoadedModel:
+    """§2 the tag a load of ours put on a shared server (Ollama), kept to unload it.
+
+    ``ours``: the model is resident by our own load, so ours to unload; False once
+    it was unloaded, or resident again by a client's load (kept: the tag a changed
+    spec must unload). No one can own a load without its tag.
+    """
+
+    tag: str
+    ours: bool = False
+
+
+@frozen
 class RoleRecord:
-    """What the state store remembers about one role between passes."""
+    """What the state store remembers about one role between passes.
+
+    What it holds follows what the role is: ``process`` only while it names a
+    server we started (a role that loads models on a shared server never has
+    one), ``load`` only for a role a load was decided for, ``intent`` only
+    while an action is in flight (written before it, cleared after). The rest
+    outlives any one server: the restart count, the backoff clock, the exit,
+    a terminal hold, the generation, the reservation. The flat names
+    (``pid``, ``create_time``, ``model_tag``, ``we_loaded``) read the parts;
+    ``flat_record`` builds a record from them (tests, tools).
+    """
 
     name: str
     instance_id: str
@@ -246,9 +288,8 @@ class RoleRecord:
     mode: Mode
     host: str = "127.0.0.1"
     port: int = 0
-    model_tag: str | None = None  # the Ollama tag we loaded, for unload
-    pid: int | None = None
-    create_time: float | None = None
+    process: ServerProcess | None = None
+    load: LoadedModel | None = None
     launch_digest: str | None = None
     launch_argv: tuple[str, ...] = ()  # for "spec_changed: ctx 4096 → 8192"
     restarts: int = 0
@@ -257,7 +298,6 @@ class RoleRecord:
     healthy_since: float | None = None  # first answered since the last start
     terminal: Terminal | None = None
     terminal_detail: str = ""
-    we_loaded: bool = False
     reserved: int = 0  # bytes held in the residency ledger
     exit: ExitInfo | None = None  # how the last server ended (kept until the next start)
     liveness: Liveness = Liveness()  # §4.1 counters
@@ -270,6 +310,53 @@ class RoleRecord:
     #: The devices of the last launch and the bytes reserved on each; held while
     #: the server is resident (running, or crashed and backing off).
     devices: tuple[tuple[str, int], ...] = ()
+
+    # Read-only views of the parts, by the names of the flat record this replaced.
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def create_time(self) -> float | None:
+        return self.process.create_time if self.process is not None else None
+
+    @property
+    def model_tag(self) -> str | None:
+        """The Ollama tag a load was decided for, for unload."""
+        return self.load.tag if self.load is not None else None
+
+    @property
+    def we_loaded(self) -> bool:
+        return self.load is not None and self.load.ours
+
+
+def process_of(pid: int | None, create_time: float | None) -> ServerProcess | None:
+    """The process part from its two columns: none without a pid (a create time alone
+    names nothing: it is refused)."""
+    if pid is None:
+        if create_time is not None:
+            raise TypeError(f"a create time ({create_time}) without a pid")
+        return None
+    return ServerProcess(pid=pid, create_time=create_time)
+
+
+def load_of(model_tag: str | None, we_loaded: bool) -> LoadedModel | None:
+    """The load part from its two columns: none without a tag (a load of ours
+    without a tag is refused)."""
+    if not model_tag:
+        if we_loaded:
+            raise TypeError("a load of ours without its tag")
+        return None
+    return LoadedModel(tag=model_tag, ours=we_loaded)
+
+
+def flat_record(*, pid: int | None = None, create_time: float | None = None,
+                model_tag: str | None = None, we_loaded: bool = False, **fields) -> RoleRecord:
+    """A record spelled as the flat row it is stored as (tests, tools): the parts are
+    built from the columns (``process_of``, ``load_of``), so an impossible
+    combination is refused here too."""
+    return RoleRecord(process=process_of(pid, create_time), load=load_of(model_tag, we_loaded),
+                      **fields)
 
 
 @frozen

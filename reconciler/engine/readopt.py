@@ -35,7 +35,7 @@ from reconciler.core.decisions import Decision, Reason, Start
 from reconciler.core.desired import Desired, Launch
 from reconciler.core.devices import Assignment, shares
 from reconciler.planner.launches import device_env
-from reconciler.core.observed import Orphan, Remembered, RoleRecord
+from reconciler.core.observed import Orphan, Remembered, RoleRecord, ServerProcess
 from reconciler.runtimes import spec_of
 
 
@@ -68,7 +68,7 @@ def survey(remembered: Remembered, desired: Desired, root: str) -> Survey:
         base = record or records.new_record(role, Decision(
             role=role.name, act=Start(launch=None), reason=Reason.MISSING, instance_id=iid))
         readopted.append(attrs.evolve(
-            base, instance_id=iid, pid=pid, create_time=ctime, exited_at=None,
+            base, instance_id=iid, process=ServerProcess(pid=pid, create_time=ctime), exited_at=None,
             started_at=ctime, healthy_since=None,
             launch_digest=launch.digest if same else "unknown: re-adopted",
             launch_argv=launch.argv if same else cmdline,

@@ -117,7 +117,7 @@ def stopped(store, desired: Desired, decision: Decision, now: float) -> None:
     if before is None:
         return
     if decision.reason is Reason.REMOVED:
-        store.put_role(attrs.evolve(before, pid=None, create_time=None, reserved=0))
+        store.put_role(attrs.evolve(before, process=None, reserved=0))
         return
     facts = records.ActionFacts(ok=True, exited=True)
     after = records.after_decision(before, desired.role(decision.role), decision,

@@ -17,7 +17,7 @@ from typing import Mapping
 from reconciler.planner import identity
 from reconciler.core.desired import ModelSpec, RoleSpec
 from reconciler.core.observed import RoleRecord
-from reconciler.runtimes import spec_of
+from reconciler.runtimes import SPECS, spec_of
 from reconciler.core.units import format_duration
 
 
@@ -42,7 +42,7 @@ def recorded(record: RoleRecord) -> str | None:
     """The generation a record's holds and count belong to (its launch digest before generations)."""
     if record.generation is not None:
         return record.generation
-    return record.launch_digest if spec_of(record.runtime).launched else None
+    return record.launch_digest if SPECS[record.runtime].launched else None  # (every role)
 
 
 def is_new(generation: str | None, record: RoleRecord | None) -> bool:

@@ -44,7 +44,7 @@ def with_intent(record: RoleRecord, decision: Decision, now: float,
     """
     intent = intent_of(decision, now, stop_grace)
     if decision.verb is Verb.START:
-        return attrs.evolve(record, pid=None, create_time=None, intent=intent)
+        return attrs.evolve(record, process=None, intent=intent)
     return attrs.evolve(record, intent=intent)
 
 
@@ -75,8 +75,7 @@ def finish_interrupted(record: RoleRecord, observation: RoleObservation,
     record = attrs.evolve(record, intent=None)
     if alive or not ours:
         return record
-    done = attrs.evolve(record, pid=None, create_time=None, exited_at=None,
-                        healthy_since=None, reserved=0)
+    done = attrs.evolve(record, process=None, exited_at=None, healthy_since=None, reserved=0)
     if intent.verb == Verb.STOP and intent.reason == Reason.EXPOSED:
         return attrs.evolve(done, terminal=Terminal.STOPPED_EXPOSED,
                             terminal_detail="reachable beyond loopback; stopped")

@@ -125,6 +125,9 @@ class Bound:
             split = spec.devices.split if spec.devices else ()
             found = self._build(spec, Assignment(ids=got.ids, bytes=got.bytes, split=split),
                                 instance)
+            # What it runs (§4), worked out once with it, not once per pass (a
+            # restarted_at makes it a hash of the digest).
+            found.generation = generations.current(spec, found.digest, None)
             _remember(self._tables.placed, key, found)
         return found
 

@@ -276,7 +276,7 @@ def place(
             if draft.devices:
                 ledger.hold_devices(draft.decision.role, draft.devices)
     assigned: dict[str, Assignment] = {}
-    pending = sorted((dr for dr in drafts if dr.decision.verb in CLAIMS), key=claim_order)
+    pending = sorted([dr for dr in drafts if dr.decision.verb in CLAIMS], key=claim_order)
     tried: dict[str, int] = {}  # refused claim → ``ledger.loosened`` at its last try
     while pending:
         # A refusal may release a hold that blocked an earlier claim: go round

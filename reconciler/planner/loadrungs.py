@@ -21,7 +21,7 @@ from reconciler.core.desired import ModelSpec, RoleSpec, WantedState
 from reconciler.planner.ledger import Draft
 from reconciler.core.observed import Health
 from reconciler.planner.rungs import Role, backoff, draft, terminal
-from reconciler.runtimes import spec_of
+from reconciler.runtimes import SPECS, spec_of
 
 
 def served(roles, models) -> dict[tuple[str, int], list[tuple[str, set[str]]]]:
@@ -33,7 +33,7 @@ def served(roles, models) -> dict[tuple[str, int], list[tuple[str, set[str]]]]:
     """
     by_server: dict[tuple[str, int], list[tuple[str, set[str]]]] = {}
     for spec in roles:
-        runtime = spec_of(spec.runtime)
+        runtime = SPECS[spec.runtime]  # (the table itself: every role of every pass)
         name = tag_of(spec, models) if runtime.shared_endpoint and spec.wanted else None
         if name:
             here = by_server.setdefault((spec.serve.host, spec.serve.port), [])

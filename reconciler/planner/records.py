@@ -9,6 +9,12 @@ states, reservations in the ledger and Ollama ``we_loaded``.
 
 ``None`` means "forget this role": nothing of it is left to remember.
 
+What a record holds follows what the role is (``core/observed.RoleRecord``):
+a start writes its ``process`` part (pid and create time, together) and every
+end of that server drops it whole; a load writes its ``load`` part (the tag,
+ours) and an unload or a client's load keeps the tag but not the ownership; an
+intent is held only while its action is in flight.
+
 Every start, restart and load records the generation it ran (§4), whether
 it worked or not: a new generation is a fresh start, and a failed attempt of
 it must not look new again on the next pass. A record that still holds an
@@ -38,7 +44,8 @@ from reconciler.core.decisions import (
     Act, Decision, Forget, GiveUp, Keep, Load, Reason, Refuse, Restart, Start, Status, Stop,
     Unload, Verb, Wait)
 from reconciler.core.desired import Mode, RoleSpec
-from reconciler.core.observed import Health, Liveness, RoleObservation, RoleRecord, Terminal
+from reconciler.core.observed import (
+    Health, Liveness, LoadedModel, RoleObservation, RoleRecord, ServerProcess, Terminal)
 from reconciler.runtimes import spec_of
 
 
@@ -65,7 +72,7 @@ def new_record(spec: RoleSpec, decision: Decision) -> RoleRecord:
         mode=spec.mode,
         host=spec.serve.host,
         port=spec.serve.port,
-        model_tag=decision.model_tag,
+        load=LoadedModel(tag=decision.model_tag) if decision.model_tag else None,
     )
 
 
@@ -139,14 +146,14 @@ def _started(a: _After) -> RoleRecord | None:
         # A failed spawn is a crash at once: the backoff clock starts now,
         # so a broken launcher is retried with delays, not in a hot loop.
         return attrs.evolve(
-            record, pid=None, create_time=None, exited_at=now, healthy_since=None,
+            record, process=None, exited_at=now, healthy_since=None,
             restarts=decision.restarts, reserved=decision.reserve, devices=decision.devices,
             exit=None,  # nothing ran: the outcome says why (the old exit is stale now)
         )
     if facts.exposed:
         # §5 after start: it listened beyond loopback and was stopped at once.
         return attrs.evolve(
-            record, mode=Mode.MANAGED, pid=None, create_time=None, exited_at=None,
+            record, mode=Mode.MANAGED, process=None, exited_at=None,
             healthy_since=None, launch_digest=launch.digest if launch else None,
             launch_argv=launch.argv if launch else (),
             instance_id=decision.instance_id or record.instance_id,
@@ -159,7 +166,8 @@ def _started(a: _After) -> RoleRecord | None:
         # Ours now, whatever the role was when first remembered (adopted, say):
         # a later removal must stop it, not forget it.
         mode=Mode.MANAGED, runtime=decision.runtime or record.runtime,
-        pid=facts.pid, create_time=facts.create_time,
+        process=ServerProcess(pid=facts.pid, create_time=facts.create_time)
+        if facts.pid is not None else None,
         launch_digest=launch.digest if launch else record.launch_digest,
         launch_argv=launch.argv if launch else record.launch_argv,
         instance_id=decision.instance_id or record.instance_id,
@@ -179,10 +187,9 @@ def _stopped(a: _After) -> RoleRecord | None:
     if reason is Reason.STARTUP_TIMEOUT:
         # A failed start, like a crash: the backoff clock starts now and
         # the reservation is kept across the backoff (§7).
-        return attrs.evolve(record, pid=None, create_time=None, exited_at=now,
-                            healthy_since=None)
+        return attrs.evolve(record, process=None, exited_at=now, healthy_since=None)
     stopped = attrs.evolve(
-        record, pid=None, create_time=None, exited_at=None, healthy_since=None, reserved=0,
+        record, process=None, exited_at=None, healthy_since=None, reserved=0,
         exit=None, liveness=Liveness(),
     )
     if reason is Reason.EXPOSED:
@@ -196,13 +203,15 @@ def _stopped(a: _After) -> RoleRecord | None:
 def _loaded(a: _After) -> RoleRecord | None:
     """LOAD: the load is ours now (``we_loaded``), or a failed load releases its memory."""
     record, decision, facts, now = a.record, a.decision, a.acted, a.now
+    load = decision.act
+    assert isinstance(load, Load)  # (``step_of``: only a load comes here)
     record = _attempted(record, decision)
     if not facts.ok:
         # A failed Ollama load releases its reservation (BEHAVIOUR §7).
         return attrs.evolve(record, exited_at=now, reserved=0, restarts=decision.restarts)
     return attrs.evolve(
         record, mode=Mode.MANAGED, runtime=decision.runtime or record.runtime,
-        we_loaded=True, model_tag=decision.model_tag, started_at=now,
+        load=LoadedModel(tag=load.tag, ours=True), started_at=now,
         exited_at=None, healthy_since=None, terminal=None, terminal_detail="",
         restarts=decision.restarts, reserved=decision.reserve,
     )
@@ -215,7 +224,7 @@ def _unloaded(a: _After) -> RoleRecord | None:
         return record
     if reason is Reason.REMOVED:
         return None
-    return attrs.evolve(record, we_loaded=False, reserved=0, exited_at=None)
+    return attrs.evolve(record, load=_not_ours(record.load), reserved=0, exited_at=None)
 
 
 def _forgotten(a: _After) -> RoleRecord | None:
@@ -227,7 +236,7 @@ def _gave_up(a: _After) -> RoleRecord | None:
     """GIVE_UP: terminal ``gave-up``, how the server ended kept, its memory released."""
     record, decision, observation, now = a.record, a.decision, a.observation, a.now
     return attrs.evolve(
-        record, pid=None, create_time=None, reserved=0,
+        record, process=None, reserved=0,
         exited_at=record.exited_at or now, exit=record.exit or observation.exit,
         terminal=Terminal.GAVE_UP, terminal_detail=decision.detail or decision.why,
     )
@@ -310,7 +319,7 @@ def _observed(
             and record.exited_at is not None):
         # Resident again, but not by a load of ours (a client loaded it): the
         # residency is not ours to unload, and its next eviction is no crash.
-        return attrs.evolve(record, we_loaded=False, exited_at=None,
+        return attrs.evolve(record, load=_not_ours(record.load), exited_at=None,
                             restarts=decision.restarts)
     if dead or ollama_gone or decision.reason is Reason.BACKOFF:
         # The backoff clock starts when the exit is first observed. The pid
@@ -332,3 +341,8 @@ def _observed(
     if decision.status is Status.RUNNING and answering and record.healthy_since is None:
         record = attrs.evolve(record, healthy_since=now)
     return attrs.evolve(record, restarts=decision.restarts)
+
+
+def _not_ours(load: LoadedModel | None) -> LoadedModel | None:
+    """The load part once the model is no longer resident by our load (its tag kept)."""
+    return attrs.evolve(load, ours=False) if load is not None and load.ours else load

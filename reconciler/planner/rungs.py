@@ -68,28 +68,16 @@ class Role:
     generation: str | None  # what the role runs now (§4), None: nothing to run
     fresh: bool  # a new generation: the record's holds, backoff and count do not apply
     interrupted: Intent | None  # a killed pass's stop of our server, finished by this one
+    # What the role's launch says (the memo's ``prepared``; None for a removed role), read
+    # into slots once: the rungs, the ladder and placement read them several times per role.
+    argv: tuple[str, ...] | None  # the launch of a managed server (None: never launched)
+    digest: str | None
+    #: §7.1 the devices the launch is built with before placement (None: host-only, or a
+    #: count request placement has yet to pick).
+    assignment: Assignment | None
+    claim: Claim | None  # §7.1 what a claim asks of the devices
+    reserved: int  # the bytes its record holds in the ledger (0: no record)
     why: str = ""  # the plan-line detail every decision carries unless it says its own
-
-    # What the role's launch says (the memo's ``prepared``; None for a removed role):
-    @property
-    def argv(self) -> tuple[str, ...] | None:
-        """The launch of a managed server (None: never launched)."""
-        return self.prepared.argv if self.prepared is not None else None
-
-    @property
-    def digest(self) -> str | None:
-        return self.prepared.digest if self.prepared is not None else None
-
-    @property
-    def assignment(self) -> Assignment | None:
-        """§7.1 the devices the launch is built with before placement (None: host-only,
-        or a count request placement has yet to pick)."""
-        return self.prepared.assignment if self.prepared is not None else None
-
-    @property
-    def claim(self) -> Claim | None:
-        """§7.1 what a claim asks of the devices."""
-        return self.prepared.claim if self.prepared is not None else None
 
     def launch(self) -> Launch:
         """The whole launch, built only for the decisions that carry it (start/restart)."""
@@ -103,10 +91,6 @@ class Role:
         if rec is None:
             return None
         return rec.reserved if rec.reserved or (rec.devices and rec.pid is not None) else None
-
-    @property
-    def reserved(self) -> int:
-        return self.record.reserved if self.record is not None else 0
 
     @property
     def health(self) -> Health | None:
@@ -273,7 +257,7 @@ def placed_launch(r: Role, d: Decision, got: Assignment) -> Decision:
         return d if d.devices == pairs else d.placed(pairs, d.act)
     prepared = r.launcher.placed(r.spec, got, r.instance_id)
     launch = r.launcher.launch(r.spec, prepared)
-    generation = generations.current(r.spec, launch.digest, None)
+    generation = prepared.generation  # (``generations.current`` of its digest, kept with it)
     act = d.act
     if isinstance(act, Start):
         return d.placed(pairs, Start(launch=launch, reserve=act.reserve, generation=generation,

@@ -305,7 +305,8 @@ def test_recycled_pid_is_not_signalled(world):
         import attrs
 
         with world.store() as store:
-            store.put_role(attrs.evolve(record, pid=stranger.pid))
+            store.put_role(attrs.evolve(record, process=attrs.evolve(record.process,
+                                                                       pid=stranger.pid)))
         world.role("chat", port, state="stopped")
         converge(world)
         assert stranger.poll() is None, "a process we do not own was signalled"

@@ -13,6 +13,7 @@ from reconciler.system import programs
 from reconciler.engine import recording
 from reconciler.core.desired import Mode, Runtime
 from reconciler.core.observed import ExitInfo, RoleRecord
+from reconciler.core.observed import ServerProcess, flat_record
 from reconciler.state.store import Store
 
 
@@ -72,13 +73,14 @@ def test_a_once_run_records_its_own_children_that_already_ended(tmp_path):
     """recording.ended: a server spawned in this run and already dead gets its exit recorded."""
     pid, created = _child(tmp_path, "echo 'E fatal: bad flag'; exit 2")
     _ended(pid)
-    record = RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
+    record = flat_record(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
                         mode=Mode.MANAGED, port=8090, pid=pid, create_time=created,
                         started_at=created)
     with Store(tmp_path / "state") as store:
         store.put_role(record)
-        store.put_role(attrs.evolve(record, name="other", instance_id="other-1", pid=os.getpid(),
-                                    create_time=procs.create_time(os.getpid())))
+        store.put_role(attrs.evolve(
+            record, name="other", instance_id="other-1",
+            process=ServerProcess(pid=os.getpid(), create_time=procs.create_time(os.getpid()))))
         recording.ended(store, str(tmp_path), 500.0)
         after = store.role("chat")
         assert after.exit == ExitInfo(known=True, code=2, log=("E fatal: bad flag",))

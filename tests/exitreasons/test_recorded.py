@@ -10,13 +10,14 @@ from reconciler.state import store as store_module
 from reconciler.core.decisions import Decision, Reason, Status, Verb, flat
 from reconciler.core.desired import Launch, Mode, RestartPolicy, RoleSpec, Runtime, ServeSpec
 from reconciler.core.observed import ExitInfo, Liveness, ProcessFacts, RoleObservation, RoleRecord
+from reconciler.core.observed import flat_record
 from reconciler.planner.records import ActionFacts, after_decision
 from reconciler.state.store import Store
 from tests.plan import golden
 
 SPEC = RoleSpec(name="chat", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="tiny",
                 serve=ServeSpec(port=8090))
-RUNNING = RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
+RUNNING = flat_record(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
                      mode=Mode.MANAGED, port=8090, pid=10, create_time=1.0,
                      launch_digest="old", restarts=1, started_at=5.0, reserved=100)
 ENDED = ExitInfo(known=True, code=1, log=("0.00.001.000 E bad kv cache",))
@@ -59,7 +60,7 @@ def test_a_start_clears_the_exit_and_the_liveness_counters():
 
 def test_a_failed_spawn_drops_the_stale_exit():
     """A launch that never ran has no exit of its own: the old one would mislead."""
-    stored = attrs.evolve(RUNNING, pid=None, exited_at=60.0, exit=ENDED)
+    stored = attrs.evolve(RUNNING, process=None, exited_at=60.0, exit=ENDED)
     restart = flat(role="chat", verb=Verb.RESTART, reason=Reason.CRASHED, instance_id="chat-1",
                        launch=LAUNCH, restarts=2, reserve=100)
     after = after_decision(stored, SPEC, restart, GONE, ActionFacts(ok=False), 61.0)

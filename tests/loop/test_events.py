@@ -10,6 +10,7 @@ from reconciler.core.decisions import Decision, Reason, Status, Verb, flat
 from reconciler.core.desired import Mode, Runtime
 from reconciler.core.events import Event, EventKind
 from reconciler.core.observed import RoleRecord, Terminal
+from reconciler.core.observed import flat_record
 from reconciler.core.outcomes import Guard, Outcome, Refusal
 
 NOW = 1_700_000_000.0
@@ -26,7 +27,7 @@ def record(**kw) -> RoleRecord:
     values = dict(name="chat", instance_id="chat-0123abcd", runtime=Runtime.LLAMACPP,
                   mode=Mode.MANAGED, pid=42, create_time=1.0)
     values.update(kw)
-    return RoleRecord(**values)
+    return flat_record(**values)
 
 
 def logged(decision: Decision, outcome: Outcome | None = None, *, before=None, after=None,

@@ -11,11 +11,12 @@ from reconciler.engine import recording
 from reconciler.core.decisions import Decision, Reason, Verb, flat
 from reconciler.core.desired import Desired, Mode, NodeConfig, RoleSpec, Runtime, ServeSpec
 from reconciler.core.observed import RoleRecord
+from reconciler.core.observed import flat_record
 from reconciler.state.store import Store
 
 SPEC = RoleSpec(name="chat", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="tiny",
                 serve=ServeSpec(port=8091))
-HELD = RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
+HELD = flat_record(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
                   mode=Mode.MANAGED, port=8091, pid=4242, create_time=1.0, reserved=600_000)
 
 

@@ -19,6 +19,7 @@ from reconciler.core.ownership import MARKER_ENV
 from reconciler.planner.identity import instance_id
 from reconciler.core.desired import Desired, Mode, RoleSpec, Runtime, ServeSpec
 from reconciler.core.observed import Health, Remembered, RoleRecord
+from reconciler.core.observed import ServerProcess, flat_record
 from reconciler.world.observe import observe
 
 TESTBED = Path(os.environ.get("RECONCILER_TESTBED", "/opt/reconciler-testbed"))
@@ -54,7 +55,7 @@ class Launcher:
                      "--port", str(self.port), "--ctx-size", "256", "--alias", "tiny"]
         self.proc: subprocess.Popen | None = None
         # Started but not yet spawned: what the store says right before the spawn.
-        self.record = RoleRecord(
+        self.record = flat_record(
             name="tiny", instance_id=self.marker, runtime=Runtime.LLAMACPP, mode=Mode.MANAGED,
             port=self.port, launch_argv=tuple(self.argv), started_at=time.time(),
         )
@@ -66,8 +67,8 @@ class Launcher:
             start_new_session=True,
         )
         self.record = attrs.evolve(
-            self.record, pid=self.proc.pid,
-            create_time=psutil.Process(self.proc.pid).create_time(),
+            self.record, process=ServerProcess(
+                pid=self.proc.pid, create_time=psutil.Process(self.proc.pid).create_time()),
         )
         return self.proc
 

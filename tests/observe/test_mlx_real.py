@@ -18,6 +18,7 @@ from reconciler.world import probe
 from reconciler.core.ownership import MARKER_ENV
 from reconciler.core.desired import Desired, Mode, RoleSpec, Runtime, ServeSpec
 from reconciler.core.observed import Health, Remembered, RoleRecord
+from reconciler.core.observed import flat_record
 from reconciler.world.observe import observe
 from reconciler.runtimes import mlx_lm
 
@@ -58,7 +59,7 @@ class Mlx:
                                 "HOME": str(log.parent)},
                 stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True,
             )
-        self.record = RoleRecord(
+        self.record = flat_record(
             name="voice", instance_id="voice-0000abcd", runtime=Runtime.MLX_LM,
             mode=Mode.MANAGED, port=port, pid=self.proc.pid,
             create_time=psutil.Process(self.proc.pid).create_time(),

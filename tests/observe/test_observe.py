@@ -27,6 +27,7 @@ from reconciler.core.desired import (
     ServeSpec,
 )
 from reconciler.core.observed import Health, ProcessFacts, Remembered, RoleRecord
+from reconciler.core.observed import ServerProcess, flat_record
 from reconciler.world.observe import observe, probe_all, target, with_process
 from tests.doubles.ollama import OllamaDouble
 from tests.observe.servers import Scripted, Silent, free_port
@@ -86,7 +87,7 @@ def managed(name: str, port: int, runtime: Runtime = Runtime.LLAMACPP, **kw: obj
 
 
 def record(name: str, port: int, child: Child | None = None, **kw: object) -> RoleRecord:
-    return RoleRecord(
+    return flat_record(
         name=name, instance_id=f"{name}-0000abcd", runtime=kw.pop("runtime", Runtime.LLAMACPP),  # type: ignore[arg-type]
         mode=Mode.MANAGED, port=port,
         pid=child.pid if child else None, create_time=child.create_time if child else None,
@@ -216,7 +217,8 @@ def test_mlx_readiness_post_never_reaches_a_port_our_process_left() -> None:
     with Scripted(MLX_ROUTES) as stranger:
         spec = managed("voice", stranger.port, runtime=Runtime.MLX_LM)
         dead = attrs.evolve(record("voice", stranger.port, runtime=Runtime.MLX_LM,
-                                   started_at=1.0), pid=999_999, create_time=1.0)
+                                   started_at=1.0),
+                            process=ServerProcess(pid=999_999, create_time=1.0))
         observe(Desired(roles=(spec,)), Remembered(roles=(dead,)), probe_timeout=1)
         assert {m for m, _ in stranger.paths()} == {"GET"}
 
@@ -230,7 +232,7 @@ def test_adopted_roles_receive_only_gets() -> None:
             RoleSpec(name="b", runtime=Runtime.MLX_LM, mode=Mode.ADOPTED, serve=ServeSpec(port=b.port)),
         ))
         remembered = Remembered(roles=(
-            RoleRecord(name="b", instance_id="b-1", runtime=Runtime.MLX_LM, mode=Mode.ADOPTED,
+            flat_record(name="b", instance_id="b-1", runtime=Runtime.MLX_LM, mode=Mode.ADOPTED,
                        port=b.port, started_at=1.0),
         ))
         observe(desired, remembered, probe_timeout=1)
@@ -320,7 +322,7 @@ def test_only_our_own_server_healthy_since_its_creation_is_settled() -> None:
     """Settled needs: managed, desired, ours and alive on its port, healthy since created."""
     spec = managed("coder", 8080)
     rec = record("coder", 8080, healthy_since=1000.0, launch_argv=("/p", "--alias", "coder"))
-    rec = attrs.evolve(rec, pid=42, create_time=900.0)
+    rec = attrs.evolve(rec, process=ServerProcess(pid=42, create_time=900.0))
     ours = ProcessFacts(pid=42, create_time=900.0, alive=True, owned=True,
                         listen=("127.0.0.1:8080",))
     assert _settled(spec, rec, ours)
@@ -345,8 +347,8 @@ def test_settled_llamacpp_gets_only_health() -> None:
         spec = managed("coder", server.port)
         ours = ProcessFacts(pid=1, create_time=1.0, alive=True, owned=True,
                             listen=(f"127.0.0.1:{server.port}",))
-        rec = attrs.evolve(record("coder", server.port), pid=1, create_time=1.0,
-                           healthy_since=2.0,
+        rec = attrs.evolve(record("coder", server.port),
+                           process=ServerProcess(pid=1, create_time=1.0), healthy_since=2.0,
                            launch_argv=("/p", "--model", "/m/c.gguf", "--alias", "coder"))
         t = with_process(target("coder", Desired(roles=(spec,)), Remembered(roles=(rec,))), ours)
         facts = probe_all([t], 1.0)["coder"]

@@ -13,11 +13,12 @@ from reconciler.core.desired import (
     ServeSpec,
 )
 from reconciler.core.observed import Remembered, RoleRecord
+from reconciler.core.observed import flat_record
 from reconciler.world.observe import target, targets
 
 
 def _record(name: str, runtime: Runtime, port: int, **kw: object) -> RoleRecord:
-    return RoleRecord(name=name, instance_id=f"{name}-0000abcd", runtime=runtime,
+    return flat_record(name=name, instance_id=f"{name}-0000abcd", runtime=runtime,
                       mode=Mode.MANAGED, port=port, **kw)  # type: ignore[arg-type]
 
 

@@ -87,6 +87,7 @@ from reconciler.core.desired import (
     WantedState,
 )
 from reconciler.core.demand import Demand, RoleDemand
+from reconciler.core.observed import flat_record
 from reconciler.core.observed import (
     ExitInfo,
     Health,
@@ -294,7 +295,7 @@ def record(name: str, data: dict[str, Any], want: Desired) -> RoleRecord:
                                  device_env(old.runtime, assignment))
         digest, argv = launch.digest, launch.argv
     runtime = Runtime(data.get("runtime", spec.runtime if spec else "llamacpp"))
-    return RoleRecord(
+    return flat_record(
         name=name,
         instance_id=data.get("instance_id", identity.instance_id(spec) if spec else f"{name}-00000000"),
         runtime=runtime,

@@ -26,6 +26,7 @@ from reconciler.core.desired import (
     ServeSpec,
     WantedState,
 )
+from reconciler.core.observed import flat_record
 from reconciler.core.observed import (
     Health,
     Observed,
@@ -72,7 +73,7 @@ def worlds(draw) -> World:
             launch = identity.launch(spec, {"qwen": MODEL}, NODE, dict(CTX.environ),
                                      CTX.data_root)
             assert launch is not None
-            records.append(RoleRecord(
+            records.append(flat_record(
                 name=name, instance_id=identity.instance_id(spec), runtime=spec.runtime,
                 mode=spec.mode, port=spec.serve.port, pid=100 + i, create_time=1.0,
                 launch_digest=launch.digest, launch_argv=launch.argv, reserved=size,

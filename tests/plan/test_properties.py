@@ -32,6 +32,7 @@ from reconciler.core.observed import (
     Remembered,
     RoleObservation,
     RoleRecord,
+    flat_record,
 )
 from reconciler.planner.plan import plan
 from reconciler.runtimes.ollama import SPEC as OLLAMA
@@ -306,7 +307,7 @@ def test_a_crash_restart_counts_exactly_one(
     w = World(
         desired=desired,
         observed=Observed(roles=(RoleObservation(name="a", process=proc),)),
-        remembered=Remembered(roles=(RoleRecord(
+        remembered=Remembered(roles=(flat_record(
             name="a", instance_id=identity.instance_id(spec), runtime=spec.runtime,
             mode=spec.mode, port=8080, pid=7, restarts=restarts, exited_at=exited),)),
     )
@@ -331,7 +332,7 @@ def test_only_a_server_that_answers_up_counts_as_answering(health) -> None:
     from reconciler.planner import policy
 
     assert policy.answering(health) is (health is Health.UP)
-    record = RoleRecord(name="a", instance_id="a-1", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED,
+    record = flat_record(name="a", instance_id="a-1", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED,
                         port=8090, restarts=2, healthy_since=0.0)
     count = policy.restart_count(record, RestartPolicy(stable_after=60), 1000.0,
                                  answering=policy.answering(health), operator_start=False)

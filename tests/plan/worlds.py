@@ -30,6 +30,7 @@ from reconciler.core.desired import (
     ServeSpec,
     WantedState,
 )
+from reconciler.core.observed import LoadedModel, ServerProcess, flat_record
 from reconciler.core.observed import (
     Health,
     ModelCheck,
@@ -171,6 +172,11 @@ def orphans(draw, min_size: int = 0) -> tuple[Orphan, ...]:
         for i in range(count))
 
 
+def ours(tag: str | None) -> LoadedModel | None:
+    """The load part of a record whose model our own load put there (none without a tag)."""
+    return LoadedModel(tag=tag, ours=True) if tag else None
+
+
 @st.composite
 def record(draw, name: str, pid: int, spec: RoleSpec | None, node: NodeConfig) -> RoleRecord:
     if spec is not None and draw(st.integers(0, 4)):
@@ -188,14 +194,15 @@ def record(draw, name: str, pid: int, spec: RoleSpec | None, node: NodeConfig) -
             digest, argv = launch.digest, launch.argv
     managed = mode is Mode.MANAGED
     footprint = spec.memory.footprint if spec is not None else draw(st.integers(0, 10)) * GB
-    return RoleRecord(
+    return flat_record(
         name=name,
         instance_id=identity.instance_id(spec) if spec is not None else f"{name}-00000000",
         runtime=runtime,
         mode=mode,
         port=port,
-        pid=draw(st.sampled_from([None, pid, pid])) if managed and runtime is not Runtime.OLLAMA else None,
-        create_time=1.0,
+        pid=(drawn := draw(st.sampled_from([None, pid, pid]))
+             if managed and runtime is not Runtime.OLLAMA else None),
+        create_time=1.0 if drawn is not None else None,  # a create time is its pid's
         launch_digest=digest,
         launch_argv=argv,
         restarts=draw(st.sampled_from([0, 0, 1, 2, 4])),
@@ -282,7 +289,7 @@ def _story(draw, name: str, pid: int, spec: RoleSpec | None, node: NodeConfig,
         proc = ProcessFacts(pid=pid, create_time=1.0, alive=True, owned=True)
         return (RoleObservation(name=name, process=proc, probe=ProbeFacts(health=Health.UP),
                                 exposed=(draw(st.sampled_from(EXPOSED)).format(spec.serve.port),)),
-                RoleRecord(name=name, instance_id=identity.instance_id(spec), runtime=spec.runtime,
+                flat_record(name=name, instance_id=identity.instance_id(spec), runtime=spec.runtime,
                            mode=Mode.MANAGED, port=spec.serve.port, pid=pid, create_time=1.0,
                            reserved=spec.memory.footprint))
     if spec is None or spec.mode is not Mode.MANAGED:
@@ -290,8 +297,8 @@ def _story(draw, name: str, pid: int, spec: RoleSpec | None, node: NodeConfig,
     story = draw(st.sampled_from(STORIES["ollama" if spec.runtime is Runtime.OLLAMA else "server"]))
     if story == "chaos":
         return None
-    base = RoleRecord(name=name, instance_id=identity.instance_id(spec), runtime=spec.runtime,
-                      mode=spec.mode, port=spec.serve.port, create_time=1.0,
+    base = flat_record(name=name, instance_id=identity.instance_id(spec), runtime=spec.runtime,
+                      mode=spec.mode, port=spec.serve.port,
                       restarts=draw(st.sampled_from([0, 0, 1])),
                       reserved=spec.memory.footprint)
     nothing = RoleObservation(name=name)
@@ -303,19 +310,19 @@ def _story(draw, name: str, pid: int, spec: RoleSpec | None, node: NodeConfig,
             resident[tag] = resident.get(tag, True) and story == "ours-resident"
             exited = None if story == "ours-resident" else draw(
                 st.sampled_from([None, 950.0, 950.0]))
-            return nothing, attrs.evolve(base, we_loaded=True, model_tag=tag, exited_at=exited)
+            return nothing, attrs.evolve(base, load=ours(tag), exited_at=exited)
         if story == "ours-old-tag":
             resident.setdefault(other, True)
-            return nothing, attrs.evolve(base, we_loaded=True, model_tag=other)
+            return nothing, attrs.evolve(base, load=ours(other))
         if story == "client-loaded":
             resident.setdefault(tag, True)
-            return nothing, attrs.evolve(base, we_loaded=True, model_tag=tag, exited_at=950.0)
+            return nothing, attrs.evolve(base, load=ours(tag), exited_at=950.0)
         return None
     launch = launch_of(spec, node)
     old = launch_of(attrs.evolve(spec, serve=attrs.evolve(spec.serve, ctx=2048)), node)
     alive = ProcessFacts(pid=pid, create_time=1.0, alive=True, owned=True)
     up = ProbeFacts(health=Health.UP)
-    rec = attrs.evolve(base, pid=pid, launch_digest=launch.digest, launch_argv=launch.argv,
+    rec = attrs.evolve(base, process=ServerProcess(pid=pid, create_time=1.0), launch_digest=launch.digest, launch_argv=launch.argv,
                        healthy_since=draw(st.sampled_from([None, 900.0])))
     if story == "in-sync":
         return RoleObservation(name=name, process=alive, probe=up), rec
@@ -356,7 +363,7 @@ def converged(desired: Desired) -> World:
         if spec.runtime is Runtime.OLLAMA:
             observations.append(RoleObservation(name=spec.name, probe=ollama_probe))
             if spec.managed and spec.wanted:
-                records.append(RoleRecord(
+                records.append(flat_record(
                     name=spec.name, instance_id=identity.instance_id(spec), runtime=spec.runtime,
                     mode=spec.mode, port=spec.serve.port, we_loaded=True,
                     model_tag=MODELS_BY_NAME[spec.model].ollama_tag, healthy_since=NOW - 1,
@@ -371,7 +378,7 @@ def converged(desired: Desired) -> World:
         observations.append(RoleObservation(
             name=spec.name, process=ProcessFacts(pid=pid, create_time=1.0, alive=True, owned=True),
             probe=ProbeFacts(health=Health.UP)))
-        records.append(RoleRecord(
+        records.append(flat_record(
             name=spec.name, instance_id=identity.instance_id(spec), runtime=spec.runtime,
             mode=spec.mode, port=spec.serve.port, pid=pid, create_time=1.0,
             launch_digest=launch.digest, launch_argv=launch.argv, healthy_since=NOW - 1,

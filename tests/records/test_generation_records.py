@@ -7,6 +7,7 @@ import attrs
 from reconciler.core.decisions import Decision, Reason, Verb, flat
 from reconciler.core.desired import Launch, Mode, RoleSpec, Runtime, ServeSpec
 from reconciler.core.observed import Intent, ProcessFacts, RoleObservation, RoleRecord, Terminal
+from reconciler.core.observed import flat_record
 from reconciler.planner.records import (
     EXIT_MARGIN,
     ActionFacts,
@@ -19,7 +20,7 @@ SPEC = RoleSpec(name="chat", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model=
                 serve=ServeSpec(port=8090))
 LAUNCH = Launch(argv=("/srv", "--port", "8090"), env=(), cwd="/d/chat-1", run_as=None,
                 digest="new")
-RUNNING = RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
+RUNNING = flat_record(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
                      mode=Mode.MANAGED, port=8090, pid=10, create_time=1.0,
                      launch_digest="old", restarts=1, started_at=5.0, reserved=100)
 NOTHING = RoleObservation(name="chat")
@@ -37,7 +38,7 @@ def decide(verb, reason, **kw) -> Decision:
 
 def test_a_failed_start_of_a_new_generation_records_that_generation():
     """A new generation's failed start clears the hold and counts under the new generation."""
-    held = attrs.evolve(RUNNING, pid=None, terminal=Terminal.GAVE_UP, generation="g1")
+    held = attrs.evolve(RUNNING, process=None, terminal=Terminal.GAVE_UP, generation="g1")
     d = decide(Verb.START, Reason.SPEC_CHANGED, launch=LAUNCH, reserve=100, restarts=0,
                generation="g2", restarted_at="b")
     after = after_decision(held, SPEC, d, NOTHING, ActionFacts(ok=False), 60.0)

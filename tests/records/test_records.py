@@ -6,6 +6,7 @@ import attrs
 
 from reconciler.core.decisions import Decision, Reason, Status, Verb, flat
 from reconciler.core.desired import Launch, Mode, RoleSpec, Runtime, ServeSpec
+from reconciler.core.observed import flat_record
 from reconciler.core.observed import (
     Health,
     ProbeFacts,
@@ -20,7 +21,7 @@ SPEC = RoleSpec(name="chat", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model=
                 serve=ServeSpec(port=8090))
 LAUNCH = Launch(argv=("/srv", "--port", "8090"), env=(), cwd="/d/chat-1", run_as=None,
                 digest="new")
-RUNNING = RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
+RUNNING = flat_record(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
                      mode=Mode.MANAGED, port=8090, pid=10, create_time=1.0,
                      launch_digest="old", restarts=1, started_at=5.0, reserved=100)
 NOTHING = RoleObservation(name="chat")
@@ -93,7 +94,7 @@ def test_exposed_stop_is_terminal_and_releases_memory():
 
 def test_give_up_is_terminal_and_releases_memory():
     """gave-up keeps the count, releases the reservation and is terminal."""
-    dead = attrs.evolve(RUNNING, pid=None, exited_at=7.0)
+    dead = attrs.evolve(RUNNING, process=None, exited_at=7.0)
     d = decide(Verb.GIVE_UP, Reason.MAX_RESTARTS, restarts=1, detail="crashed 1 times")
     after = after_decision(dead, SPEC, d, NOTHING, None, 9.0)
     assert after.terminal is Terminal.GAVE_UP and after.reserved == 0 and after.exited_at == 7.0
@@ -129,7 +130,7 @@ def test_refusal_of_a_never_started_role_leaves_no_record():
 
 def test_ollama_unload_clears_we_loaded_and_forget_deletes():
     """After an unload we no longer own the residency; forget drops the record."""
-    loaded = RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.OLLAMA,
+    loaded = flat_record(name="chat", instance_id="chat-1", runtime=Runtime.OLLAMA,
                         mode=Mode.MANAGED, port=11434, model_tag="llama3.2:latest",
                         we_loaded=True, reserved=5)
     spec = RoleSpec(name="chat", runtime=Runtime.OLLAMA, mode=Mode.MANAGED, model="l",
@@ -142,7 +143,7 @@ def test_ollama_unload_clears_we_loaded_and_forget_deletes():
 
 def test_a_release_without_action_is_remembered():
     """A refused restart gives its reservation back in the store too."""
-    dead = attrs.evolve(RUNNING, pid=None, exited_at=5.0, reserved=100)
+    dead = attrs.evolve(RUNNING, process=None, exited_at=5.0, reserved=100)
     d = decide(Verb.REFUSE, Reason.PORT_TAKEN, status=Status.REFUSED, release=100, restarts=1)
     after = after_decision(dead, SPEC, d, NOTHING, None, 9.0)
     assert after.reserved == 0
@@ -160,7 +161,7 @@ def test_a_stall_restarts_the_stable_after_clock():
 
 def test_a_start_makes_a_once_adopted_role_ours():
     """A role remembered as adopted and now started by us is recorded as managed (a removal stops it)."""
-    adopted = RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.MLX_LM,
+    adopted = flat_record(name="chat", instance_id="chat-1", runtime=Runtime.MLX_LM,
                          mode=Mode.ADOPTED, port=8090)
     d = decide(Verb.START, Reason.MISSING, launch=LAUNCH, reserve=100, restarts=0,
                runtime=Runtime.LLAMACPP)
@@ -170,7 +171,7 @@ def test_a_start_makes_a_once_adopted_role_ours():
 
 def test_a_load_makes_a_once_adopted_role_ours():
     """An Ollama role remembered as adopted and now loaded by us is recorded as managed."""
-    adopted = RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.OLLAMA,
+    adopted = flat_record(name="chat", instance_id="chat-1", runtime=Runtime.OLLAMA,
                          mode=Mode.ADOPTED, port=11434)
     spec = RoleSpec(name="chat", runtime=Runtime.OLLAMA, mode=Mode.MANAGED, model="l",
                     serve=ServeSpec(port=11434))
@@ -202,7 +203,7 @@ def test_the_record_follows_the_address_the_manifest_gives():
 
 def test_an_operator_start_clears_the_terminal_state():
     """A start that succeeds after gave-up leaves the role neither terminal nor counted."""
-    gave_up = attrs.evolve(RUNNING, pid=None, exited_at=7.0, terminal=Terminal.GAVE_UP,
+    gave_up = attrs.evolve(RUNNING, process=None, exited_at=7.0, terminal=Terminal.GAVE_UP,
                            terminal_detail="exited after 2 restarts", restarts=2, reserved=0)
     d = decide(Verb.START, Reason.MISSING, launch=LAUNCH, reserve=100, restarts=0)
     after = after_decision(gave_up, SPEC, d, NOTHING, ActionFacts(ok=True, pid=42, create_time=9.5), 50.0)
@@ -212,7 +213,7 @@ def test_an_operator_start_clears_the_terminal_state():
 
 OLLAMA_SPEC = RoleSpec(name="chat", runtime=Runtime.OLLAMA, mode=Mode.MANAGED, model="l",
                        serve=ServeSpec(port=11434))
-LOADED = RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.OLLAMA, mode=Mode.MANAGED,
+LOADED = flat_record(name="chat", instance_id="chat-1", runtime=Runtime.OLLAMA, mode=Mode.MANAGED,
                     port=11434, model_tag="llama3:8b", we_loaded=True, reserved=5, restarts=1)
 
 
@@ -233,7 +234,8 @@ def test_a_failed_load_releases_its_memory_and_starts_the_clock():
 
 def test_a_load_over_a_record_makes_the_load_ours():
     """A load that succeeds is ours, even where the record said a client had loaded the tag."""
-    clients = attrs.evolve(LOADED, we_loaded=False, reserved=0, exited_at=3.0)
+    clients = attrs.evolve(LOADED, load=attrs.evolve(LOADED.load, ours=False), reserved=0,
+                           exited_at=3.0)
     d = decide(Verb.LOAD, Reason.MISSING, model_tag="llama3:8b", reserve=5, restarts=0)
     after = after_decision(clients, OLLAMA_SPEC, d, NOTHING, ActionFacts(ok=True), 9.0)
     assert (after.we_loaded, after.exited_at, after.reserved) == (True, None, 5)

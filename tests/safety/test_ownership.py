@@ -8,6 +8,7 @@ import pytest
 from reconciler.core import ownership
 from reconciler.core.desired import Mode, Runtime
 from reconciler.core.observed import RoleRecord
+from reconciler.core.observed import flat_record
 from reconciler.core.ownership import Seen
 
 ROOT = "/var/lib/reconciler/instances"
@@ -60,7 +61,7 @@ def test_instance_in_and_leads_group() -> None:
 
 
 def _record(**kw) -> RoleRecord:
-    return RoleRecord(name="chat", instance_id=IID, runtime=Runtime.OLLAMA, mode=Mode.MANAGED,
+    return flat_record(name="chat", instance_id=IID, runtime=Runtime.OLLAMA, mode=Mode.MANAGED,
                       host="127.0.0.1", port=11434, **kw)
 
 
@@ -72,7 +73,8 @@ def test_a_model_we_loaded() -> None:
     assert ownership.loaded_by_us(left) and not ownership.our_load(left), \
         "a copy resident after ours left was loaded by someone else"
     assert not ownership.loaded_by_us(_record(model_tag="llama3:latest")), "a client's load"
-    assert not ownership.our_load(_record(we_loaded=True)), "no tag"
+    with pytest.raises(TypeError, match="without its tag"):
+        _record(we_loaded=True)  # no tag: a load of ours without one cannot be built
     assert not ownership.our_load(None)
 
 

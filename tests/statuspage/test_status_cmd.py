@@ -8,6 +8,7 @@ from reconciler import cli
 from reconciler.core.desired import Mode, Runtime
 from reconciler.core.exitcodes import Exit
 from reconciler.core.observed import RoleRecord
+from reconciler.core.observed import flat_record
 from reconciler.state.store import Store
 
 NODE = """\
@@ -31,7 +32,7 @@ def test_broken_manifests_show_the_problems_then_what_is_recorded(tmp_path, caps
     (manifests / "node.yaml").write_text(NODE)
     (manifests / "coder.yaml").write_text(BROKEN)
     with Store(state) as store:  # a server that ran once (its pid is long gone)
-        store.put_role(RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
+        store.put_role(flat_record(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
                                   mode=Mode.MANAGED, port=20001, pid=2**22 - 3,
                                   create_time=1.0, reserved=123_000_000))
     page = tmp_path / "page.html"

@@ -6,6 +6,7 @@ import sqlite3
 
 from reconciler.core.desired import Mode, Runtime
 from reconciler.core.observed import Intent, RoleRecord, Terminal
+from reconciler.core.observed import flat_record
 from reconciler.state.store import Store
 from reconciler.state.storeschema import MIGRATIONS, SCHEMA_VERSION
 
@@ -18,7 +19,7 @@ def record(**overrides) -> RoleRecord:
                   intent=Intent(verb="restart", reason="spec_changed", instance_id="chat-4567cdef",
                                 launch_digest="e" * 64, port=8091, at=12.5, stops=4242))
     values.update(overrides)
-    return RoleRecord(**values)
+    return flat_record(**values)
 
 
 def test_generation_and_intent_round_trip(tmp_path):

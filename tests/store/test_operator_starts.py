@@ -7,6 +7,7 @@ import sqlite3
 from reconciler.core.desired import Mode, Runtime
 from reconciler.core.events import Event, EventKind
 from reconciler.core.observed import RoleRecord, Terminal
+from reconciler.core.observed import flat_record
 from reconciler.state.lock import Lock
 from reconciler.state.store import Store
 from reconciler.state.storeschema import MIGRATIONS, SCHEMA_VERSION
@@ -22,7 +23,7 @@ def gave_up(**overrides) -> RoleRecord:
                   restarts=3, started_at=1.5, exited_at=9.0, terminal=Terminal.GAVE_UP,
                   terminal_detail="crashed 3 times", reserved=0)
     values.update(overrides)
-    return RoleRecord(**values)
+    return flat_record(**values)
 
 
 def v1_database(state_dir) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from reconciler.core.desired import Mode, Runtime
 from reconciler.core.observed import RoleRecord, Terminal
+from reconciler.core.observed import flat_record
 from reconciler.models.modelstore import Stamp
 from reconciler.core.errors import LockHeld, StateError
 from reconciler.core.events import Event, EventKind
@@ -23,9 +24,9 @@ def record(**overrides) -> RoleRecord:
                   launch_digest="d" * 64, launch_argv=("/bin/srv", "--port", "8090"),
                   restarts=2, started_at=1.5, exited_at=None, healthy_since=3.0,
                   terminal=Terminal.GAVE_UP, terminal_detail="crashed 2 times",
-                  we_loaded=True, reserved=123456789)
+                  reserved=123456789)
     values.update(overrides)
-    return RoleRecord(**values)
+    return flat_record(**values)
 
 
 def test_role_records_round_trip(tmp_path):
@@ -35,6 +36,12 @@ def test_role_records_round_trip(tmp_path):
     with Store(tmp_path) as store:
         assert store.role("chat") == record()
         assert store.roles() == (record(),)
+    loaded = record(name="llama", runtime=Runtime.OLLAMA, pid=None, create_time=None,
+                    model_tag="llama3:8b", we_loaded=True)
+    with Store(tmp_path) as store:
+        store.put_role(loaded)
+    with Store(tmp_path) as store:
+        assert store.role("llama") == loaded and store.role("llama").we_loaded
 
 
 def test_put_replaces_and_delete_forgets(tmp_path):

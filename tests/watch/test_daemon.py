@@ -21,6 +21,7 @@ from reconciler.daemon.filewatch import FileWatch
 from reconciler.engine.loop import PassInputs
 from reconciler.core.desired import Mode, Runtime, WantedState
 from reconciler.core.observed import RoleRecord
+from reconciler.core.observed import flat_record
 from reconciler.state.store import Store
 from tests.support.fakes import FakePasses, bad, desired, good, role_spec
 
@@ -132,7 +133,7 @@ def families(text: str) -> dict:
 
 def test_a_failing_pass_publishes_failure_with_the_last_known_roles(make, store, tmp_path):
     """A pass that raises: /metrics and file say success 0, its own time and duration, the last roles."""
-    store.put_role(RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
+    store.put_role(flat_record(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
                               mode=Mode.MANAGED, restarts=3, reserved=1024))
     now, calls = [100.0], []
 
@@ -184,7 +185,7 @@ def test_a_failure_on_the_last_good_state_publishes_its_problems_and_the_last_ro
 
 def test_a_first_pass_that_fails_publishes_failure_from_the_store(make, store, tmp_path):
     """With no result yet, a raising pass publishes success 0 and the store's roles as unknown."""
-    store.put_role(RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
+    store.put_role(flat_record(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
                               mode=Mode.MANAGED))
 
     def broken(inputs):
@@ -253,7 +254,7 @@ def test_a_server_exit_wakes_the_daemon_at_once(make, store):
     """A managed server recorded in the store that dies wakes the wait within 0.5 s."""
     child = subprocess.Popen(["sleep", "60"])
     try:
-        store.put_role(RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
+        store.put_role(flat_record(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
                                   mode=Mode.MANAGED, pid=child.pid,
                                   create_time=procs.create_time(child.pid)))
         d = make(FakePasses(good(desired("chat"))))
@@ -279,7 +280,7 @@ def test_a_server_gone_before_the_watch_starts_requeues_a_pass(make, store):
     ctime = procs.create_time(child.pid)
     child.kill()
     child.wait()
-    store.put_role(RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
+    store.put_role(flat_record(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
                               mode=Mode.MANAGED, pid=child.pid, create_time=ctime))
     d = make(FakePasses(good(desired("chat"))))
     d.reconcile("start")

@@ -24,6 +24,7 @@ from reconciler.commands import handoff
 from reconciler.core.desired import Mode, Runtime
 from reconciler.engine.loop import PassInputs
 from reconciler.core.observed import RoleRecord, Terminal
+from reconciler.core.observed import flat_record
 from reconciler.state.store import Store
 from tests.support.fakes import FakePasses, bad, desired, good
 
@@ -93,7 +94,7 @@ PLAIN_HOLDER = textwrap.dedent("""\
 
 
 def gave_up() -> RoleRecord:
-    return RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
+    return flat_record(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
                       mode=Mode.MANAGED, port=20001, restarts=2, exited_at=5.0,
                       terminal=Terminal.GAVE_UP, terminal_detail="crashed 2 times")
 
@@ -272,7 +273,7 @@ def test_a_start_taken_but_not_confirmed_exits_1_unless_ours_runs(tmp_path, caps
     try:
         assert wait_for_create_time(server.pid)
         with Store(tmp_path) as store:
-            store.put_role(RoleRecord(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
+            store.put_role(flat_record(name="chat", instance_id="chat-1", runtime=Runtime.LLAMACPP,
                                       mode=Mode.MANAGED, port=8090, pid=server.pid,
                                       create_time=procs.create_time(server.pid)))
         assert handoff._report(g, o, 4242, 30.0, taken, []) == 0

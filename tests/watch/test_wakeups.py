@@ -11,6 +11,7 @@ import pytest
 
 from reconciler.core.desired import Mode, Runtime
 from reconciler.core.observed import RoleRecord
+from reconciler.core.observed import flat_record
 from reconciler.daemon.wakeups import Cause, Deadline, Wake, Wakeups, targets_from
 from reconciler.world import procs
 
@@ -80,7 +81,7 @@ def test_targets_are_managed_roles_the_store_calls_running():
     """Only managed records with a pid and no observed exit are watched."""
     def rec(name, **kw):
         kw.setdefault("mode", Mode.MANAGED)
-        return RoleRecord(name=name, instance_id=f"{name}-1", runtime=Runtime.LLAMACPP, **kw)
+        return flat_record(name=name, instance_id=f"{name}-1", runtime=Runtime.LLAMACPP, **kw)
 
     records = [rec("up", pid=10, create_time=1.0), rec("dead", pid=11, create_time=1.0,
                exited_at=5.0), rec("never"), rec("adopted", mode=Mode.ADOPTED, pid=12)]

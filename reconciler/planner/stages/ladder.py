@@ -45,7 +45,7 @@ from reconciler.planner.rungs import (
     terminal,
 )
 from reconciler.planner.stages.values import Drafted, OnDemand, Views
-from reconciler.runtimes import spec_of
+from reconciler.runtimes import SPECS, spec_of
 from reconciler.runtimes.common import ANSWERING_STATUS
 from reconciler.core.units import format_duration
 
@@ -64,13 +64,13 @@ def stage(v: Views) -> Drafted:
     later: dict[str, float] = {}  # §9 other on-demand roles, that may make room later → when
     claimants: set[str] = set()  # §9 on-demand roles whose refused claim may wait for them
     node, now, demand = v.node, v.now, v.demand
+    models, checks, guard, elsewhere = v.models, v.checks, v.guard, v.elsewhere  # (read once)
     residency = (node.router or _NO_ROUTER).min_residency
     scaled = _scaled(v) if (any("/" in name for name in v.records)
                             or any("/" in name for name in v.specs)) else {}
     for r in v.roles:
         name = r.name
-        drafted = _decide(r, node, v.models, v.checks, v.guard, now, v.elsewhere.get(name),
-                          demand)
+        drafted = _decide(r, node, models, checks, guard, now, elsewhere.get(name), demand)
         if scaled and group_of(name) in scaled:
             drafted = _scale(r, drafted, scaled[group_of(name)])
         if r.claim is not None:
@@ -150,9 +150,9 @@ def _decide(r: Role, node: NodeConfig, models, checks, guard: bool, now: float,
                      f"port {spec.serve.port} is outside allowed_ports {node.allowed_ports}; "
                      "not probed", release=0 if r.running else r.reserved,
                      holds=r.reserved if r.running else None)
-    if not spec.managed:
+    if not managed:  # (spec.managed, read above)
         return _adopted(r, models, now)
-    if spec_of(spec.runtime).loads_models:
+    if SPECS[spec.runtime].loads_models:  # (the table itself: every role of every pass)
         return loadrungs.ollama(r, models, now)
     # §4 state: stopped → stop our server; nothing running → nothing to do.
     if spec.state is WantedState.STOPPED:

@@ -19,7 +19,7 @@ from reconciler.planner.rungs import Role
 from reconciler.planner.stages.values import Inputs, Views
 from reconciler.core.decisions import Target
 from reconciler.core.observed import RoleObservation
-from reconciler.runtimes import spec_of
+from reconciler.runtimes import SPECS, spec_of
 
 
 class Tables(NamedTuple):
@@ -57,7 +57,7 @@ def stage(inputs: Inputs) -> Views:
         observations=observations, checks={c.name: c for c in inputs.observed.models},
         elsewhere=elsewhere, guard=not specs and not elsewhere and not ctx.allow_empty,
         launcher=launcher, served=served,
-        roles=tuple(view(tables, name) for name in sorted(specs.keys() | records.keys())))
+        roles=tuple([view(tables, name) for name in sorted(specs.keys() | records.keys())]))
 
 
 def view(v: Tables, name: str) -> Role:
@@ -76,21 +76,31 @@ def view(v: Tables, name: str) -> Role:
     operator = name in v.operator_starts
     # §3 the launch, and (§7.1) the devices it is built with: fixed ids, or those it last ran on.
     prepared = v.launcher.prepare(spec, record) if spec is not None else None
-    instance = prepared.instance_id if prepared is not None else record.instance_id
-    generation = prepared.generation if prepared is not None else None
+    if prepared is not None:  # what the launch says, read once (a removed role has none)
+        instance, generation, argv, digest, assignment, claim = (
+            prepared.instance_id, prepared.generation, prepared.argv, prepared.digest,
+            prepared.assignment, prepared.claim)
+    else:
+        instance, generation, argv, digest, assignment, claim = (
+            record.instance_id, None, None, None, None, None)
     fresh = generations.is_new(generation, record)
     probe = obs.probe
     answering = probe is not None and policy.answering(probe.health)
-    if spec is not None and spec_of(spec.runtime).shared_endpoint:
-        answering = answering and spec_of(spec.runtime).lists(probe.resident_models,
-                                                              loadrungs.tag_of(spec, v.models))
+    runtime = SPECS[spec.runtime] if spec is not None else None  # (read once per role)
+    if runtime is not None and runtime.shared_endpoint:
+        answering = answering and runtime.lists(probe.resident_models,
+                                                loadrungs.tag_of(spec, v.models))
     else:
-        answering = answering and running and not livenessrungs.failing(spec, record, probe, now)
+        # (§4.1 liveness is opt-in: most roles have no checks to ask about)
+        answering = answering and running and not (
+            spec is not None and spec.liveness is not None
+            and livenessrungs.failing(spec, record, probe, now))
     restarts = policy.restart_count(record, rpolicy, now, answering=answering,
                                     operator_start=operator or fresh)
     sharing: frozenset[str] = frozenset()
-    if record is not None and record.model_tag and spec_of(record.runtime).shared_endpoint:
-        sharing = loadrungs.serving(v.served, record.host, record.port, record.model_tag,
+    load = record.load if record is not None else None  # §2 an Ollama role's load part
+    if load is not None and spec_of(record.runtime).shared_endpoint:
+        sharing = loadrungs.serving(v.served, record.host, record.port, load.tag,
                                     spec_of(record.runtime)) - {name}
     # By position, in the fields' order (a keyword call of 21 costs a dict: rungs.Role).
     return Role(
@@ -110,4 +120,6 @@ def view(v: Tables, name: str) -> Role:
         if running and proc is not None else None,
         record.instance_id if running and record is not None else None,  # owner_id
         generation, fresh, interrupted,
+        argv, digest, assignment, claim,
+        record.reserved if record is not None else 0,  # reserved
     )
