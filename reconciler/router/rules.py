@@ -36,7 +36,7 @@ import attrs
 
 from reconciler.core import loopback
 from reconciler.core.decisions import Decision, Plan, Reason, Status, Verb
-from reconciler.core.desired import Desired, RoleSpec
+from reconciler.core.desired import Desired, RoleSpec, Runtime
 from reconciler.runtimes import spec_of
 from reconciler.runtimes.ollama import keep_alive_value
 
@@ -94,6 +94,10 @@ class Route:
     #: The role's ``api_key_file``: the proxy sends its key upstream (never the client's).
     key_file: str | None = None
     max_concurrency: int | None = None  # forwarded at once; more wait (None: any)
+    #: §9.1 the group a request naming the role reaches (``chat`` for ``chat/1``) …
+    group: str = attrs.field(default=attrs.Factory(lambda self: self.role, takes_self=True))
+    replica: int = 0  # … and this instance's index in it
+    slots: int | None = None  # requests its server takes at once, when known before asking
 
     @property
     def authority(self) -> str:
@@ -117,6 +121,21 @@ class Table:
         if exact is not None:
             return exact
         return next((r for r in usable if model in r.names), None)
+
+    def members(self, group: str) -> tuple[Route, ...]:
+        """§9.1 the instances of ``group``, in replica order."""
+        return tuple(sorted((r for r in self.routes if r.group == group),
+                            key=lambda r: r.replica))
+
+    def target(self, model: str, api: Api = Api.OPENAI) -> tuple[Route, ...]:
+        """§9.1 the routes a request naming ``model`` may go to: one instance named as such
+        (``chat/1``), else every instance of the group the name reaches (none: no route)."""
+        route = self.find(model, api)
+        if route is None:
+            return ()
+        if route.role == model and route.role != route.group:
+            return (route,)
+        return self.members(route.group) or (route,)
 
 
 def routes(plan: Plan, desired: Desired, outcomes: Iterable = ()) -> Table:
@@ -144,7 +163,8 @@ def routes(plan: Plan, desired: Desired, outcomes: Iterable = ()) -> Table:
             status=_status(decision, outcome),
             on_demand=spec.on_demand, ollama=runtime.loads_models, upstream_model=served,
             keep_alive=spec.keep_alive if runtime.loads_models else None,
-            key_file=spec.serve.api_key_file, max_concurrency=spec.max_concurrency))
+            key_file=spec.serve.api_key_file, max_concurrency=spec.max_concurrency,
+            slots=1 if spec.runtime == Runtime.MLX_LM else None))
     return Table(routes=tuple(out))
 
 
