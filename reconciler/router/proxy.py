@@ -79,7 +79,8 @@ from reconciler.world import probe
 _JSON = "application/json"
 _READY_POLL = 0.004  # seconds between readiness looks at a server this pass started
 _TAIL = 4  # the last chunks of an answer kept for its usage
-_RECOVER_POLL = 0.05  # seconds between health looks at an instance out of rotation (§9.1)
+_RECOVER_POLL = 0.05  # seconds between health looks at an instance out of rotation (§9.1) …
+_RECOVER_HOLD = 1.0  # … the first one this long after it was taken out (no flapping)
 
 
 class Proxy:
@@ -399,7 +400,9 @@ class Proxy:
         return fail
 
     def _take_out(self, route: Route, why: str) -> None:
-        """Out of rotation at once; back when it answers ``/health`` 200 again."""
+        """Out of rotation at once; back when it answers ``/health`` 200 again (looked at
+        every ``_RECOVER_POLL`` from ``_RECOVER_HOLD`` on: an instance that answers 5xx to
+        requests and 200 to ``/health`` comes back once a second, not at every look)."""
         role = route.role
         if role in self._out:
             return
@@ -416,6 +419,7 @@ class Proxy:
         assert self._session is not None
         timeout = aiohttp.ClientTimeout(total=1.0)
         try:
+            await asyncio.sleep(_RECOVER_HOLD)
             while role in self._out:
                 await asyncio.sleep(_RECOVER_POLL)
                 route = self._raw.get(role)

@@ -36,7 +36,7 @@ import attrs
 
 from reconciler.core import loopback
 from reconciler.core.decisions import Decision, Plan, Reason, Status, Verb
-from reconciler.core.desired import Desired, RoleSpec, Runtime
+from reconciler.core.desired import Desired, RoleSpec
 from reconciler.runtimes import spec_of
 from reconciler.runtimes.ollama import keep_alive_value
 
@@ -164,7 +164,7 @@ def routes(plan: Plan, desired: Desired, outcomes: Iterable = ()) -> Table:
             on_demand=spec.on_demand, ollama=runtime.loads_models, upstream_model=served,
             keep_alive=spec.keep_alive if runtime.loads_models else None,
             key_file=spec.serve.api_key_file, max_concurrency=spec.max_concurrency,
-            slots=1 if spec.runtime == Runtime.MLX_LM else None))
+            slots=runtime.slots))
     return Table(routes=tuple(out))
 
 

@@ -229,3 +229,15 @@ def test_spillover_asks_for_the_next_instance_only_when_every_ready_one_is_full(
         assert b.sent == 1
         assert g.book.snapshot()[0].of("chat/1").waiting == 0
     run(test, slots=(1, 1, 1), per_token=0.01)
+
+
+def test_slots_learned_from_props_let_an_instance_take_that_many_at_once() -> None:
+    """§9.1 capacity is the server's own ``total_slots``: 5 long requests over instances of
+    4 and 1 slots all start at once (4 and 1), none waits in the router."""
+    async def test(g: Group, session):
+        g.publish(*(instance(i, s.port) for i, s in enumerate(g.servers)))
+        await g.learned()
+        got = await asyncio.gather(*(g.post(session, tokens=20) for _ in range(5)))
+        assert [s for s, _ in got] == [200] * 5
+        assert [s.most for s in g.servers] == [4, 1]
+    run(test, slots=(4, 1))

@@ -115,3 +115,27 @@ class SlotServer:
         await answer.write(b"data: [DONE]\n\n")
         await answer.write_eof()
         return answer
+
+
+async def _serve(port: int, slots: int, per_token: float) -> None:
+    server = SlotServer(slots=slots, per_token=per_token, port=port)
+    await server.start()
+
+    async def stats(request: web.Request) -> web.Response:
+        return web.json_response({"sent": server.sent, "inside": server.inside,
+                                  "serving": server.serving, "most": server.most,
+                                  "most_inside": server.most_inside})
+    assert server._runner is not None  # noqa: SLF001
+    extra = web.Application()
+    extra.router.add_get("/stats", stats)
+    runner = web.AppRunner(extra, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port + 1000).start()  # the bench's side door
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":  # one server per process, for benchmarks that kill -9 one
+    import sys
+
+    asyncio.run(_serve(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])))
