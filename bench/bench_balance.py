@@ -124,7 +124,7 @@ async def _serve_router(port: int, policy: str, ports: list[int]) -> None:
                          replica=i, upstream_model="m") for i, p in enumerate(ports))
     proxy.table = proxy.known_ready(Table(routes=routes))
     book.publish(proxy.table, 0)
-    while not all(proxy._slots.get(r.role) for r in routes):  # noqa: SLF001
+    while len(routes) > 1 and not all(proxy._slots.get(r.role) for r in routes):  # noqa: SLF001
         await asyncio.sleep(0.01)
     print("ready", flush=True)
     await asyncio.Event().wait()
@@ -239,8 +239,8 @@ def sequential(port: int, body: bytes, count: int) -> list[float]:
     return out
 
 
-def overhead(requests: int) -> None:
-    ports, procs = servers(8, 2, 0.0)
+def overhead(requests: int, instances: int = 8) -> None:
+    ports, procs = servers(instances, 2, 0.0)
     rport, rproc = router("ours", ports)
     try:
         small = json.dumps({"model": "chat", "max_tokens": 0,
@@ -314,6 +314,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--only", choices=("quality", "overhead", "failover"))
+    parser.add_argument("--instances", type=int, default=8, help="for the overhead")
     parser.add_argument("--serve-router", nargs=3, metavar=("PORT", "POLICY", "PORTS"))
     args = parser.parse_args()
     if args.serve_router:
@@ -321,12 +323,15 @@ def main() -> None:
         asyncio.run(_serve_router(int(port), policy, [int(p) for p in ports.split(",")]))
         return
     print(f"load average before: {os.getloadavg()}")
-    print("1. quality: 3 instances × 2 slots, 24 clients × 8 requests, 1 in 8 long")
-    asyncio.run(quality(args.rounds, 24, 8))
-    print("2. overhead: 8 instances behind one name")
-    overhead(args.requests)
-    print("3. failover: kill -9 of 1 of 3 instances under 24 clients")
-    asyncio.run(failover(24))
+    if args.only in (None, "quality"):
+        print("1. quality: 3 instances × 2 slots, 24 clients × 8 requests, 1 in 8 long")
+        asyncio.run(quality(args.rounds, 24, 8))
+    if args.only in (None, "overhead"):
+        print(f"2. overhead: {args.instances} instance(s) behind one name")
+        overhead(args.requests, args.instances)
+    if args.only in (None, "failover"):
+        print("3. failover: kill -9 of 1 of 3 instances under 24 clients")
+        asyncio.run(failover(24))
     print(f"load average after: {os.getloadavg()}")
 
 

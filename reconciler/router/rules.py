@@ -116,11 +116,13 @@ class Table:
     def find(self, model: str, api: Api = Api.OPENAI) -> Route | None:
         """The role ``model`` names: a role name first, then the first role (by name) whose
         Model or served name it is. Ollama's own API reaches Ollama roles only."""
-        usable = [r for r in self.routes if api is not Api.OLLAMA or r.ollama]
-        exact = next((r for r in usable if r.role == model), None)
+        ollama = api is Api.OLLAMA
+        exact = next((r for r in self.routes if r.role == model and (r.ollama or not ollama)),
+                     None)
         if exact is not None:
             return exact
-        return next((r for r in usable if model in r.names), None)
+        return next((r for r in self.routes if model in r.names and (r.ollama or not ollama)),
+                    None)
 
     def members(self, group: str) -> tuple[Route, ...]:
         """§9.1 the instances of ``group``, in replica order."""
