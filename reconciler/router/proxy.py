@@ -330,18 +330,20 @@ class Proxy:
         deadline = arrived + self.config.queue_timeout
         refusals = 0
         queued = False
+        closing: set[str] = set()  # found closed by ``enter`` since the last wait
         while True:
             members = self.table.members(group)
             if not members:
                 return self._error(503, f"{group} is no longer a role of this node",
                                    "service_unavailable", group)
-            instances = self._instances(members)
+            instances = self._instances(members, closing)
             picked = balancing.choose(instances, self._turn)
             if picked is not None:
                 self._turn += 1
                 route = next(r for r in members if r.role == picked.name)
                 if self.book.enter(route.role, None) != GO:
-                    continue  # its gate closed this moment: choose again
+                    closing.add(route.role)  # its gate closed this moment: choose again
+                    continue
                 answer = await self._send(request, route, payload, arrived, streams, client,
                                           fail=self._failing(route))
                 if answer is not None:
@@ -357,6 +359,7 @@ class Proxy:
                                                    self.config.max_queue):
                     return self._full(group)
                 queued = True
+                closing.clear()
                 spill = self._spill(members)
                 if spill is not None:
                     self.book.want(spill.role, 1)
@@ -371,15 +374,18 @@ class Proxy:
             if all(r.state is RouteState.REFUSED for r in members) and not members[0].on_demand:
                 return self._error(503, "; ".join(r.message for r in members),
                                    "service_unavailable", group)
+            closing.clear()
             ready = await self._wait(attrs.evolve(members[0], role=group, state=RouteState.WAIT),
                                      seq, arrived, deadline)
             if isinstance(ready, web.Response):
                 return ready
 
-    def _instances(self, members: tuple[Route, ...]) -> list[balancing.Instance]:
+    def _instances(self, members: tuple[Route, ...],
+                   closing: set[str] = frozenset()) -> list[balancing.Instance]:
         book = self.book
         return [balancing.Instance(
-            name=r.role, ready=r.state is RouteState.READY and book.is_open(r.role),
+            name=r.role, ready=(r.state is RouteState.READY and book.is_open(r.role)
+                                and r.role not in closing),
             in_flight=book.in_flight(r.role), slots=self._slots.get(r.role) or r.slots,
             max_concurrency=r.max_concurrency) for r in members]
 

@@ -26,9 +26,9 @@ MUTANTS = (
            "                return self._error(502, 'refused', 'api_error', group)\n",
            "§9.1: a request refused by a dead instance's port fails instead of going to another",
            "tests/router/test_groups.py"),
-    mutant("router/proxy.py", "draining-instance-chosen",
-           "ready=r.state is RouteState.READY and book.is_open(r.role),",
-           "ready=r.state is RouteState.READY,",
-           "§9.1: a request goes to an instance whose stop is draining it",
+    mutant("router/queues.py", "group-waits-for-instance-0",
+           "ready = next((r for r in group if r.state is RouteState.READY",
+           "ready = next((r for r in group[:1] if r.state is RouteState.READY",
+           "§9.1: requests for a group wait for instance 0 though another is ready",
            "tests/router/test_groups.py"),
 )

@@ -241,3 +241,19 @@ def test_slots_learned_from_props_let_an_instance_take_that_many_at_once() -> No
         assert [s for s, _ in got] == [200] * 5
         assert [s.most for s in g.servers] == [4, 1]
     run(test, slots=(4, 1))
+
+
+def test_waiters_of_a_group_go_when_any_instance_is_ready() -> None:
+    """§9.1 requests for a group none of whose instances is ready wait (as demand for
+    instance 0), and go the moment a pass says any instance is ready, not only instance 0."""
+    async def test(g: Group, session):
+        a, b, c = g.servers
+        g.publish(*(instance(i, s.port, RouteState.WAIT) for i, s in enumerate(g.servers)))
+        waiting = [asyncio.create_task(g.post(session, tokens=2)) for _ in range(3)]
+        await asyncio.sleep(0.1)
+        assert g.book.snapshot()[0].of("chat").wants_start and g.wakes >= 1
+        g.publish(instance(0, a.port, RouteState.WAIT), instance(1, b.port, slots=2),
+                  instance(2, c.port, RouteState.WAIT))  # (slots known: no /props look)
+        got = await asyncio.wait_for(asyncio.gather(*waiting), 5)
+        assert [s for s, _ in got] == [200] * 3 and b.sent == 3
+    run(test)
