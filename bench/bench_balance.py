@@ -52,9 +52,10 @@ Measured (2026-12-02, 2 cores shared with other sessions' test and mutant runs):
   cost is the body's parse and re-encoding, ``json.loads`` 0.35 ms and ``json.dumps`` 1.4
   ms of CPU for 220 KB, which splicing the model's name into the raw bytes would save);
   the choice 24–28 µs of CPU (goal ≤ 50 µs; 35 µs before ``Instance`` was a tuple);
-* failover, 6 runs (load 3.6–4.4): out of rotation 3.1–15.2 ms after the kill (goal ≤ 50
-  ms), by the reset of a request in flight on it; failed 2 each time, in flight on it 2
-  by the router's count (goal: failed ≤ in flight); 139–175 answered.
+* failover, 8 runs (load 3.6–6.9): out of rotation 3.1–24.7 ms after the kill (goal ≤ 50
+  ms; 3.1–15.2 ms at load ≤ 5.7), by the reset of a request in flight on it; 2 failed in
+  each run, and in the 3 runs that print the router's count, 2 were in flight on it at
+  its removal (goal: failed ≤ in flight); 139–175 answered.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ without a socket:
   with the plan's own words: gave up, unplaceable naming who holds the memory,
   stopped …);
 * ``Table.find(model, api)``: which role a request's ``model`` names;
+  ``Table.target``: the instances it may go to (§9.1: every instance of the
+  ``group`` a name reaches, or the one instance ``chat/1`` names);
 * ``upstream_body``: the request body as the server must see it (the model
   renamed to what the server serves, or dropped for mlx-lm, which would load
   whatever a request names; Ollama's ``keep_alive`` set to the role's);
