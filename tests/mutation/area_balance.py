@@ -31,4 +31,13 @@ MUTANTS = (
            "ready = next((r for r in group[:1] if r.state is RouteState.READY",
            "§9.1: requests for a group wait for instance 0 though another is ready",
            "tests/router/test_groups.py"),
+    mutant("runtimes/mlx_lm.py", "mlx-slots-unknown",
+           "    slots=1,  # §9.1 mlx_lm.server answers one generation at a time\n", "",
+           "§9.1: an mlx-lm instance is asked for /props it does not have (and its slot "
+           "count is never known)", "tests/router/test_rules.py"),
+    mutant("router/rules.py", "instance-name-reaches-the-group",
+           "if route.role == model and route.role != route.group:",
+           "if route.role == model and route.role == route.group:",
+           "§9.1: model chat/1 is balanced over the whole group",
+           "tests/router/test_rules.py", "tests/router/test_groups.py"),
 )
