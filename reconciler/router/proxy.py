@@ -429,8 +429,9 @@ class Proxy:
             while role in self._out:
                 await asyncio.sleep(_RECOVER_POLL)
                 route = self._raw.get(role)
-                if route is None or route.state is RouteState.REFUSED:
-                    break  # gone, or refused by the plan: no rotation to come back to
+                if (route is None or route.state is RouteState.REFUSED
+                        or route.status == "stopped"):
+                    break  # gone, refused or stopped by the plan: a pass says when it is back
                 try:
                     async with self._session.get(f"http://{route.authority}/health",
                                                  timeout=timeout) as answer:

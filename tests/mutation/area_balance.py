@@ -40,4 +40,9 @@ MUTANTS = (
            "if route.role == model and route.role == route.group:",
            "§9.1: model chat/1 is balanced over the whole group",
            "tests/router/test_rules.py", "tests/router/test_groups.py"),
+    mutant("router/proxy.py", "stopped-instance-looked-at-forever",
+           'or route.status == "stopped"):', "or False):",
+           "§9.1: an instance out of rotation that the plan stopped gets a /health look "
+           "20 times a second for as long as it stays stopped",
+           "tests/router/test_groups.py"),
 )

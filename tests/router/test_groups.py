@@ -13,6 +13,7 @@ import asyncio
 import json
 
 import aiohttp
+import attrs
 from prometheus_client import CollectorRegistry
 
 from reconciler.core.desired import RouterConfig
@@ -256,4 +257,26 @@ def test_waiters_of_a_group_go_when_any_instance_is_ready() -> None:
                   instance(2, c.port, RouteState.WAIT))  # (slots known: no /props look)
         got = await asyncio.wait_for(asyncio.gather(*waiting), 5)
         assert [s for s, _ in got] == [200] * 3 and b.sent == 3
+    run(test)
+
+
+def test_an_instance_the_plan_stopped_is_no_longer_looked_at() -> None:
+    """§9.1 an instance out of rotation that a pass then stops (an on-demand idle stop) is
+    not looked at any more: the pass that starts it again says when it is ready."""
+    async def test(g: Group, session):
+        g.all_ready()
+        await g.servers[1].kill()
+        assert [(await g.post(session))[0] for _ in range(3)] == [200] * 3
+        assert "chat/1" in g.proxy._out  # noqa: SLF001
+        a, b, c = g.servers
+        stopped = attrs.evolve(instance(1, b.port, RouteState.WAIT, on_demand=True),
+                               status="stopped")
+        g.publish(instance(0, a.port), stopped, instance(2, c.port))
+        for _ in range(150):
+            if "chat/1" not in g.proxy._out:  # noqa: SLF001
+                break
+            await asyncio.sleep(0.02)
+        assert "chat/1" not in g.proxy._out  # noqa: SLF001
+        looks = [t for t in g.proxy._tasks if "_recover" in repr(t.get_coro())]  # noqa: SLF001
+        assert not looks
     run(test)
