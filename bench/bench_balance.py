@@ -48,12 +48,15 @@ Measured (2026-12-02, 2 cores shared with other sessions' test and mutant runs):
   second. Requests inside a server, spread across the three: 0.27–0.34 ours, 9.1–11.4
   round-robin; samples with a server over its slots while another had a free one: none
   of ours (0 of 164, 815, 885, 1,930), 48–74 % of round-robin's;
-* overhead, 8 instances (load 5.2, 4.7): added p50 0.75 and 0.91 ms (goal ≤ 1 ms), p99
-  0.2–0.4 ms; a 220 KB body: added p50 3.2–3.4 ms (goal ≤ 2 ms: missed; a role of one
-  instance, the path as it was before groups, added 2.6 ms in the same conditions: the
-  cost is the body's parse and re-encoding, ``json.loads`` 0.35 ms and ``json.dumps`` 1.4
-  ms of CPU for 220 KB, which splicing the model's name into the raw bytes would save);
-  the choice 24–28 µs of CPU (goal ≤ 50 µs; 35 µs before ``Instance`` was a tuple);
+* overhead, 8 instances, 3 runs (load 5.2, 4.7, 2.7): added p50 0.75, 0.91, 0.69 ms (goal
+  ≤ 1 ms), p99 0.2–1.8 ms; a 220 KB body: added p50 3.2, 3.4, 2.1 ms (goal ≤ 2 ms: missed
+  by a little; a role of one instance, the path as it was before groups, added 2.6 and
+  3.5 ms in the same conditions: the cost is the body's parse and re-encoding,
+  ``json.loads`` 0.35 ms and ``json.dumps`` 1.05–1.4 ms of CPU for 220 KB. Splicing the
+  served name into the raw bytes, the model's span found by the C scanner, was tried:
+  0.59 ms of CPU instead of 1.05, not kept — a second reading of every body the router
+  forwards, for 0.5 ms); the choice 18–28 µs of CPU (goal ≤ 50 µs; 35 µs before
+  ``Instance`` was a tuple);
 * failover, 8 runs (load 3.6–6.9): out of rotation 3.1–24.7 ms after the kill (goal ≤ 50
   ms; 3.1–15.2 ms at load ≤ 5.7), by the reset of a request in flight on it; 2 failed in
   each run, and in the 3 runs that print the router's count, 2 were in flight on it at
