@@ -356,6 +356,12 @@ class RouterMetrics:
         self._cut = Counter("reconciler_router_cut_requests", "Requests still in flight when "
                             "drain_timeout ran out before a stop (cut by it).", labels,
                             registry=registry)
+        self._out = Counter("reconciler_router_out_of_rotation", "Times an instance was taken "
+                            "out of its group's rotation (refused, 5xx, or failed while "
+                            "answering; §9.1).", labels, registry=registry)
+        self._lost = Counter("reconciler_router_lost_requests", "Requests that failed in "
+                             "flight on an instance that failed (§9.1).", labels,
+                             registry=registry)
         registry.register(_RouterGauges(self))
 
     def client(self, role: str, key: str, usage: tuple[int, int] | None) -> None:
@@ -364,6 +370,12 @@ class RouterMetrics:
         if usage is not None:
             self._tokens.labels(self.node, role, key, "prompt").inc(usage[0])
             self._tokens.labels(self.node, role, key, "completion").inc(usage[1])
+
+    def out_of_rotation(self, role: str) -> None:
+        self._out.labels(self.node, role).inc()
+
+    def lost(self, role: str) -> None:
+        self._lost.labels(self.node, role).inc()
 
     def cut(self, role: str, count: int) -> None:
         self._cut.labels(self.node, role).inc(count)

@@ -70,7 +70,8 @@ import attrs
 from aiohttp import web, web_protocol
 
 from reconciler.core.desired import RouterConfig
-from reconciler.router import apis, clients, guard, rules, upstream
+from reconciler.report import logs
+from reconciler.router import apis, balancing, clients, guard, rules, upstream
 from reconciler.router.queues import CLOSED, FULL, GO, Book, Refusal
 from reconciler.router.rules import Route, RouteState, Table
 from reconciler.world import probe
@@ -78,6 +79,8 @@ from reconciler.world import probe
 _JSON = "application/json"
 _READY_POLL = 0.004  # seconds between readiness looks at a server this pass started
 _TAIL = 4  # the last chunks of an answer kept for its usage
+_RECOVER_POLL = 0.05  # seconds between health looks at an instance out of rotation (§9.1) …
+_RECOVER_HOLD = 1.0  # … the first one this long after it was taken out (no flapping)
 
 
 class Proxy:
@@ -101,6 +104,11 @@ class Proxy:
         self.gauge = guard.Gauge(guard.connection_cap(config.max_connections), self.hush)
         self._watching: set[str] = set()  # roles whose new server is being watched
         self._answered: set[str] = set()  # … and those seen answering since their spawn
+        self._raw = Table()  # the last pass's routes, before what the router knows better
+        self._out: dict[str, float] = {}  # §9.1 instances out of rotation → when (monotonic)
+        self._slots: dict[str, int | None] = {}  # §9.1 learned total_slots (None: asked)
+        self._turn = 0  # §9.1 choices made: ties go round a group
+        self._tasks: set[asyncio.Task] = set()
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -139,6 +147,8 @@ class Proxy:
         return str(host), int(port)
 
     async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
         if self._listener is not None:
             self._listener.close()
         if self._runner is not None:
@@ -266,18 +276,22 @@ class Proxy:
         if isinstance(body, str):
             return self._error(400, body, "invalid_request_error")
         api = rules.PATHS[request.path]
-        route = self.table.find(body["model"], api)
-        if route is None:
+        routes = self.table.target(body["model"], api)
+        if not routes:
             return self._error(404, f"the model `{body['model'][:200]}` does not exist on "
                                "this node", "invalid_request_error")
+        route = routes[0]
         try:
             payload = rules.upstream_body(body, route, api)
         except UnicodeEncodeError:
             return self._error(400, "the body holds a lone surrogate (\\ud800-\\udfff), which "
                                "is not Unicode text", "invalid_request_error")
+        streams = rules.streams(body, api)
+        if len(routes) > 1:
+            return await self._forward_group(request, route.group, payload, arrived, streams,
+                                             client)
         role = route.role
         seq = self.book.arrived(role)
-        streams = rules.streams(body, api)
         deadline = arrived + self.config.queue_timeout
         refused_once = queued = False
         while True:
@@ -306,6 +320,168 @@ class Proxy:
             if isinstance(ready, web.Response):
                 return ready
             route = ready
+
+    async def _forward_group(self, request: web.Request, group: str, payload: bytes,
+                             arrived: float, streams: bool,
+                             client: str) -> web.StreamResponse:
+        """§9.1 a request for a group of instances: balanced, queued while every ready one
+        is full, sent elsewhere when the one chosen refuses the connection."""
+        seq = self.book.arrived(group)
+        deadline = arrived + self.config.queue_timeout
+        refusals = 0
+        queued = False
+        closing: set[str] = set()  # found closed by ``enter`` since the last wait
+        while True:
+            members = self.table.members(group)
+            if not members:
+                return self._error(503, f"{group} is no longer a role of this node",
+                                   "service_unavailable", group)
+            instances = self._instances(members, closing)
+            picked = balancing.choose(instances, self._turn)
+            if picked is not None:
+                self._turn += 1
+                route = next(r for r in members if r.role == picked.name)
+                if self.book.enter(route.role, None) != GO:
+                    closing.add(route.role)  # its gate closed this moment: choose again
+                    continue
+                answer = await self._send(request, route, payload, arrived, streams, client,
+                                          fail=self._failing(route))
+                if answer is not None:
+                    return answer
+                self._take_out(route, "refused the connection")  # nothing was sent
+                refusals += 1
+                if refusals > 2 * len(members):
+                    return self._error(502, f"every instance of {group} refused the "
+                                       "connection", "api_error", group)
+                continue
+            if balancing.full(instances):  # queue for the first place any instance frees
+                if not queued and not rules.admits(self.book.waiting(group),
+                                                   self.config.max_queue):
+                    return self._full(group)
+                queued = True
+                closing.clear()
+                spill = self._spill(members)
+                if spill is not None:
+                    self.book.want(spill.role, 1)
+                try:
+                    placed = await self.book.queue(group, deadline - time.monotonic())
+                finally:
+                    if spill is not None:
+                        self.book.want(spill.role, -1)
+                if not placed:
+                    return self._timeout(group, arrived)
+                continue
+            if all(r.state is RouteState.REFUSED for r in members) and not members[0].on_demand:
+                return self._error(503, "; ".join(r.message for r in members),
+                                   "service_unavailable", group)
+            closing.clear()
+            ready = await self._wait(attrs.evolve(members[0], role=group, state=RouteState.WAIT),
+                                     seq, arrived, deadline)
+            if isinstance(ready, web.Response):
+                return ready
+
+    def _instances(self, members: tuple[Route, ...],
+                   closing: set[str] = frozenset()) -> list[balancing.Instance]:
+        book = self.book
+        return [balancing.Instance(
+            name=r.role, ready=(r.state is RouteState.READY and book.is_open(r.role)
+                                and r.role not in closing),
+            in_flight=book.in_flight(r.role), slots=self._slots.get(r.role) or r.slots,
+            max_concurrency=r.max_concurrency) for r in members]
+
+    def _spill(self, members: tuple[Route, ...]) -> Route | None:
+        """§9.1 spillover: the lowest on-demand instance not running, whose start is asked
+        while every ready one is full."""
+        return next((r for r in members if r.on_demand and r.state is RouteState.WAIT
+                     and r.role not in self._out), None)
+
+    # ------------------------------------------------------------ failover (§9.1)
+
+    def _failing(self, route: Route) -> Callable[[str, bool], None]:
+        """What ``_send`` calls when ``route``'s server failed a request it was sent."""
+        def fail(why: str, lost: bool) -> None:
+            if lost and self.metrics is not None:
+                self.metrics.lost(route.role)
+            self._take_out(route, why)
+        return fail
+
+    def _take_out(self, route: Route, why: str) -> None:
+        """Out of rotation at once; back when it answers ``/health`` 200 again (looked at
+        every ``_RECOVER_POLL`` from ``_RECOVER_HOLD`` on: an instance that answers 5xx to
+        requests and 200 to ``/health`` comes back once a second, not at every look)."""
+        role = route.role
+        if role in self._out:
+            return
+        self._out[role] = time.monotonic()
+        self._slots.pop(role, None)  # a server that comes back may have other slots
+        self.table = self._overlay(self._raw)
+        logs.emit(f"{role}: out of rotation ({why}); back when it answers /health",
+                  level=logging.WARNING, event="router", role=role)
+        if self.metrics is not None:
+            self.metrics.out_of_rotation(role)
+        self._spawn(self._recover(role))
+
+    async def _recover(self, role: str) -> None:
+        assert self._session is not None
+        timeout = aiohttp.ClientTimeout(total=1.0)
+        try:
+            await asyncio.sleep(_RECOVER_HOLD)
+            while role in self._out:
+                await asyncio.sleep(_RECOVER_POLL)
+                route = self._raw.get(role)
+                if (route is None or route.state is RouteState.REFUSED
+                        or route.status == "stopped"):
+                    break  # gone, refused or stopped by the plan: a pass says when it is back
+                try:
+                    async with self._session.get(f"http://{route.authority}/health",
+                                                 timeout=timeout) as answer:
+                        status = answer.status
+                except (aiohttp.ClientError, asyncio.TimeoutError):
+                    continue
+                if status == 200:
+                    if route.state is RouteState.WAIT and route.status == "starting":
+                        self._answered.add(role)  # restarted, and answering before the pass
+                    break
+        finally:
+            self._out.pop(role, None)
+            self.table = self._overlay(self._raw)
+        back = self.table.get(role)
+        if back is not None and back.state is RouteState.READY:
+            logs.emit(f"{role}: back in rotation (answers /health)", event="router", role=role)
+            self.book.ready(back)
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _learn(self, table: Table) -> None:
+        """§9.1 each ready instance of a group, once: its ``total_slots`` (``GET /props``)."""
+        if self._session is None:
+            return
+        groups = collections.Counter(r.group for r in table.routes)
+        for route in table.routes:
+            if route.state is not RouteState.READY:
+                self._slots.pop(route.role, None)  # (re)started: asked again when ready
+            elif (groups[route.group] > 1 and route.slots is None
+                    and route.role not in self._slots):
+                self._slots[route.role] = None
+                self._spawn(self._props(route))
+
+    async def _props(self, route: Route) -> None:
+        assert self._session is not None
+        key = probe.api_key(route.key_file)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        try:
+            async with self._session.get(f"http://{route.authority}/props", headers=headers,
+                                         timeout=aiohttp.ClientTimeout(total=2.0)) as answer:
+                props = await answer.json(content_type=None) if answer.status == 200 else None
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            props = None
+        slots = balancing.slots_of(props)
+        if route.role in self._slots and slots is not None:
+            self._slots[route.role] = slots
+            self.book.ready(route)  # more room: queued requests look again
 
     async def _body(self, request: web.Request) -> bytes | web.Response:
         try:
@@ -351,7 +527,8 @@ class Proxy:
         return result
 
     async def _send(self, request: web.Request, route: Route, payload: bytes,
-                    arrived: float, streams: bool, client: str) -> web.StreamResponse | None:
+                    arrived: float, streams: bool, client: str,
+                    fail=None) -> web.StreamResponse | None:
         """Forward and stream the answer back; None when the server refused the connection.
         The caller took the place (``Book.enter``); it is given back here."""
         assert self._session is not None
@@ -363,7 +540,7 @@ class Proxy:
         try:
             if streams:
                 return await self._send_stream(request, route, payload, headers, arrived,
-                                               client)
+                                               client, fail)
             try:
                 answer = await self._session.post(f"http://{route.authority}{request.path}",
                                                   data=payload, headers=headers,
@@ -371,19 +548,21 @@ class Proxy:
             except aiohttp.ClientConnectorError:
                 return None
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                if fail is not None:
+                    fail(f"failed before answering: {_why(exc)}", True)
                 return self._error(502, f"{role} failed before answering: {_why(exc)}",
                                    "api_error", role)
             async with answer:
                 return await self._relay(
                     request, role, answer.status, answer.reason,
                     list(answer.headers.items()), answer.content_length,
-                    answer.content.readany, arrived, client)
+                    answer.content.readany, arrived, client, fail=fail)
         finally:
             self.book.finished(role)
 
     async def _send_stream(self, request: web.Request, route: Route, payload: bytes,
                            headers: list[tuple[str, str]], arrived: float,
-                           client: str) -> web.StreamResponse | None:
+                           client: str, fail=None) -> web.StreamResponse | None:
         """A streamed answer, on a connection of its own (``upstream.py`` says why):
         llama-server closes its end right after an SSE answer, so nothing is pooled."""
         role = route.role
@@ -397,25 +576,31 @@ class Proxy:
         except upstream.Refused:
             return None
         except upstream.Failed as exc:
+            if fail is not None:
+                fail(f"no connection: {exc}", False)
             return self._error(502, f"{role} failed before answering: {exc}", "api_error",
                                role)
         try:
             try:
                 status, fields = await stream.head()
             except upstream.Failed as exc:
+                if fail is not None:
+                    fail(f"failed before answering: {exc}", True)
                 return self._error(502, f"{role} failed before answering: {exc}",
                                    "api_error", role)
             return await self._relay(request, role, status, None, fields, stream.length,
-                                     stream.read, arrived, client, pipe=stream)
+                                     stream.read, arrived, client, pipe=stream, fail=fail)
         finally:
             stream.close()
 
     async def _relay(self, request: web.Request, role: str, status: int, reason: str | None,
                      fields: list[tuple[str, str]], length: int | None, read,
                      arrived: float, client: str,
-                     pipe: upstream.Stream | None = None) -> web.StreamResponse:
+                     pipe: upstream.Stream | None = None, fail=None) -> web.StreamResponse:
         """The answer to the client, chunk by chunk as ``read()`` gives them; a stream's
         chunked answer through ``pipe`` after its first piece (no task switch per event)."""
+        if status >= 500 and fail is not None:
+            fail(f"answered {status}", False)  # §9.1 relayed as it is; the next go elsewhere
         answer = _Answer(status=status, reason=reason, headers=rules.forward_headers(fields))
         if length is not None:
             answer.content_length = length
@@ -453,6 +638,8 @@ class Proxy:
                 self._count(role, status, client, head, tail)
             raise
         except (aiohttp.ClientError, asyncio.TimeoutError, upstream.Failed) as exc:
+            if fail is not None:
+                fail(f"failed while answering: {_why(exc)}", True)
             if not answer.prepared:
                 return self._error(502, f"{role} failed while answering: {_why(exc)}",
                                    "api_error", role)
@@ -480,7 +667,13 @@ class Proxy:
 
     def known_ready(self, table: Table) -> Table:
         """A pass's routes, with the servers this router saw answer since their spawn still
-        ready: the pass that spawned one says ``starting`` (it did not look again)."""
+        ready: the pass that spawned one says ``starting`` (it did not look again); and
+        §9.1 the instances out of rotation, waiting (the router knows of their failure first)."""
+        self._raw = table
+        self._learn(table)
+        return self._overlay(table)
+
+    def _overlay(self, table: Table) -> Table:
         routes = []
         for route in table.routes:
             if route.role in self._answered:
@@ -488,6 +681,8 @@ class Proxy:
                     route = attrs.evolve(route, state=RouteState.READY, status="running")
                 else:
                     self._answered.discard(route.role)  # the passes know better now
+            if route.role in self._out and route.state is RouteState.READY:
+                route = attrs.evolve(route, state=RouteState.WAIT)
             routes.append(route)
         return Table(routes=tuple(routes))
 

@@ -23,6 +23,14 @@ drain timeout), the count read under the lock at that moment. A close is
 lifted by the routes of the pass that closed it (or a later one), never by an
 older pass's routes that reach the loop late.
 
+**Groups** (§9.1: a role with replicas): each instance is counted under its
+own name (``chat``, ``chat/1``: its own in flight, demand and gate). A request
+for the group waits, and queues for a place, under the group's name (that of
+instance 0, so a group nobody runs asks for instance 0); it is released when
+*any* instance of the group is ready, or frees a place, and refused only when
+every instance is. ``want`` counts demand for one more instance (spillover)
+while a request of the group queues.
+
 Every new waiter calls ``wake`` (the daemon's wake-up pipe): demand is news
 for the planner; so does the end of a role's last request or of its queue
 while another role's requests wait (a holder that may now make room).
@@ -81,6 +89,7 @@ class Book:
         self._drained = threading.Condition(self._lock)
         self._roles: dict[str, _Counts] = {}
         self._seq = 0  # requests counted so far
+        self._groups: dict[str, str] = {}  # §9.1 instance → its group, groups of 2 or more
         self.since = clock()  # demand before this moment is unknown (§9: a fresh idle_after)
         self.loop: asyncio.AbstractEventLoop | None = None  # the router's, for the gate's kicks
 
@@ -192,7 +201,13 @@ class Book:
             counts.last_request = self._clock()
             self._drained.notify_all()
             others = counts.in_flight == 0 and self._others_wait(role)
-        self._release_places(role, 1)
+        group = self._groups.get(role)
+        if group is None:
+            self._release_places(role, 1)
+        else:  # §9.1 the group's queue re-chooses: any of it may take this place
+            self._release_places(role, None)
+            if group != role:
+                self._release_places(group, None)
         if others:
             self._wake()
 
@@ -214,12 +229,20 @@ class Book:
             for counts in self._roles.values():
                 if counts.closed is not None and counts.closed <= token:
                     counts.closed = None
+        members: dict[str, list[Route]] = {}
+        for r in table.routes:
+            members.setdefault(r.group, []).append(r)
+        self._groups = {r.role: r.group for group in members.values() if len(group) > 1
+                        for r in group}
         for name, counts in self._roles.items():
             self._release_places(name, None)
             if not counts.waiters:
                 continue
             route = table.get(name)
-            if route is None:
+            group = members.get(name, ())
+            if len(group) > 1:  # §9.1 the group's waiters: any ready instance serves them
+                self._publish_group(counts, group, seq)
+            elif route is None:
                 self._settle(counts, lambda w: True, Refusal(
                     status=503, message=f"{name} is no longer a role of this node"))
             elif route.state is RouteState.READY and counts.closed is None:
@@ -228,11 +251,42 @@ class Book:
                 weighed = (lambda w: w.seq <= seq) if route.on_demand else (lambda w: True)
                 self._settle(counts, weighed, Refusal(status=503, message=route.message))
 
+    def _publish_group(self, counts: _Counts, group: list[Route], seq: int) -> None:
+        """A group's waiters go when an open instance is ready; 503 when every one refuses."""
+        ready = next((r for r in group if r.state is RouteState.READY and self.is_open(r.role)),
+                     None)
+        if ready is not None:
+            self._settle(counts, lambda w: True, ready)
+        elif all(r.state is RouteState.REFUSED for r in group):
+            weighed = (lambda w: w.seq <= seq) if group[0].on_demand else (lambda w: True)
+            self._settle(counts, weighed, Refusal(status=503, message="; ".join(
+                r.message for r in group)))
+
+    def is_open(self, role: str) -> bool:
+        """Its gate is open: no stop is closing it (§9)."""
+        counts = self._roles.get(role)
+        return counts is None or counts.closed is None
+
     def ready(self, route: Route) -> None:
-        """``route``'s server answers now (the router saw it): its waiters go at once."""
-        counts = self._roles.get(route.role)
-        if counts is not None and counts.closed is None:
-            self._settle(counts, lambda w: True, route)
+        """``route``'s server answers now (the router saw it): its waiters go at once, and
+        those of its group (§9.1)."""
+        for name in dict.fromkeys((route.role, self._groups.get(route.role, route.role))):
+            counts = self._roles.get(name)
+            if counts is not None and self.is_open(route.role):
+                self._settle(counts, lambda w: True, route)
+                self._release_places(name, None)
+
+    def in_flight(self, role: str) -> int:
+        counts = self._roles.get(role)
+        return counts.in_flight if counts is not None else 0
+
+    def want(self, role: str, count: int) -> None:
+        """§9.1 spillover: ``count`` more (or fewer) requests want ``role`` started, though
+        none waits for it alone (they queue for the group's first free place)."""
+        with self._lock:
+            self._roles.setdefault(role, _Counts()).waiting += count
+        if count > 0:
+            self._wake()
 
     def fail_all(self, message: str) -> None:
         """The router is closing: every waiter gets 503."""

@@ -13,6 +13,8 @@ without a socket:
   with the plan's own words: gave up, unplaceable naming who holds the memory,
   stopped …);
 * ``Table.find(model, api)``: which role a request's ``model`` names;
+  ``Table.target``: the instances it may go to (§9.1: every instance of the
+  ``group`` a name reaches, or the one instance ``chat/1`` names);
 * ``upstream_body``: the request body as the server must see it (the model
   renamed to what the server serves, or dropped for mlx-lm, which would load
   whatever a request names; Ollama's ``keep_alive`` set to the role's);
@@ -94,9 +96,10 @@ class Route:
     #: The role's ``api_key_file``: the proxy sends its key upstream (never the client's).
     key_file: str | None = None
     max_concurrency: int | None = None  # forwarded at once; more wait (None: any)
-    #: §12 the role this route is an instance of (``chat`` for ``chat/1``), and its index.
+    #: §9.1/§12 the group a request naming the role reaches (``chat`` for ``chat/1``) …
     group: str = attrs.field(default=attrs.Factory(lambda self: self.role, takes_self=True))
-    replica: int = 0
+    replica: int = 0  # … and this instance's index in it
+    slots: int | None = None  # requests its server takes at once, when known before asking
 
     @property
     def authority(self) -> str:
@@ -115,11 +118,28 @@ class Table:
     def find(self, model: str, api: Api = Api.OPENAI) -> Route | None:
         """The role ``model`` names: a role name first, then the first role (by name) whose
         Model or served name it is. Ollama's own API reaches Ollama roles only."""
-        usable = [r for r in self.routes if api is not Api.OLLAMA or r.ollama]
-        exact = next((r for r in usable if r.role == model), None)
+        ollama = api is Api.OLLAMA
+        exact = next((r for r in self.routes if r.role == model and (r.ollama or not ollama)),
+                     None)
         if exact is not None:
             return exact
-        return next((r for r in usable if model in r.names), None)
+        return next((r for r in self.routes if model in r.names and (r.ollama or not ollama)),
+                    None)
+
+    def members(self, group: str) -> tuple[Route, ...]:
+        """§9.1 the instances of ``group``, in replica order."""
+        return tuple(sorted((r for r in self.routes if r.group == group),
+                            key=lambda r: r.replica))
+
+    def target(self, model: str, api: Api = Api.OPENAI) -> tuple[Route, ...]:
+        """§9.1 the routes a request naming ``model`` may go to: one instance named as such
+        (``chat/1``), else every instance of the group the name reaches (none: no route)."""
+        route = self.find(model, api)
+        if route is None:
+            return ()
+        if route.role == model and route.role != route.group:
+            return (route,)
+        return self.members(route.group) or (route,)
 
 
 def routes(plan: Plan, desired: Desired, outcomes: Iterable = ()) -> Table:
@@ -148,7 +168,7 @@ def routes(plan: Plan, desired: Desired, outcomes: Iterable = ()) -> Table:
             on_demand=spec.on_demand, ollama=runtime.loads_models, upstream_model=served,
             keep_alive=spec.keep_alive if runtime.loads_models else None,
             key_file=spec.serve.api_key_file, group=spec.group, replica=spec.replica,
-            max_concurrency=spec.max_concurrency))
+            max_concurrency=spec.max_concurrency, slots=runtime.slots))
     return Table(routes=tuple(out))
 
 

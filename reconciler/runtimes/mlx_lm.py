@@ -134,6 +134,7 @@ SPEC = RuntimeSpec(
     managed=True,
     shared_endpoint=False,
     loads_models=False,
+    slots=1,  # §9.1 mlx_lm.server answers one generation at a time
     default_port=None,
     formats=frozenset({ModelFormat.MLX, ModelFormat.SAFETENSORS}),
     serve_options=frozenset({"draft_model", "adapter"}),

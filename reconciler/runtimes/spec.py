@@ -139,6 +139,9 @@ class RuntimeSpec:
     #: Loads and unloads models on a server it does not launch (never pulls).
     loads_models: bool
     default_port: int | None  # None: spec.serve.port is required
+    #: §9.1 requests its server serves at once, when the runtime fixes it (mlx-lm: 1);
+    #: None: asked of the server (llama-server's ``/props`` ``total_slots``).
+    slots: int | None = None
     formats: frozenset[ModelFormat]  # the Model formats a role of it may name
     serve_options: frozenset[str] = frozenset()  # optional spec.serve fields it takes
     #: Every flag of the real server, classified (``flags.py``); empty when never launched.

@@ -30,7 +30,7 @@ MUTANTS = (
     mutant("router/rules.py", "responses-not-routed", '    "/v1/responses": Api.OPENAI,\n',
            "", "§9: POST /v1/responses is 404", "tests/router/test_apis.py"),
     mutant("router/rules.py", "anthropic-finds-ollama-only",
-           "if api is not Api.OLLAMA or r.ollama]", "if api is Api.OPENAI or r.ollama]",
+           "ollama = api is Api.OLLAMA", "ollama = api is not Api.OPENAI",
            "§9: /v1/messages finds no llama.cpp role (404 for every model)",
            "tests/router/test_apis.py", "tests/router/test_rules.py"),
     mutant("router/rules.py", "anthropic-streams-by-default",

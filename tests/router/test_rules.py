@@ -289,3 +289,29 @@ def test_a_roles_api_key_file_and_max_concurrency_reach_its_route() -> None:
     chat, plain = table.get("chat"), table.get("plain")
     assert (chat.key_file, chat.max_concurrency) == ("/k/chat", 2)
     assert (plain.key_file, plain.max_concurrency) == (None, None)
+
+
+def test_an_mlx_role_has_one_slot_and_a_llamacpp_role_is_asked() -> None:
+    """§9.1 routes(): mlx_lm.server answers one generation at a time (its route says 1 slot);
+    llama-server's slots are unknown until its ``/props`` is read (None)."""
+    running = dict(verb=Verb.KEEP, reason=Reason.IN_SYNC, status=Status.RUNNING)
+    table = _table((_role("mlx", 8080, runtime=Runtime.MLX_LM), flat(role="mlx", **running)),
+                   (_role("gguf", 8081), flat(role="gguf", **running)))
+    assert (table.get("mlx").slots, table.get("gguf").slots) == (1, None)
+
+
+def test_a_group_name_targets_every_instance_and_an_instance_name_only_itself() -> None:
+    """§9.1 ``Table.target``: the group's name or an alias → every instance, in replica
+    order; ``chat/1`` → that instance alone; a role without replicas → itself."""
+    def route(role: str, group: str, replica: int) -> Route:
+        return Route(role=role, names=(role, group, "qwen"), host="127.0.0.1",
+                     port=8000 + replica, state=RouteState.READY, group=group,
+                     replica=replica)
+    table = Table(routes=(route("chat/2", "chat", 2), route("chat", "chat", 0),
+                          route("chat/1", "chat", 1), route("solo", "solo", 0)))
+    assert [r.role for r in table.target("chat")] == ["chat", "chat/1", "chat/2"]
+    assert [r.role for r in table.target("qwen")] == ["chat", "chat/1", "chat/2"]
+    assert [r.role for r in table.target("chat/1")] == ["chat/1"]
+    assert [r.role for r in table.target("solo")] == ["solo"]
+    assert table.target("nobody") == ()
+    assert Route(role="x", names=("x",), host="h", port=1, state=RouteState.READY).group == "x"
