@@ -59,7 +59,7 @@ def survey(remembered: Remembered, desired: Desired, root: str) -> Survey:
             continue
         pid, ctime, _, cmdline, environ = max(hits, key=lambda h: h[1])
         taken.add(pid)
-        launch = identity.launch(role, models, desired.node, os.environ, root)
+        launch = identity.launch(role, models, desired.node, os.environ, root, desired.programs)
         same = (launch is not None and environ == dict(launch.env)
                 and _runs(cmdline, launch.argv))
         base = record or records.new_record(role, Decision(

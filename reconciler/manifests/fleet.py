@@ -33,7 +33,8 @@ from typing import Iterable, Mapping, Sequence
 
 import attrs
 
-from reconciler.core.desired import Desired, ModelSpec, NodeConfig, RoleSpec, sorted_by_name
+from reconciler.core.desired import (Desired, ModelSpec, NodeConfig, ProgramSpec, RoleSpec,
+                                     sorted_by_name)
 from reconciler.core.labels import Selector
 from reconciler.runtimes import spec_of
 
@@ -78,6 +79,7 @@ class Fleet:
     roles: tuple[FleetRole, ...] = ()  # sorted by name
     models: tuple[ModelSpec, ...] = ()  # sorted by name
     nodes: tuple[NodeConfig, ...] = ()  # the declared NodeConfigs, sorted by name
+    programs: tuple[ProgramSpec, ...] = ()  # sorted by name (§12)
 
     def node(self, name: str) -> NodeConfig | None:
         return next((n for n in self.nodes if n.name == name), None)
@@ -164,7 +166,23 @@ def desired_for(fleet: Fleet, node: NodeConfig, *,
         node=node,
         placed_elsewhere=tuple((r.spec.name, placed.get(r.spec.name, ()))
                                for r in fleet.roles if r.spec.name not in mine),
+        programs=programs_on(fleet.programs, node),
     )
+
+
+def programs_on(programs: tuple[ProgramSpec, ...], node: NodeConfig) -> tuple[ProgramSpec, ...]:
+    """§12 the Programs with this node's roots: a Program with a ``source`` lives in the
+    node's fetch cache (one tree per file list), and has no root on a node that never
+    fetches (a role on it is refused, saying so)."""
+    if node.fetch is None or not any(p.source is not None for p in programs):
+        return programs
+    return tuple(attrs.evolve(p, root=program_tree(node.fetch.cache, p))
+                 if p.source is not None else p for p in programs)
+
+
+def program_tree(cache: str, program: ProgramSpec) -> str:
+    """Where a fetched Program's files are unpacked (§12): one tree per name and file list."""
+    return f"{cache.rstrip('/')}/programs/{program.name}/{program.digest[:16]}"
 
 
 def models_on(models: tuple[ModelSpec, ...], node: NodeConfig) -> tuple[ModelSpec, ...]:

@@ -34,7 +34,7 @@ from reconciler.manifests.crosscheck import Declared, assemble
 from reconciler.manifests.documents import RoleDraft
 from reconciler.manifests.roleextras import RepoFiles
 from reconciler.core.errors import Problem, sorted_problems
-from reconciler.core.desired import Desired, ModelSpec, NodeConfig, Runtime
+from reconciler.core.desired import Desired, ModelSpec, NodeConfig, ProgramSpec, Runtime
 from reconciler.manifests.fleet import Fleet, NodeChoice
 from reconciler.manifests.schemata import KINDS
 from reconciler.manifests.yamlsafe import Document
@@ -216,6 +216,7 @@ def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str
            ) -> tuple[Fleet, list[Problem], list[Problem]]:
     problems: list[Problem] = []
     models: dict[str, ModelSpec] = {}
+    programs: dict[str, ProgramSpec] = {}
     drafts: list[RoleDraft] = []
     nodes: list[tuple[NodeConfig, Document]] = []
     for kind, doc in valid:
@@ -223,6 +224,10 @@ def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str
             model, found = documents.model_spec(doc)
             if model is not None:
                 models[model.name] = model
+        elif kind == "Program":
+            program, found = documents.program_spec(doc)
+            if program is not None:
+                programs[program.name] = program
         elif kind == "InferenceSpec":
             draft, found = documents.role_draft(doc, repo_files)
             if draft is not None:
@@ -233,6 +238,8 @@ def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str
                 nodes.append((config, doc))
         problems += found
     declared = Declared(models=frozenset(n for k, n, _ in named if k == "Model"),
-                        roles=frozenset(n for k, n, _ in named if k == "InferenceSpec"))
-    whole, found, warnings = assemble(drafts, models, nodes, declared, implicit=implicit)
+                        roles=frozenset(n for k, n, _ in named if k == "InferenceSpec"),
+                        programs=frozenset(n for k, n, _ in named if k == "Program"))
+    whole, found, warnings = assemble(drafts, models, nodes, declared, implicit=implicit,
+                                      programs=programs)
     return whole, problems + found, warnings

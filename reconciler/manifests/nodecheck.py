@@ -63,7 +63,7 @@ def check(drafts: Sequence[RoleDraft], nodes: Sequence[Node],
             if not config.port_allowed(draft.spec.serve.port):
                 ports[(id(draft), str(config.allowed_ports))].append(config.name)
             spec = draft.spec
-            if spec.managed and spec_of(spec.runtime).launched and \
+            if spec.managed and spec_of(spec.runtime).launched and spec.program is None and \
                     config.serve_program(spec.runtime) is None:
                 programs[(id(draft), str(spec.runtime))].append(config.name)
         for later, first in facts.collisions:

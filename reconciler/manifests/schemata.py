@@ -1,4 +1,4 @@
-"""The JSON Schemas of the three manifest kinds, loaded from package data (PURE).
+"""The JSON Schemas of the four manifest kinds, loaded from package data (PURE).
 
 ``schemas/*.schema.json`` (top level, for editors: ``# yaml-language-server:
 $schema=…``) is reachable inside the package as ``reconciler/manifests/schemas`` (a
@@ -18,6 +18,7 @@ SCHEMA_FILES: dict[str, str] = {
     "Model": "model",
     "InferenceSpec": "inferencespec",
     "NodeConfig": "nodeconfig",
+    "Program": "program",
 }
 
 KINDS: tuple[str, ...] = tuple(SCHEMA_FILES)

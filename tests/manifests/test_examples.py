@@ -20,10 +20,13 @@ def _load():
 
 
 def test_examples_are_valid_and_counted() -> None:
-    """The examples load without problems or warnings and count every kind."""
+    """The examples load without problems and count every kind; the one warning is §12's: the
+    mlx-lm program is still a path (the llama.cpp one is a pinned Program), so it is not pinned."""
     result = _load()
-    assert result.warnings == ()
-    assert result.summary == "11 documents: 5 Model, 5 InferenceSpec, 1 NodeConfig"
+    assert [(w.path, w.message.split(":")[0]) for w in result.warnings] == [
+        ("$.spec.serve_programs.mlx-lm", "/usr/local/bin/mlx_lm.server is not pinned")]
+    assert result.summary == ("13 documents: 5 Model, 5 InferenceSpec, 1 NodeConfig, "
+                              "2 Program")
 
 
 def test_examples_cover_each_role_kind() -> None:
@@ -62,7 +65,9 @@ def test_defaults_are_merged_into_roles() -> None:
     assert planner.serve.host == "127.0.0.1"  # from localhost
     assert desired.role("voice").memory.weights == 2 * 2**30
     assert desired.node.allowed_ports is not None and 11434 in desired.node.allowed_ports
-    assert desired.node.serve_program(Runtime.LLAMACPP) == "/usr/local/bin/llama-server"
+    assert desired.node.serve_program(Runtime.LLAMACPP) == "llama-b11434"  # §12 a Program
+    program = desired.program_for(desired.role("coder"))
+    assert program is not None and program.executable == "/usr/local/bin/llama-server"
     assert [r.name for r in desired.roles] == sorted(r.name for r in desired.roles)
 
 
@@ -108,7 +113,8 @@ def test_warnings_for_ignored_and_unstartable() -> None:
 def test_on_demand_example_is_valid_and_cannot_hold_both_roles() -> None:
     """manifests/examples/on-demand/: a router and two on-demand roles the budget cannot hold together."""
     result = sources.load_desired([str(EXAMPLES / "on-demand")])
-    assert result.problems == () and result.warnings == ()
+    assert result.problems == ()
+    assert [w.path for w in result.warnings] == ["$.spec.serve_programs.llamacpp"]  # §12 a path
     desired = result.desired
     router = desired.node.router
     assert router is not None and (router.host, router.port) == ("127.0.0.1", 9000)

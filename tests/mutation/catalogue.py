@@ -873,7 +873,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(LA, "key-ignores-passed-values",
        "passed = tuple((name, environ.get(name)) for name in node.env_passthrough)",
        "passed = ()", "§6: a server starts with the HOME of the shell that ran the pass before"),
-    _m(LA, "key-ignores-data-root", "node.devices, data_root)", "node.devices)",
+    _m(LA, "key-ignores-data-root", "node.devices, data_root, programs)",
+       "node.devices, programs)",
        "§6: a server's working directory stays under the previous data root"),
     # ------------------------------------------------------------ the schemas' fast path (issue 20)
     _m("schemafast", "required-ignored", "                if k not in v:\n                    return False",
