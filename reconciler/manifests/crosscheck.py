@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 
 import attrs
 
-from reconciler.manifests import nodecheck, programrefs
+from reconciler.manifests import nodecheck
 from reconciler.manifests.documents import RoleDraft
 from reconciler.core.errors import Problem
 from reconciler.core.desired import (ModelFormat, ModelSpec, NodeConfig, ProgramSpec,
@@ -50,16 +50,10 @@ def assemble(
     programs = programs or {}
     for draft in drafts:
         problems += _references(draft, models, declared)
-        found, warned = programrefs.role(draft, programs, declared.programs)
-        problems += found
-        warnings += warned
         warnings += _role_warnings(draft, declared)
     problems += _shared_model_excludes(drafts, models)
     for _, doc in nodes:
         problems += _model_roots(doc, models, declared)
-        found, warned = programrefs.node(doc, programs, declared.programs)
-        problems += found
-        warnings += warned
     checked: list[nodecheck.Node] = list(nodes) or [(implicit_node(implicit), None)]
     found, warned = nodecheck.check(drafts, checked, models)
     fleet = Fleet(roles=tuple(sorted((d.role() for d in drafts), key=lambda r: r.spec.name)),

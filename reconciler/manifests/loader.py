@@ -28,7 +28,8 @@ from typing import Any, Mapping, Sequence
 
 import attrs
 
-from reconciler.manifests import documents, extra_args, fleet as fleets, nodedoc, yamlsafe
+from reconciler.manifests import documents, extra_args, fleet as fleets, nodedoc, programrefs
+from reconciler.manifests import yamlsafe
 from reconciler.runtimes import spec_of
 from reconciler.manifests.crosscheck import Declared, assemble
 from reconciler.manifests.documents import RoleDraft
@@ -49,6 +50,9 @@ class LoadResult:
     fleet: Fleet | None = None  # the whole set, every node (None: problems)
     warnings: tuple[Problem, ...] = ()  # only reported when there are no problems
     counts: Mapping[str, int] = attrs.field(factory=dict, hash=False)  # kind → documents
+    #: §12 serve programs given as paths: `validate` warns that they are not pinned (kept
+    #: apart from ``warnings``: a path is still a valid, if unpinned, way to run a server).
+    unpinned: tuple[Problem, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -134,8 +138,8 @@ def _load(files: Sequence[tuple[str, bytes]], *, schema_checked: bool,
     dropped, found = _duplicates(named)
     problems += found
     implicit = node.name if node is not None else ""
-    whole, found, warnings = _build([(k, d) for k, d in valid if id(d) not in dropped], named,
-                                    implicit, repo_files)
+    whole, found, warnings, unpinned = _build(
+        [(k, d) for k, d in valid if id(d) not in dropped], named, implicit, repo_files)
     problems += found
     if problems:
         return LoadResult(desired=None, problems=sorted_problems(problems), counts=dict(counts))
@@ -146,7 +150,7 @@ def _load(files: Sequence[tuple[str, bytes]], *, schema_checked: bool,
             fleets.implicit_node() if not whole.nodes else None)
     desired = fleets.desired_for(whole, mine) if mine is not None else None
     return LoadResult(desired=desired, fleet=whole, warnings=sorted_problems(warnings),
-                      counts=dict(counts))
+                      counts=dict(counts), unpinned=sorted_problems(unpinned))
 
 
 #: Paths a schema also describes but code checks with better messages.
@@ -213,7 +217,7 @@ def _duplicates(named: Sequence[tuple[str, str, Document]]) -> tuple[set[int], l
 
 def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str, Document]],
            implicit: str, repo_files: RepoFiles | None
-           ) -> tuple[Fleet, list[Problem], list[Problem]]:
+           ) -> tuple[Fleet, list[Problem], list[Problem], list[Problem]]:
     problems: list[Problem] = []
     models: dict[str, ModelSpec] = {}
     programs: dict[str, ProgramSpec] = {}
@@ -242,4 +246,5 @@ def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str
                         programs=frozenset(n for k, n, _ in named if k == "Program"))
     whole, found, warnings = assemble(drafts, models, nodes, declared, implicit=implicit,
                                       programs=programs)
-    return whole, problems + found, warnings
+    refs = programrefs.check(drafts, [d for _, d in nodes], programs, declared.programs)
+    return whole, problems + found + refs.problems, warnings + refs.warnings, refs.unpinned

@@ -94,10 +94,11 @@ def test_a_new_program_at_the_same_path_is_a_new_launch() -> None:
 
 
 def test_a_path_is_accepted_and_warned_as_not_pinned() -> None:
-    """§12: an absolute path stays accepted; validate warns at its line that it is not pinned."""
+    """§12: an absolute path stays accepted; validate warns at its line that it is not pinned
+    (``unpinned``, apart from the set's other warnings: the path is still a valid setting)."""
     result = load(world(serve="/usr/local/bin/llama-server"))
-    assert result.problems == ()
-    (w,) = result.warnings
+    assert result.problems == () and result.warnings == ()
+    (w,) = result.unpinned
     assert (w.line, w.path) == (18, "$.spec.serve_programs.llamacpp")
     assert w.message.startswith("/usr/local/bin/llama-server is not pinned")
     assert "reconcile programs add /usr/local/bin/llama-server" in w.message
@@ -164,3 +165,14 @@ def test_a_fetched_program_lives_in_the_cache_tree_on_a_node_that_fetches() -> N
     launch = identity.launch(d.role("chat"), {m.name: m for m in d.models}, d.node, {}, "/d",
                              d.programs)
     assert launch.argv[0] == "<Program llama-b11434 is not on this node>"
+
+
+def test_validate_warns_that_a_path_is_not_pinned(tmp_path, capsys) -> None:
+    """§12: `reconcile validate` exits 0 on a path and warns on stderr, FILE:LINE: $.path."""
+    from reconciler.cli import main
+
+    (tmp_path / "m.yaml").write_text(world(serve="/usr/local/bin/llama-server"))
+    assert main(["validate", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert f"{tmp_path}/m.yaml:18: $.spec.serve_programs.llamacpp: warning: " \
+           "/usr/local/bin/llama-server is not pinned" in err
