@@ -106,6 +106,7 @@ class Reason(enum.StrEnum):
     PORT_TAKEN = "port_taken"
     PORT_NOT_ALLOWED = "port_not_allowed"
     MODEL_UNVERIFIED = "model_unverified"
+    PROGRAM_UNVERIFIED = "program_unverified"  # §12 a Program file differs from its digest
     NOT_PULLED = "not_pulled"  # Ollama tag not in /api/tags: we never pull
     UNPLACEABLE = "unplaceable"
     EXCLUDED = "excluded"

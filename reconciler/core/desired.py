@@ -188,6 +188,12 @@ class ProgramSpec:
         return next((f.sha256 for f in self.files if f.path == self.entrypoint), "")
 
 
+def program_key(name: str) -> str:
+    """§12 a Program among the Models' checks, stamps and sticky mismatches: ``program/<name>``
+    (no Model name has a ``/``)."""
+    return f"program/{name}"
+
+
 def is_program_path(value: str) -> bool:
     """``serve_programs`` / ``spec.program``: an absolute path (unpinned) or a Program name."""
     return value.startswith("/")

@@ -122,7 +122,8 @@ def apply_pass(inputs: PassInputs) -> PassResult:
     found = readopt.survey(remembered, desired, root)
     readopt.record(inputs.store, found.readopted, at=inputs.clock())
     remembered = readopt.merged(remembered, found.readopted)
-    observed, the_plan = _observe_and_plan(inputs, desired, remembered, root, found.orphans)
+    observed, the_plan = _observe_and_plan(inputs, desired, remembered, root, found.orphans,
+                                           record=True)
     if the_plan.fetches:  # §1.6 detached: the pass never waits for a download
         from reconciler.core import events
         from reconciler.world import fetches
@@ -159,12 +160,18 @@ def _load(inputs: PassInputs):
 
 
 def _observe_and_plan(inputs: PassInputs, desired: Desired, remembered: Remembered,
-                      root: str, orphans: tuple[Orphan, ...] = ()) -> tuple[Observed, Plan]:
+                      root: str, orphans: tuple[Orphan, ...] = (), *, record: bool = False
+                      ) -> tuple[Observed, Plan]:
     from reconciler.world import observe
     from reconciler.planner import plan
 
+    sticky = inputs.store.sticky_mismatches()
+    if desired.programs:  # §12 every Program a role runs, looked at (stamps) before planning
+        from reconciler.models import programstore
+
+        sticky = programstore.refreshed(desired, inputs.store, sticky, record=record)
     observed = observe.observe(desired, remembered, probe_timeout=desired.node.probe_timeout,
-                               sticky=inputs.store.sticky_mismatches(), root=root)
+                               sticky=sticky, root=root)
     if orphans:
         observed = attrs.evolve(observed, orphans=orphans)
     if desired.node.fetch is not None:  # §1.6 only a node that fetches looks at its cache
