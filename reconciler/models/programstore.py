@@ -51,6 +51,8 @@ def refreshed(desired: Desired, stamps: StampStore, sticky: dict[str, str], *,
     before any start is tried, and no longer once it is put back (§12)."""
     out = dict(sticky)
     for program in {p for r in desired.roles if r.managed and (p := desired.program_for(r))}:
+        if program.source is not None and not os.path.isdir(program.root or ""):
+            continue  # not fetched yet: the fetch rung waits for it (or refuses, no fetch)
         got = check(program, stamps, record=record)
         if not got.ok:
             out[program_key(program.name)] = got.detail

@@ -144,3 +144,78 @@ def test_unpacking_refuses_what_leaves_the_tree(tmp_path, members, why):
     with pytest.raises(unpack.Unsafe, match=why):
         unpack.extract(str(archive), str(dest), kind="tar.gz", limit=10)
     assert not (tmp_path / "evil").exists()
+
+
+def test_a_pass_fetches_a_program_then_starts_the_role_from_the_cache(tmp_path, served):
+    """§12: a role whose Program has a source waits `fetching` while a planned fetch
+    (`> fetch program llama-b1 …`) runs detached; then it starts from the cache's tree."""
+    import textwrap
+    import time
+
+    from reconciler.core.decisions import Reason, Verb
+    from reconciler.engine import loop
+    from reconciler.planner import render
+    from reconciler.state.store import Store
+    from tests.loop.test_pass import NOW, free_port
+
+    archive = release_tar()
+    served.files["llama-b1.tar.gz"] = archive
+    model = tmp_path / "models" / "tiny.gguf"
+    model.parent.mkdir()
+    model.write_bytes(b"GGUF")
+    port = free_port()
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "all.yaml").write_text(textwrap.dedent(f"""\
+        apiVersion: reconciler/v1
+        kind: NodeConfig
+        metadata: {{name: node}}
+        spec:
+          allowed_ports: {{from: {port}, to: {port}}}
+          serve_programs: {{llamacpp: llama-b1}}
+          run_as: {{uid: 65534, gid: 65534}}
+          fetch: {{cache: {tmp_path / "cache"}, min_free: 0}}
+        ---
+        apiVersion: reconciler/v1
+        kind: Program
+        metadata: {{name: llama-b1}}
+        spec:
+          runtime: llamacpp
+          version: b1
+          entrypoint: llama-server
+          source: {{url: "{served.url("llama-b1.tar.gz")}", sha256: {sha(archive)},
+                    size: {len(archive)}, strip: 1}}
+          files:
+            - {{path: libllama.so, size: {len(LIB)}, sha256: {sha(LIB)}}}
+            - {{path: llama-server, size: {len(SERVER)}, sha256: {sha(SERVER)}}}
+        ---
+        apiVersion: reconciler/v1
+        kind: Model
+        metadata: {{name: tiny}}
+        spec: {{format: gguf, root: {model.parent}, shards: [{{path: tiny.gguf, size: 4,
+                sha256: {sha(b"GGUF")}}}]}}
+        ---
+        apiVersion: reconciler/v1
+        kind: InferenceSpec
+        metadata: {{name: chat}}
+        spec: {{runtime: llamacpp, mode: managed, model: tiny, serve: {{port: {port}}}}}
+        """))
+    inputs = lambda store: loop.PassInputs(paths=[str(tmp_path / "m")], store=store,  # noqa: E731
+                                           state_dir=str(tmp_path / "state"),
+                                           clock=lambda: NOW)
+    with Store(tmp_path / "state") as store:
+        first = loop.apply_pass(inputs(store))
+        (d,) = first.plan.decisions
+        assert (d.verb, d.reason) == (Verb.WAIT, Reason.FETCHING)
+        (f,) = first.plan.fetches
+        assert render.fetch_line(f).startswith("> fetch program llama-b1 ")
+        tree = first.desired.programs[0].root
+        from reconciler.system import programs
+        for _ in range(100):  # the detached fetch: done, and gone
+            programs.reap()
+            planned = loop.plan_pass(inputs(store))
+            (d,) = planned.plan.decisions
+            if d.verb is not Verb.WAIT:
+                break
+            time.sleep(0.1)
+        assert d.verb is Verb.START
+        assert d.act.launch.argv[0] == f"{tree}/llama-server"
