@@ -8,6 +8,7 @@ from __future__ import annotations
 from tests.mutation.mutant import mutant
 
 PS, ID, RG = "models/programstore.py", "planner/identity.py", "planner/rungs.py"
+VS, LD = "planner/versions.py", "planner/stages/ladder.py"
 PROG = "tests/programs"
 
 MUTANTS = (
@@ -31,6 +32,18 @@ MUTANTS = (
            "        if False:",
            "§12: the planner starts a role whose Program changed (the executor alone refuses, "
            "pass after pass, each a failed start)", PROG),
+    # ---------------------------------------------------------------- the version match
+    mutant(VS, "another-build-passes",
+           "        if mine is not None and int(mine[1]) == int(theirs[1]):",
+           "        if mine is not None:",
+           "§12: a server running b11500 for a Program pinned at b11434 reads as in sync", PROG),
+    mutant(VS, "build-zero-degrades", "        if theirs is None or int(theirs[1]) <= 1:",
+           "        if theirs is None:",
+           "§12: the testbed's build 0 (no number) degrades every role instead of being "
+           "said once as not confirmed", PROG),
+    mutant(LD, "mismatch-not-degraded", "        if said is not None and said[0]:",
+           "        if False:",
+           "§12: another build than the Program's runs and the role reads running", PROG),
     # ---------------------------------------------------------------- a new generation
     mutant(ID, "program-not-in-launch",
            "        return env if program is None else (*env, (PROGRAM_ENV, program.label))",
