@@ -1,7 +1,7 @@
 """§12 a running server's own report of its build against its Program's ``version`` (PURE).
 
 llama.cpp reports ``/props`` ``build_info`` as ``b<number>-<commit>``; a Program's version
-is ``b<number>``. The numbers are compared. A build from a source tarball says ``b0``
+is ``b<number>``. A version of that shape is compared by its number, whatever the runtime. A build from a source tarball says ``b0``
 (``build 0``) and a prebuilt wheel's ``b1`` with a commit (``version: 1 (571d0d5)``): no
 number, so the version cannot be confirmed — said, never degraded. Other runtimes' versions
 (mlx-lm's ``0.26.3``) are compared as text.
@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 
-from reconciler.core.desired import ProgramSpec, Runtime
+from reconciler.core.desired import ProgramSpec
 
 _BUILD = re.compile(r"^b?(\d+)(?:$|[-. (])")
+_NUMBERED = re.compile(r"^b(\d+)$")
 
 
 def check(program: ProgramSpec | None, reported: str | None) -> tuple[bool, str] | None:
@@ -22,12 +23,13 @@ def check(program: ProgramSpec | None, reported: str | None) -> tuple[bool, str]
     if program is None or reported is None:
         return None
     want = program.version
-    if program.runtime is Runtime.LLAMACPP:
-        mine, theirs = _BUILD.match(want), _BUILD.match(reported)
+    mine = _NUMBERED.match(want)
+    if mine is not None:  # a build number (llama.cpp's b11434): compared as a number
+        theirs = _BUILD.match(reported)
         if theirs is None or int(theirs[1]) <= 1:
             return False, (f"program {program.name} version {want} not confirmed: the server "
                            f"reports build {reported!r}, no build number")
-        if mine is not None and int(mine[1]) == int(theirs[1]):
+        if int(mine[1]) == int(theirs[1]):
             return None
     elif reported.strip() == want:
         return None

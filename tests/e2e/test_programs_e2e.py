@@ -67,3 +67,6 @@ def test_a_role_runs_its_program_and_a_changed_byte_refuses_the_next_start(world
     assert world.pid("chat") is None or not alive(world.pid("chat"))
     status = world.reconcile("status")
     assert "llama-server has changed" in status.stdout, status.stdout
+    caps = world.reconcile("capabilities")
+    assert "llama-b11434 b11434" in caps.stdout and "llama-server has changed" in caps.stdout, \
+        caps.stdout

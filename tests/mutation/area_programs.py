@@ -34,8 +34,8 @@ MUTANTS = (
            "pass after pass, each a failed start)", PROG),
     # ---------------------------------------------------------------- the version match
     mutant(VS, "another-build-passes",
-           "        if mine is not None and int(mine[1]) == int(theirs[1]):",
-           "        if mine is not None:",
+           "        if int(mine[1]) == int(theirs[1]):",
+           "        if True:",
            "§12: a server running b11500 for a Program pinned at b11434 reads as in sync", PROG),
     mutant(VS, "build-zero-degrades", "        if theirs is None or int(theirs[1]) <= 1:",
            "        if theirs is None:",
