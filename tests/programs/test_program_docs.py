@@ -176,3 +176,25 @@ def test_validate_warns_that_a_path_is_not_pinned(tmp_path, capsys) -> None:
     err = capsys.readouterr().err
     assert f"{tmp_path}/m.yaml:18: $.spec.serve_programs.llamacpp: warning: " \
            "/usr/local/bin/llama-server is not pinned" in err
+
+
+def test_metrics_name_the_program_each_role_runs(tmp_path):
+    """§12 reconciler_program_info{node,role,program,version,sha256} = 1 for each managed role
+    that runs a Program; a role on a path has none."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from reconciler.engine.loop import PassResult
+    from reconciler.report import metrics
+    from reconciler.state.store import Store
+
+    d = load(world()).desired
+    with Store(tmp_path / "state") as store:
+        text = metrics.render_result(PassResult(desired=d), store)
+        family = next(f for f in text_string_to_metric_families(text)
+                      if f.name == "reconciler_program_info")
+        assert [(s.labels, s.value) for s in family.samples] == [
+            ({"node": "n", "role": "chat", "program": "llama-b11434", "version": "b11434",
+              "sha256": d.programs[0].digest}, 1.0)]
+        text = metrics.render_result(PassResult(desired=load(world(serve="/x")).desired),
+                                     store)
+        assert "reconciler_program_info{" not in text
