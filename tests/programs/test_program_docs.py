@@ -198,3 +198,23 @@ def test_metrics_name_the_program_each_role_runs(tmp_path):
         text = metrics.render_result(PassResult(desired=load(world(serve="/x")).desired),
                                      store)
         assert "reconciler_program_info{" not in text
+
+
+def test_fleet_diff_shows_a_new_program_as_the_restart_it_causes():
+    """§12/§10: `fleet --diff` names a Program change at the same path by its versions, on
+    each node whose roles run it."""
+    from reconciler.fleet import fleetdiff, fleetview
+    from tests.fleet.test_offline import fleet_of
+    from tests.fleet.worlds import model, node, role
+
+    def prog(version: str, sha: str) -> dict:
+        return {"apiVersion": "reconciler/v1", "kind": "Program", "metadata": {"name": "llama"},
+                "spec": {"runtime": "llamacpp", "version": version, "root": "/opt/llama",
+                         "entrypoint": "llama-server",
+                         "files": [{"path": "llama-server", "size": 1, "sha256": sha}]}}
+
+    pinned = node("gpu-1", extra={"serve_programs": {"llamacpp": "llama"}})
+    old = fleetview.view(fleet_of(pinned, model(), role("coder", 8001), prog("b11434", A)))
+    new = fleetview.view(fleet_of(pinned, model(), role("coder", 8001), prog("b11500", B)))
+    assert [str(c) for c in fleetdiff.diff(old, new)] == [
+        "~ gpu-1 coder (program b11434 → b11500)"]
