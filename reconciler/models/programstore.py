@@ -113,8 +113,8 @@ def check(program: ProgramSpec, stamps: StampStore, *, record: bool = True) -> P
             refusal = (f"{what} has changed: its sha256 is {digest}, the Program says "
                        f"{f.sha256}; not started")
             break
-    kept = {**{p: s for p, s in old.items() if p not in new}, **new}
-    kept = {p: s for p, s in kept.items() if p in {f.path for f in program.files}}
+    declared = {f.path for f in program.files}
+    kept = {p: s for p, s in old.items() if p in declared} | new
     if kept != old and record:
         stamps.put_stamps(key, kept)
     return ProgramCheck(ok=not refusal, detail=refusal, hashed=hashed)
