@@ -40,6 +40,9 @@ def test_a_role_runs_its_program_and_a_changed_byte_refuses_the_next_start(world
     converge(world)
     assert ready(port, 30)
     pid = world.pid("chat")
+    import json
+    (row,) = json.loads(world.reconcile("status", "--json").stdout)["roles"]
+    assert (row["program"]["name"], row["program"]["version"]) == ("llama-b11434", "b11434")
     assert os.readlink(f"/proc/{pid}/exe") == str(copy)
     with open(f"/proc/{pid}/environ", "rb") as f:
         environ = f.read().split(b"\0")
