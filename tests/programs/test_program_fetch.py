@@ -219,3 +219,19 @@ def test_a_pass_fetches_a_program_then_starts_the_role_from_the_cache(tmp_path, 
             time.sleep(0.1)
         assert d.verb is Verb.START
         assert d.act.launch.argv[0] == f"{tree}/llama-server"
+
+
+def test_a_killed_program_fetch_resumes_where_it_stopped(tmp_path, served):
+    """§12/§1.6: the partial archive a killed fetch left is continued with a Range request
+    (the same fetcher as a Model's), not fetched again from byte 0."""
+    archive = release_tar()
+    j = job(tmp_path, served, archive)
+    part = tmp_path / "cache" / "partial" / f"{j.sha256}.part"
+    part.parent.mkdir(parents=True)
+    half = len(archive) // 2
+    part.write_bytes(archive[:half])
+    out = fetchprogram.run(j)
+    assert out.ok, out.detail
+    (method, path, headers), = [r for r in served.requests if r[0] == "GET"]
+    assert headers.get("Range") == f"bytes={half}-"
+    assert served.sent == len(archive) - half
