@@ -56,7 +56,7 @@ metadata:
 spec:
   allowed_ports: {{from: 8000, to: 8999}}
   memory_budget: 200GB
-  serve_programs: {{llamacpp: /opt/llama.cpp/llama-server}}
+  serve_programs: {{llamacpp: llama-b11434}}
   run_as: {{uid: 1000, gid: 1000}}
 """ + (DEVICES if devices else ""))
     for part in range(0, len(docs), 500):  # a manifest file holds at most 1 MiB
@@ -71,6 +71,17 @@ spec:
   shards: [{{path: m{j}.gguf, size: {2_000_000_000 + j}, sha256: "{SHA}"}}]
 """ for j in range(5)]
     (folder / "models.yaml").write_text("---\n".join(models))
+    (folder / "programs.yaml").write_text(f"""\
+apiVersion: reconciler/v1
+kind: Program
+metadata: {{name: llama-b11434}}
+spec:
+  runtime: llamacpp
+  version: b11434
+  root: /opt/llama.cpp
+  entrypoint: llama-server
+  files: [{{path: llama-server, size: 15245984, sha256: "{SHA}"}}]
+""")
     roles = []
     for p, pool in enumerate(POOLS):
         for r in range(10):

@@ -29,6 +29,8 @@ BENCHES = [
     ("router vs direct llama-server (issue 13: the router)", ["bench_router.py"]),
     ("the status page of 100 roles (issue 22: status page)", ["bench_page.py"]),
     ("Model fetch vs curl -o, resume, --once (issue 21: weights by commit)", ["bench_fetch.py"]),
+    ("a Program's check at start vs sha256sum (issue 29: programs by digest)",
+     ["bench_programs.py"]),
 ]
 
 

@@ -235,6 +235,12 @@ def _models_verify(g: GlobalOptions, values: Values) -> int:
     return models.run_verify(g, opt.of(models.ModelsVerifyOptions, values))
 
 
+def _programs_add(g: GlobalOptions, values: Values) -> int:
+    from reconciler.commands import programs
+
+    return programs.run_add(g, opt.of(programs.ProgramsAddOptions, values))
+
+
 @attrs.frozen(kw_only=True)
 class Command:
     """One row of the command table."""
@@ -277,6 +283,12 @@ COMMANDS: tuple[Command, ...] = (
                         help="verify models against their manifests"),
                 Command(name="fetch", flags=opt.models_fetch_flags, run=_models_fetch,
                         help="fetch this node's Models that have a source, with a progress bar"),
+            )),
+    Command(name="programs", flags=opt.group_flags, run=None,
+            help="pin server programs by digest (§14)", subcommands=(
+                Command(name="add", flags=opt.programs_add_flags, run=_programs_add,
+                        help="hash a server binary and the libraries beside it in place and "
+                             "print its Program document"),
             )),
     Command(name="import", flags=opt.group_flags, run=None, metavar="FROM",
             help="write manifests from a llama-swap config or a server command line",

@@ -74,8 +74,8 @@ def test_once_is_apply_with_the_top_level_apply_options():
 #: Each command's words (a minimal valid command line) and the options class its runner makes.
 def _every_command():
     from reconciler.commands import (
-        apply, capabilities, events, fleet, health, importer, modelfetch, models, serverlogs,
-        status, validate, watch,
+        apply, capabilities, events, fleet, health, importer, modelfetch, models, programs,
+        serverlogs, status, validate, watch,
     )
 
     return [
@@ -89,6 +89,7 @@ def _every_command():
         (["models", "fetch"], modelfetch.ModelsFetchOptions),
         (["import", "cmd"], importer.ImportCmdOptions),
         (["import", "llama-swap", "c.yaml"], importer.ImportSwapOptions),
+        (["programs", "add", "/x"], programs.ProgramsAddOptions),
     ]
 
 

@@ -42,7 +42,7 @@ def capability_rows(desired: Desired) -> list[dict]:
     """One row per launched runtime, and per endpoint of a runtime never launched."""
     rows = []
     used = {r.runtime for r in desired.roles if r.managed}
-    for cap in capabilities.runtime_capabilities(desired.node):
+    for cap in capabilities.runtime_capabilities(desired.node, desired.programs):
         version = cap.version_check.version if cap.version_check else None
         why = cap.why
         if cap.ok and cap.version_check is None:

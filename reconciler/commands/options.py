@@ -15,6 +15,9 @@ value.
 
 Argument types that check a value (``seconds``, ``node_name``, ``path``)
 live here with the flags that use them.
+
+Size: one table of every command's flags, so the whole command line reads in one place
+(each command's handler lives in its own module).
 """
 
 from __future__ import annotations
@@ -253,6 +256,18 @@ def models_add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hf-endpoint", metavar="URL", help="the Hub for hf:// (default "
                    "$HF_ENDPOINT or https://huggingface.co)")
     p.add_argument("--hf-token-file", metavar="FILE", help="a file holding a Hub token")
+
+
+def programs_add_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", help="the server's executable (the shared libraries beside it are "
+                                "pinned with it)")
+    p.add_argument("--version", metavar="VERSION",
+                   help="required: the version as the server reports it, llama.cpp's build "
+                        "(b11434: `llama-server --version` prints it), mlx-lm's (0.26.3)")
+    p.add_argument("--name", help="the Program name (default: llama-VERSION)")
+    p.add_argument("--runtime", choices=("llamacpp", "mlx-lm", "ollama"),
+                   help="the server it is (default: from the file name)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the document here")
 
 
 def _import_output(p: argparse.ArgumentParser) -> None:

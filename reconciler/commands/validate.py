@@ -30,7 +30,7 @@ class ValidateOptions:
 def run(g: GlobalOptions, o: ValidateOptions) -> int:
     paths = list(o.paths) or [g.manifests]
     result = sources.load_desired(paths)
-    for warning in result.warnings:
+    for warning in sorted((*result.warnings, *result.unpinned)):
         print(f"{warning.file}:{warning.line}: {warning.path}: warning: {warning.message}",
               file=sys.stderr)
     if o.json:

@@ -106,6 +106,8 @@ class Reason(enum.StrEnum):
     PORT_TAKEN = "port_taken"
     PORT_NOT_ALLOWED = "port_not_allowed"
     MODEL_UNVERIFIED = "model_unverified"
+    PROGRAM_UNVERIFIED = "program_unverified"  # §14 a Program file differs from its digest
+    VERSION_MISMATCH = "version_mismatch"  # §14 the server runs another build than its Program
     NOT_PULLED = "not_pulled"  # Ollama tag not in /api/tags: we never pull
     UNPLACEABLE = "unplaceable"
     EXCLUDED = "excluded"

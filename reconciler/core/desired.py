@@ -141,6 +141,65 @@ class ModelSpec:
 
 
 @frozen
+class ProgramSource:
+    """A Program's release archive (BEHAVIOUR §14): fetched, verified, unpacked into the cache."""
+
+    url: str
+    sha256: str
+    size: int
+    strip: int = 0  # leading path components dropped from the archive's members
+
+
+@keyed
+class ProgramSpec:
+    """A ``kind: Program`` document (BEHAVIOUR §14): the server program a role runs, by digest.
+
+    ``files`` (``ModelFile``: path, sha256, size) lie under ``root``: where they are
+    hashed in place, or, for a ``source``, the node's cache tree for it (set per node,
+    as a fetched Model's root is). ``entrypoint`` is the executable, one of the files.
+    """
+
+    name: str
+    runtime: Runtime
+    version: str
+    entrypoint: str
+    files: tuple[ModelFile, ...]
+    root: str | None = None  # absolute; None until a node that fetches gives it its cache tree
+    source: ProgramSource | None = None
+    ref: SourceRef | None = attrs.field(default=None, eq=False)
+
+    @property
+    def executable(self) -> str | None:
+        return f"{self.root.rstrip('/')}/{self.entrypoint}" if self.root else None
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the file list (path, size, digest): one text names the whole program."""
+        text = "\n".join(f"{f.path}\t{f.size}\t{f.sha256}" for f in self.files)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @property
+    def label(self) -> str:
+        """``llama-b11434 b11434 sha256:79db67b7b9eb05e0``: name, version, the file list's digest."""
+        return f"{self.name} {self.version} sha256:{self.digest[:16]}"
+
+    @property
+    def entry_sha256(self) -> str:
+        return next((f.sha256 for f in self.files if f.path == self.entrypoint), "")
+
+
+def program_key(name: str) -> str:
+    """§14 a Program among the Models' checks, stamps and sticky mismatches: ``program/<name>``
+    (no Model name has a ``/``)."""
+    return f"program/{name}"
+
+
+def is_program_path(value: str) -> bool:
+    """``serve_programs`` / ``spec.program``: an absolute path (unpinned) or a Program name."""
+    return value.startswith("/")
+
+
+@frozen
 class RestartPolicy:
     """BEHAVIOUR §4. Durations in seconds."""
 
@@ -283,6 +342,8 @@ class RoleSpec:
     replicas: int = 1
     #: §12 ``placement.devices.shared_by_replicas``: instances of the group may share a device.
     shared_by_replicas: bool = False
+    #: ``spec.program``: a Program name or an absolute path (§14); None: the node's serve_programs.
+    program: str | None = None
     ref: SourceRef | None = attrs.field(default=None, eq=False)
 
     @property
@@ -395,7 +456,7 @@ class NodeConfig:
     model_roots: tuple[tuple[str, str], ...] = ()  # Model name → its root on this node
     allowed_ports: PortRange | None = None  # None = any port (warned)
     memory_budget: int | None = None  # bytes; None = no budget
-    serve_programs: tuple[tuple[Runtime, str], ...] = ()
+    serve_programs: tuple[tuple[Runtime, str], ...] = ()  # an absolute path or a Program name
     version_probe: tuple[tuple[Runtime, tuple[str, ...]], ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     env_passthrough: tuple[str, ...] = ("HOME", "PATH")
@@ -437,6 +498,14 @@ class Desired:
     models: tuple[ModelSpec, ...] = ()  # sorted by name; roots as this node has them
     node: NodeConfig = NodeConfig()
     placed_elsewhere: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (role, its nodes), by role
+    programs: tuple[ProgramSpec, ...] = ()  # sorted by name; roots as this node has them (§14)
+
+    def program_for(self, role: RoleSpec) -> ProgramSpec | None:
+        """The Program a role runs (its ``spec.program``, else the node's), None for a path."""
+        name = role.program or self.node.serve_program(role.runtime)
+        if name is None or is_program_path(name):
+            return None
+        return next((p for p in self.programs if p.name == name), None)
 
     def role(self, name: str) -> RoleSpec | None:
         return next((r for r in self.roles if r.name == name), None)

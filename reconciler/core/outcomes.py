@@ -30,13 +30,14 @@ class Guard(enum.StrEnum):
     KEEP_ALIVE_ZERO = "keep_alive_zero"  # a load that would unload what it loads
     MODEL_UNVERIFIED = "model_unverified"  # a model that failed verification before a spawn
     MODEL_PATH = "model_path"  # a model path that leaves its root, checked right before a spawn
+    PROGRAM_UNVERIFIED = "program_unverified"  # §14 a Program's files differ from their digests
     NOT_PROVEN = "not_proven"  # an orphan that no longer proves itself ours (§4)
     IN_USE = "in_use"  # §9 the router has requests in flight for a role an idle stop would cut
 
 
 #: Refusals found while acting that, like the planner's own, need an operator
 #: (exit 3): the models a start would serve do not verify.
-NEEDS_OPERATOR = frozenset({Guard.MODEL_UNVERIFIED, Guard.MODEL_PATH})
+NEEDS_OPERATOR = frozenset({Guard.MODEL_UNVERIFIED, Guard.MODEL_PATH, Guard.PROGRAM_UNVERIFIED})
 
 
 @attrs.frozen(kw_only=True)

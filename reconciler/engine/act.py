@@ -6,7 +6,9 @@ what it alone can know, as the executor's hooks:
 * right before a spawn (or an Ollama load), the models it will serve are
   verified for real (``modelstore.Verifier``: lazily by file stamps, a full
   hash the first time) and their paths checked for containment; a model that
-  fails is a ``Refusal`` and nothing is spawned;
+  fails is a ``Refusal`` and nothing is spawned; so are the files of the
+  Program it runs (§14, ``programstore.check``: stamps, a rehash of any file
+  whose stamp changed), a changed or missing one named with both digests;
 * right before a stop, the router (when there is one: ``gate``) closes the
   role's route and drains its requests in flight (§9: a stop never cuts a
   request); an idle stop it calls off is a ``Refusal`` (``in_use``); right
@@ -100,6 +102,13 @@ class _PassHooks:
                 modelstore.canonical_paths(model)
             except modelstore.ModelPathError as exc:
                 return Refusal(guard=Guard.MODEL_PATH, detail=str(exc))
+        program = self.desired.program_for(spec)
+        if program is not None:  # §14 every byte that runs is the Program's
+            from reconciler.models import programstore
+
+            checked = programstore.check(program, self.store)
+            if not checked.ok:
+                return Refusal(guard=Guard.PROGRAM_UNVERIFIED, detail=checked.detail)
         return None
 
     def before_act(self, decision: Decision) -> None:

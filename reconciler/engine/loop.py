@@ -160,14 +160,18 @@ def _load(inputs: PassInputs):
 
 
 def _observe_and_plan(inputs: PassInputs, desired: Desired, remembered: Remembered,
-                      root: str, orphans: tuple[Orphan, ...] = (),
+                      root: str, orphans: tuple[Orphan, ...] = (), *,
                       records: bool = True) -> tuple[Observed, Plan]:
     from reconciler.world import observe
     from reconciler.planner import plan
 
+    sticky = inputs.store.sticky_mismatches()
+    if desired.programs:  # §14 every Program a role runs, looked at (stamps) before planning
+        from reconciler.models import programstore
+
+        sticky = programstore.refreshed(desired, inputs.store, sticky, record=records)
     observed = observe.observe(desired, remembered, probe_timeout=desired.node.probe_timeout,
-                               sticky=inputs.store.sticky_mismatches(), root=root,
-                               records=records)
+                               sticky=sticky, root=root, records=records)
     if orphans:
         observed = attrs.evolve(observed, orphans=orphans)
     if desired.node.fetch is not None:  # §1.6 only a node that fetches looks at its cache

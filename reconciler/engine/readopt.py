@@ -97,14 +97,14 @@ def _launch_of(role, models, desired: Desired, root: str, cmdline, environ
     follows, spec_changed, as for any other launch).
     """
     node = desired.node
-    plain = identity.launch(role, models, node, os.environ, root)
+    plain = identity.launch(role, models, node, os.environ, root, desired.programs)
     req, rt = role.devices, spec_of(role.runtime).devices
     if req is None or rt is None or not node.devices:
         return plain, None
     usable = [d.id for d in sorted(node.devices, key=lambda d: (d.kind, d.index))
               if d.kind in rt.kinds]
     sets = [req.ids] if req.ids else list(itertools.combinations(usable, req.count or 0))
-    launcher = identity.Launcher(node, os.environ, root)
+    launcher = identity.Launcher(node, os.environ, root, desired.programs)
     iid = identity.instance_id(role)
     for ids in sets[:256]:
         got = Assignment(ids=tuple(ids), bytes=shares(role.memory.footprint, req.split,

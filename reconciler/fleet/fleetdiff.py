@@ -101,11 +101,27 @@ def role_changes(a: RoleView, b: RoleView) -> str:
     launched = la is not None and lb is not None
     parts = _spec_changes(a.spec, b.spec, launched=launched)
     if launched and la.digest != lb.digest:
-        parts.insert(0, identity.argv_changes(la.argv, lb.argv))
+        said = _program_change(la.env, lb.env)  # §14 a new Program: name its versions
+        argv = identity.argv_changes(la.argv, lb.argv)
+        parts[:0] = [said] if said and argv.startswith(("launch environment", "program ")) \
+            else [x for x in (said, argv) if x]
     da, db = a.decision, b.decision
     if (da.verb, da.reason) != (db.verb, db.reason):
         parts.append(f"{da.verb} → {db.verb} ({db.reason})")
     return ", ".join(dict.fromkeys(parts))
+
+
+def _program_change(old_env, new_env) -> str:
+    """§14 ``program b11434 → b11500`` between two launches' environments (their versions,
+    else their names, else their digests); "" when they run the same Program."""
+    a, b = (dict(env).get(identity.PROGRAM_ENV, "") for env in (old_env, new_env))
+    if a == b:
+        return ""
+    (na, va, da), (nb, vb, db) = ((x.split(" ") + ["", ""])[:3] if x else ("(a path)", "", "")
+                                  for x in (a, b))
+    if va and vb and va != vb:
+        return f"program {va} → {vb}"
+    return f"program {na} → {nb}" if na != nb else f"program {na} {da} → {db}"
 
 
 def _spec_changes(a: RoleSpec, b: RoleSpec, *, launched: bool) -> list[str]:

@@ -16,7 +16,8 @@ import attrs
 from reconciler.manifests import nodecheck
 from reconciler.manifests.documents import RoleDraft
 from reconciler.core.errors import Problem
-from reconciler.core.desired import ModelFormat, ModelSpec, NodeConfig, sorted_by_name
+from reconciler.core.desired import (ModelFormat, ModelSpec, NodeConfig, ProgramSpec,
+                                     sorted_by_name)
 from reconciler.manifests.fleet import Fleet, implicit_node
 from reconciler.runtimes import SPECS, spec_of
 from reconciler.manifests.yamlsafe import Document
@@ -28,6 +29,7 @@ class Declared:
 
     models: frozenset[str] = frozenset()
     roles: frozenset[str] = frozenset()
+    programs: frozenset[str] = frozenset()
 
 
 def assemble(
@@ -37,6 +39,7 @@ def assemble(
     declared: Declared,
     *,
     implicit: str = "",
+    programs: Mapping[str, ProgramSpec] | None = None,
 ) -> tuple[Fleet, list[Problem], list[Problem]]:
     """The ``Fleet``, the cross-document problems, and warnings.
 
@@ -44,6 +47,7 @@ def assemble(
     """
     problems: list[Problem] = []
     warnings: list[Problem] = []
+    programs = programs or {}
     for draft in drafts:
         problems += _references(draft, models, declared)
         warnings += _role_warnings(draft, declared)
@@ -54,6 +58,7 @@ def assemble(
     found, warned = nodecheck.check(drafts, checked, models)
     fleet = Fleet(roles=tuple(sorted((d.role() for d in drafts), key=lambda r: r.spec.name)),
                   models=sorted_by_name(models.values()),
+                  programs=sorted_by_name(programs.values()),
                   nodes=sorted_by_name(n for n, _ in nodes))
     return fleet, problems + found, warnings + warned
 

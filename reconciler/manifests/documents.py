@@ -40,6 +40,8 @@ from reconciler.core.desired import (
     ModelSpec,
     NodeConfig,
     PortRange,
+    ProgramSource,
+    ProgramSpec,
     RestartPolicy,
     RoleSpec,
     RouterConfig,
@@ -198,6 +200,33 @@ def model_spec(doc: Document) -> tuple[ModelSpec | None, list[Problem]]:
     return (None if r.problems else spec), r.problems
 
 
+def program_spec(doc: Document) -> tuple[ProgramSpec | None, list[Problem]]:
+    """A ``kind: Program`` (BEHAVIOUR §14): files unique, sorted by path, the entrypoint one
+    of them; a source URL that the fetch will accept."""
+    r = _Reader(doc)
+    files = tuple(ModelFile(path=f["path"], sha256=f["sha256"], size=int(f["size"]))
+                  for f in r.get("spec", "files") or ())
+    for i, f in enumerate(files):
+        if i and f.path <= files[i - 1].path:
+            r.add(("spec", "files", i, "path"),
+                  f"duplicate file path {f.path!r}" if f.path == files[i - 1].path else
+                  f"files must be sorted by path: {f.path!r} comes before {files[i - 1].path!r}")
+    entry = r.get("spec", "entrypoint")
+    if entry not in {f.path for f in files}:
+        r.add(("spec", "entrypoint"), f"{entry!r} is not one of spec.files: the executable "
+                                      "is checked by its digest like every other file")
+    raw = r.get("spec", "source")
+    source = None
+    if raw is not None:
+        _mirror(r, ("spec", "source", "url"), raw["url"])
+        source = ProgramSource(url=raw["url"], sha256=raw["sha256"], size=int(raw["size"]),
+                               strip=int(raw.get("strip", 0)))
+    spec = ProgramSpec(name=r.get("metadata", "name"), runtime=Runtime(r.get("spec", "runtime")),
+                       version=str(r.get("spec", "version")), entrypoint=entry, files=files,
+                       root=r.get("spec", "root"), source=source, ref=r.ref)
+    return (None if r.problems else spec), r.problems
+
+
 def _restart(r: _Reader, *path: str) -> tuple[tuple[str, float], ...]:
     """The restart-policy fields set at ``path``, parsed."""
     raw = r.get(*path) or {}
@@ -285,6 +314,7 @@ def role_draft(doc: Document, repo_files: roleextras.RepoFiles | None = None
         devices=devicedocs.role_devices(r, runtime, mode),
         replicas=_replicas(r, runtime, mode),
         shared_by_replicas=bool(r.get("spec", "placement", "devices", "shared_by_replicas")),
+        program=r.get("spec", "program"),
         ref=r.ref,
         **more_role,
     )

@@ -37,6 +37,7 @@ from reconciler.core.desired import (
     Desired,
     ModelSpec,
     NodeConfig,
+    ProgramSpec,
     RoleSpec,
     instance_name,
     instances,
@@ -88,6 +89,7 @@ class Fleet:
     models: tuple[ModelSpec, ...] = ()  # sorted by name
     nodes: tuple[NodeConfig, ...] = ()  # the declared NodeConfigs, sorted by name
     rollouts: tuple[Rollout, ...] = ()  # §13 the Rollout documents, sorted by name
+    programs: tuple[ProgramSpec, ...] = ()  # sorted by name (§14)
 
     def node(self, name: str) -> NodeConfig | None:
         return next((n for n in self.nodes if n.name == name), None)
@@ -178,6 +180,7 @@ def desired_for(fleet: Fleet, node: NodeConfig, *,
         placed_elsewhere=tuple((name, placed.get(r.spec.name, ()))
                                for r in fleet.roles if r.spec.name not in mine
                                for name in _names(r.spec)),
+        programs=programs_on(fleet.programs, node),
     )
 
 
@@ -186,6 +189,21 @@ def _names(spec: RoleSpec) -> tuple[str, ...]:
     if spec.replicas <= 1:
         return (spec.name,)
     return tuple(sorted(instance_name(spec.name, i) for i in range(spec.replicas)))
+
+
+def programs_on(programs: tuple[ProgramSpec, ...], node: NodeConfig) -> tuple[ProgramSpec, ...]:
+    """§14 the Programs with this node's roots: a Program with a ``source`` lives in the
+    node's fetch cache (one tree per file list), and has no root on a node that never
+    fetches (a role on it is refused, saying so)."""
+    if node.fetch is None or not any(p.source is not None for p in programs):
+        return programs
+    return tuple(attrs.evolve(p, root=program_tree(node.fetch.cache, p))
+                 if p.source is not None else p for p in programs)
+
+
+def program_tree(cache: str, program: ProgramSpec) -> str:
+    """Where a fetched Program's files are unpacked (§14): one tree per name and file list."""
+    return f"{cache.rstrip('/')}/programs/{program.name}/{program.digest[:16]}"
 
 
 def models_on(models: tuple[ModelSpec, ...], node: NodeConfig) -> tuple[ModelSpec, ...]:

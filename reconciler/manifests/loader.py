@@ -29,14 +29,14 @@ from typing import Any, Mapping, Sequence
 
 import attrs
 
-from reconciler.manifests import documents, extra_args, fleet as fleets, nodedoc, yamlsafe
-from reconciler.manifests import rolloutdoc
+from reconciler.manifests import documents, extra_args, fleet as fleets, nodedoc, programrefs
+from reconciler.manifests import rolloutdoc, yamlsafe
 from reconciler.runtimes import spec_of
 from reconciler.manifests.crosscheck import Declared, assemble
 from reconciler.manifests.documents import RoleDraft
 from reconciler.manifests.roleextras import RepoFiles
 from reconciler.core.errors import Problem, sorted_problems
-from reconciler.core.desired import Desired, ModelSpec, NodeConfig, Runtime
+from reconciler.core.desired import Desired, ModelSpec, NodeConfig, ProgramSpec, Runtime
 from reconciler.core.rollouts import Rollout
 from reconciler.manifests.fleet import Fleet, NodeChoice
 from reconciler.manifests.schemata import KINDS
@@ -52,6 +52,9 @@ class LoadResult:
     fleet: Fleet | None = None  # the whole set, every node (None: problems)
     warnings: tuple[Problem, ...] = ()  # only reported when there are no problems
     counts: Mapping[str, int] = attrs.field(factory=dict, hash=False)  # kind → documents
+    #: §14 serve programs given as paths: `validate` warns that they are not pinned (kept
+    #: apart from ``warnings``: a path is still a valid, if unpinned, way to run a server).
+    unpinned: tuple[Problem, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -137,8 +140,8 @@ def _load(files: Sequence[tuple[str, bytes]], *, schema_checked: bool,
     dropped, found = _duplicates(named)
     problems += found
     implicit = node.name if node is not None else ""
-    whole, found, warnings = _build([(k, d) for k, d in valid if id(d) not in dropped], named,
-                                    implicit, repo_files)
+    whole, found, warnings, unpinned = _build(
+        [(k, d) for k, d in valid if id(d) not in dropped], named, implicit, repo_files)
     problems += found
     if problems:
         return LoadResult(desired=None, problems=sorted_problems(problems), counts=dict(counts))
@@ -149,7 +152,7 @@ def _load(files: Sequence[tuple[str, bytes]], *, schema_checked: bool,
             fleets.implicit_node() if not whole.nodes else None)
     desired = fleets.desired_for(whole, mine) if mine is not None else None
     return LoadResult(desired=desired, fleet=whole, warnings=sorted_problems(warnings),
-                      counts=dict(counts))
+                      counts=dict(counts), unpinned=sorted_problems(unpinned))
 
 
 #: Paths a schema also describes but code checks with better messages.
@@ -216,9 +219,10 @@ def _duplicates(named: Sequence[tuple[str, str, Document]]) -> tuple[set[int], l
 
 def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str, Document]],
            implicit: str, repo_files: RepoFiles | None
-           ) -> tuple[Fleet, list[Problem], list[Problem]]:
+           ) -> tuple[Fleet, list[Problem], list[Problem], list[Problem]]:
     problems: list[Problem] = []
     models: dict[str, ModelSpec] = {}
+    programs: dict[str, ProgramSpec] = {}
     drafts: list[RoleDraft] = []
     nodes: list[tuple[NodeConfig, Document]] = []
     rollouts: list[tuple[Rollout, Document]] = []
@@ -227,6 +231,10 @@ def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str
             model, found = documents.model_spec(doc)
             if model is not None:
                 models[model.name] = model
+        elif kind == "Program":
+            program, found = documents.program_spec(doc)
+            if program is not None:
+                programs[program.name] = program
         elif kind == "InferenceSpec":
             draft, found = documents.role_draft(doc, repo_files)
             if draft is not None:
@@ -241,11 +249,14 @@ def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str
                 nodes.append((config, doc))
         problems += found
     declared = Declared(models=frozenset(n for k, n, _ in named if k == "Model"),
-                        roles=frozenset(n for k, n, _ in named if k == "InferenceSpec"))
-    whole, found, warnings = assemble(drafts, models, nodes, declared, implicit=implicit)
+                        roles=frozenset(n for k, n, _ in named if k == "InferenceSpec"),
+                        programs=frozenset(n for k, n, _ in named if k == "Program"))
+    whole, found, warnings = assemble(drafts, models, nodes, declared, implicit=implicit,
+                                      programs=programs)
     if rollouts:  # §13
         rollouts.sort(key=lambda pair: pair[0].name)
         more, warned = rolloutdoc.check(rollouts, declared.roles, whole.nodes)
         found, warnings = found + more, warnings + warned
         whole = attrs.evolve(whole, rollouts=tuple(r for r, _ in rollouts))
-    return whole, problems + found, warnings
+    refs = programrefs.check(drafts, [d for _, d in nodes], programs, declared.programs)
+    return whole, problems + found + refs.problems, warnings + refs.warnings, refs.unpinned

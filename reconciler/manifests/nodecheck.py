@@ -73,7 +73,7 @@ def check(drafts: Sequence[RoleDraft], nodes: Sequence[Node],
                 replica_ports[(id(draft), str(config.allowed_ports))] += [
                     config.name] if _outside(draft, config) else []
             spec = draft.spec
-            if spec.managed and spec_of(spec.runtime).launched and \
+            if spec.managed and spec_of(spec.runtime).launched and spec.program is None and \
                     config.serve_program(spec.runtime) is None:
                 programs[(id(draft), str(spec.runtime))].append(config.name)
         for later, first in facts.collisions:

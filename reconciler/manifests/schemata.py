@@ -18,6 +18,7 @@ SCHEMA_FILES: dict[str, str] = {
     "Model": "model",
     "InferenceSpec": "inferencespec",
     "NodeConfig": "nodeconfig",
+    "Program": "program",
     "Rollout": "rollout",
 }
 

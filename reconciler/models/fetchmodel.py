@@ -117,10 +117,14 @@ def main(argv: list[str]) -> int:
     (job_path,) = argv
     with open(job_path, encoding="utf-8") as f:
         job = ModelJob.from_json(f.read())
-    outcome = run(job)
+    return finish(job_path, run(job), job.generation)
+
+
+def finish(job_path: str, outcome: ModelOutcome, generation: str) -> int:
+    """Write a fetch's result beside its job file (a Model's or a Program's, §14)."""
     tmp = result_path(job_path) + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(attrs.asdict(outcome) | {"generation": job.generation}, f)
+        json.dump(attrs.asdict(outcome) | {"generation": generation}, f)
     os.replace(tmp, result_path(job_path))
     print(outcome.detail, flush=True)
     return 0 if outcome.ok else 1

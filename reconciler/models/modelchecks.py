@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-from reconciler.core.desired import Desired
+from reconciler.core.desired import Desired, program_key
 from reconciler.core.observed import ModelCheck, ModelState
 
 
@@ -43,4 +43,8 @@ def check(desired: Desired, sticky: Mapping[str, str]) -> tuple[ModelCheck, ...]
             checks.append(ModelCheck(name=name, state=state, detail=detail))
         else:
             checks.append(ModelCheck(name=name, state=ModelState.UNVERIFIED))
-    return tuple(checks)
+    for program in {p for r in desired.roles if r.managed and (p := desired.program_for(r))}:
+        key = program_key(program.name)  # §14 a Program that failed its check before a start
+        if sticky.get(key):
+            checks.append(ModelCheck(name=key, state=ModelState.MISMATCH, detail=sticky[key]))
+    return tuple(sorted(checks, key=lambda c: c.name))

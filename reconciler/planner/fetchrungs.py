@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 import attrs
 
 from reconciler.core.decisions import Fetch, Reason, Refuse, Status, Verb, Wait
-from reconciler.core.desired import ModelSpec, NodeConfig, RoleSpec
+from reconciler.core.desired import ModelSpec, NodeConfig, ProgramSpec, RoleSpec, program_key
 from reconciler.core.observed import FetchObservation, FetchState
 from reconciler.core.units import format_duration, format_size
 from reconciler.planner.ledger import Draft
@@ -50,10 +50,13 @@ def progress(obs: FetchObservation) -> str:
 
 def gate(drafts: Sequence[Draft], specs: Mapping[str, RoleSpec],
          models: Mapping[str, ModelSpec], fetches: Mapping[str, FetchObservation],
-         node: NodeConfig) -> tuple[Sequence[Draft], tuple[Fetch, ...]]:
-    """The drafts with waits and refusals for Models not here yet; the fetches to start
-    (``drafts`` itself when no Model has a source: nothing to gate)."""
-    if not any(map(_fetchable, models.values())):
+         node: NodeConfig, programs: Mapping[str, ProgramSpec] | None = None
+         ) -> tuple[Sequence[Draft], tuple[Fetch, ...]]:
+    """The drafts with waits and refusals for Models (and §14 Programs: ``programs``, role →
+    the Program with a source it runs) not here yet; the fetches to start (``drafts``
+    itself when nothing has a source: nothing to gate)."""
+    programs = programs or {}
+    if not programs and not any(map(_fetchable, models.values())):
         return drafts, ()  # most nodes: every Model was placed by hand
     planned: dict[str, Fetch] = {}
     out = []
@@ -62,7 +65,11 @@ def gate(drafts: Sequence[Draft], specs: Mapping[str, RoleSpec],
         if d.decision.verb not in _GATED or spec is None:
             out.append(d)
             continue
-        out.append(_gated(d, spec, models, fetches, node, planned))
+        gated = _gated(d, spec, models, fetches, node, planned)
+        program = programs.get(spec.name)
+        if gated is d and program is not None:
+            gated = _program(d, program, fetches, node, planned)
+        out.append(gated)
     return out, tuple(planned.values())
 
 
@@ -86,37 +93,58 @@ def _gated(d: Draft, spec: RoleSpec, models: Mapping[str, ModelSpec],
                        "(no root, no model_roots entry)")
                 return _becomes(d, Verb.REFUSE, Reason.NO_FETCH, Status.REFUSED, msg)
             continue
-        obs = fetches.get(model.name)
-        if obs is None or obs.state is FetchState.DONE:
-            continue  # a hand-placed copy (model_roots), or here already
-        if obs.state is FetchState.FAILED:
-            msg = (f"fetch of {name} failed: {obs.detail}; a fixed Model or "
-                   f"`reconcile models fetch --retry {name}`")
-            return _becomes(d, Verb.REFUSE, Reason.FETCH_FAILED, Status.REFUSED, msg)
-        if obs.state is FetchState.BACKOFF:
-            return _becomes(d, Verb.WAIT, Reason.FETCHING, Status.FETCHING,
-                            f"fetch of {name} failed: {obs.detail}; retrying soon",
-                            retry_in=POLL)
-        if obs.state is FetchState.RUNNING:
-            return _becomes(d, Verb.WAIT, Reason.FETCHING, Status.FETCHING, progress(obs),
-                            retry_in=POLL)
-        if name in planned:
-            return _becomes(d, Verb.WAIT, Reason.FETCHING, Status.FETCHING,
-                            f"fetching {name}: starting", retry_in=POLL)
-        ahead = sum(f.bytes for f in planned.values())
-        if obs.free is not None and obs.missing + ahead + node.fetch.min_free > obs.free:
-            msg = (f"not enough disk to fetch {name}: {format_size(obs.missing)}"
-                   + (f" (+{format_size(ahead)} fetched before it)" if ahead else "")
-                   + f" + min_free {format_size(node.fetch.min_free)} > "
-                   f"{format_size(obs.free)} free in {node.fetch.cache}")
-            return _becomes(d, Verb.REFUSE, Reason.NO_DISK, Status.REFUSED, msg)
-        where = "missing on this node" if obs.missing == obs.total else "partly on this node"
-        free = f"; {format_size(obs.free)} free" if obs.free is not None else ""
-        planned[name] = Fetch(model=name, generation=obs.generation, bytes=obs.missing,
-                              free=obs.free, why=f"{where}{free}")
+        got = _waits(d, name, fetches.get(model.name), node, planned,
+                     f"a fixed Model or `reconcile models fetch --retry {name}`")
+        if got is not None:
+            return got
+    return d
+
+
+def _program(d: Draft, program: ProgramSpec, fetches: Mapping[str, FetchObservation],
+             node: NodeConfig, planned: dict[str, Fetch]) -> Draft:
+    """§14 a role whose Program comes from a release archive waits for its fetch."""
+    if node.fetch is None:
+        msg = (f"Program {program.name} comes from a release archive, but node "
+               f"{node.name or '(this node)'} does not fetch (no spec.fetch in its NodeConfig)")
+        return _becomes(d, Verb.REFUSE, Reason.NO_FETCH, Status.REFUSED, msg)
+    got = _waits(d, program_key(program.name), fetches.get(program_key(program.name)), node,
+                 planned, "a fixed Program")
+    return d if got is None else got
+
+
+def _waits(d: Draft, name: str, obs: FetchObservation | None, node: NodeConfig,
+           planned: dict[str, Fetch], fix: str) -> Draft | None:
+    """The wait or refusal while ``name`` (a Model, or ``program/<name>``) is not here, or
+    None when it is (or is a hand-placed copy)."""
+    assert node.fetch is not None
+    if obs is None or obs.state is FetchState.DONE:
+        return None  # a hand-placed copy (model_roots), or here already
+    if obs.state is FetchState.FAILED:
+        msg = f"fetch of {name} failed: {obs.detail}; {fix}"
+        return _becomes(d, Verb.REFUSE, Reason.FETCH_FAILED, Status.REFUSED, msg)
+    if obs.state is FetchState.BACKOFF:
+        return _becomes(d, Verb.WAIT, Reason.FETCHING, Status.FETCHING,
+                        f"fetch of {name} failed: {obs.detail}; retrying soon",
+                        retry_in=POLL)
+    if obs.state is FetchState.RUNNING:
+        return _becomes(d, Verb.WAIT, Reason.FETCHING, Status.FETCHING, progress(obs),
+                        retry_in=POLL)
+    if name in planned:
         return _becomes(d, Verb.WAIT, Reason.FETCHING, Status.FETCHING,
                         f"fetching {name}: starting", retry_in=POLL)
-    return d
+    ahead = sum(f.bytes for f in planned.values())
+    if obs.free is not None and obs.missing + ahead + node.fetch.min_free > obs.free:
+        msg = (f"not enough disk to fetch {name}: {format_size(obs.missing)}"
+               + (f" (+{format_size(ahead)} fetched before it)" if ahead else "")
+               + f" + min_free {format_size(node.fetch.min_free)} > "
+               f"{format_size(obs.free)} free in {node.fetch.cache}")
+        return _becomes(d, Verb.REFUSE, Reason.NO_DISK, Status.REFUSED, msg)
+    where = "missing on this node" if obs.missing == obs.total else "partly on this node"
+    free = f"; {format_size(obs.free)} free" if obs.free is not None else ""
+    planned[name] = Fetch(model=name, generation=obs.generation, bytes=obs.missing,
+                          free=obs.free, why=f"{where}{free}")
+    return _becomes(d, Verb.WAIT, Reason.FETCHING, Status.FETCHING,
+                    f"fetching {name}: starting", retry_in=POLL)
 
 
 def _becomes(d: Draft, verb: Verb, reason: Reason, status: Status, detail: str,

@@ -4,6 +4,10 @@
 managed server is started with. The caller (the shell) passes the
 reconciler's own environment in as a value, so this stays pure and the
 digest is reproducible in tests.
+
+Size: the launch and its digest are one idea — what a role runs, byte for byte (argv,
+environment, program, devices) — and what the digest covers must be read beside how the
+launch is built, so they stay together.
 """
 
 from __future__ import annotations
@@ -14,11 +18,15 @@ from json.encoder import encode_basestring_ascii as _json_string
 from typing import Mapping, Sequence
 
 from reconciler.core.devices import Assignment
-from reconciler.core.desired import Launch, ModelSpec, NodeConfig, RoleSpec
+from reconciler.core.desired import (Launch, ModelSpec, NodeConfig, ProgramSpec, RoleSpec,
+                                     is_program_path)
 from reconciler.core.ownership import MARKER_ENV
 from reconciler.runtimes import launch_argv, spec_of
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+#: §14 the Program a server runs, in its environment (and so in its launch digest): a new
+#: Program (another version or file list) is a new generation even at the same path.
+PROGRAM_ENV = "RECONCILER_PROGRAM"
 
 
 def instance_id(role: RoleSpec) -> str:
@@ -76,9 +84,10 @@ def launch(
     node: NodeConfig,
     environ: Mapping[str, str],
     data_root: str,
+    programs: tuple[ProgramSpec, ...] = (),
 ) -> Launch | None:
     """The canonical launch of a managed role, or None (a runtime it never launches)."""
-    launcher = Launcher(node, environ, data_root)
+    launcher = Launcher(node, environ, data_root, programs)
     argv = launcher.argv(role, models)
     return launcher.launch(argv, instance_id(role), role=role) if argv is not None else None
 
@@ -93,8 +102,10 @@ class Launcher:
     ``digest`` → ``launch``.
     """
 
-    def __init__(self, node: NodeConfig, environ: Mapping[str, str], data_root: str) -> None:
+    def __init__(self, node: NodeConfig, environ: Mapping[str, str], data_root: str,
+                 programs: tuple[ProgramSpec, ...] = ()) -> None:
         self.run_as = node.run_as
+        self._pinned = {p.name: p for p in programs}  # §14 Programs by name
         self.devices = {d.id: d for d in node.devices}  # §7.1 by id, for the planner
         self._programs = dict(node.serve_programs)
         self._root = f"{data_root.rstrip('/')}/"
@@ -131,13 +142,33 @@ class Launcher:
         rt = spec_of(role.runtime)
         if not rt.launched or not role.managed:
             return None
-        program = self._programs.get(role.runtime) or f"<no serve_programs.{role.runtime}>"
+        program = self.executable(role)
         model = models.get(role.model or "")
         draft = models.get(role.serve.draft_model or "")
         if assignment and rt.devices is not None:
             return (program, *launch_argv(role, model, draft, models),
                     *rt.devices.argv(assignment))
         return (program, *launch_argv(role, model, draft, models))
+
+    def pinned(self, role: RoleSpec) -> ProgramSpec | None:
+        """§14 the Program a role runs: its ``spec.program``, else the node's; None for a path."""
+        name = role.program or self._programs.get(role.runtime)
+        return None if name is None or is_program_path(name) else self._pinned.get(name)
+
+    def executable(self, role: RoleSpec) -> str:
+        """argv[0]: the Program's entrypoint in its root, or the path as written."""
+        name = role.program or self._programs.get(role.runtime)
+        if name is None or is_program_path(name):
+            return name or f"<no serve_programs.{role.runtime}>"
+        found = self._pinned.get(name)  # spawn refuses the relative text below
+        return (found.executable if found and found.executable
+                else f"<Program {name} is not on this node>")
+
+    def _role_env(self, role: RoleSpec | None, extra_env: tuple[tuple[str, str], ...]
+                  ) -> tuple[tuple[str, str], ...]:
+        env = _with_role_env(role, extra_env)
+        program = self.pinned(role) if role is not None else None
+        return env if program is None else (*env, (PROGRAM_ENV, program.label))
 
     def digest(self, argv: tuple[str, ...], instance: str,
                extra_env: tuple[tuple[str, str], ...] = (), role: RoleSpec | None = None) -> str:
@@ -147,7 +178,7 @@ class Launcher:
         over NodeConfig ``env`` and passthrough, as the marker does). ``role``: its own
         ``spec.env`` joins before them (BEHAVIOUR §1.2).
         """
-        extra_env = _with_role_env(role, extra_env)
+        extra_env = self._role_env(role, extra_env)
         instance_text = _json_string(instance)
         before, after = self._env_texts(extra_env) if extra_env else (
             self._text_before, self._text_after)
@@ -184,7 +215,7 @@ class Launcher:
         copied into the instance directory (their names in argv carry their digests),
         and the directories its server writes into are made.
         """
-        env = self._env(instance, _with_role_env(role, extra_env))
+        env = self._env(instance, self._role_env(role, extra_env))
         files = tuple((f.copy, f.data) for f in role.serve.files) if role is not None else ()
         dirs = spec_of(role.runtime).work_dirs(role) if role is not None else ()
         return Launch(argv=argv, env=env, cwd=self._root + instance, run_as=self.run_as,

@@ -29,7 +29,7 @@ from typing import Mapping
 
 import attrs
 
-from reconciler.core.desired import Launch, ModelSpec, NodeConfig, RoleSpec, Runtime
+from reconciler.core.desired import Launch, ModelSpec, NodeConfig, ProgramSpec, RoleSpec, Runtime
 from reconciler.core.devices import Assignment
 from reconciler.core.observed import RoleRecord
 from reconciler.planner import generations, identity, placement
@@ -157,26 +157,29 @@ def device_env(runtime: Runtime, assignment: Assignment | None) -> tuple[tuple[s
 _NODES: dict[tuple, Launches] = {}
 #: The same NodeConfig object pass after pass (``watch``): found without hashing its
 #: values again. id → (the node itself, passed, data root, its Launches).
-_SAME: dict[int, tuple[NodeConfig, tuple, str, Launches]] = {}
+_SAME: dict[int, tuple[NodeConfig, tuple, str, Launches, tuple]] = {}
 
 
-def for_node(node: NodeConfig, environ: Mapping[str, str], data_root: str) -> Launches:
-    """The ``Launches`` of ``node``'s launch settings, this environment and data root."""
+def for_node(node: NodeConfig, environ: Mapping[str, str], data_root: str,
+             programs: tuple[ProgramSpec, ...] = ()) -> Launches:
+    """The ``Launches`` of ``node``'s launch settings, this environment, data root and the
+    Programs its roles may run (§14)."""
     passed = tuple((name, environ.get(name)) for name in node.env_passthrough)
     same = _SAME.get(id(node))
-    if same is not None and same[0] is node and same[1] == passed and same[2] == data_root:
+    if same is not None and same[0] is node and same[1] == passed and same[2] == data_root \
+            and same[4] == programs:
         return same[3]
     key = (node.serve_programs, node.env, node.env_passthrough, passed, node.run_as,
-           node.devices, data_root)
+           node.devices, data_root, programs)
     got = _NODES.get(key)
     if got is None:
-        got = Launches(identity.Launcher(node, environ, data_root))
+        got = Launches(identity.Launcher(node, environ, data_root, programs))
         if len(_NODES) >= NODES:
             _NODES.clear()
         _NODES[key] = got
     if len(_SAME) >= NODES:
         _SAME.clear()
-    _SAME[id(node)] = (node, passed, data_root, got)  # keeps the node: its id stays its own
+    _SAME[id(node)] = (node, passed, data_root, got, programs)  # keeps the node: its id stays its own
     return got
 
 

@@ -127,8 +127,10 @@ def counts(plan: Plan) -> dict[str, int]:
 
 
 def fetch_line(f: Fetch) -> str:
-    """``> fetch qwen 4.4 GB (missing on this node; 38.0 GB free)``"""
-    return f"{SYMBOLS[f.verb]} {f.verb} {f.model} {format_size(f.bytes)} ({f.why or f.reason})"
+    """``> fetch qwen 4.4 GB (missing on this node; 38.0 GB free)``; §14 ``> fetch program
+    llama-b11434 21.5 MB (…)``."""
+    what = f.model.replace("program/", "program ", 1)
+    return f"{SYMBOLS[f.verb]} {f.verb} {what} {format_size(f.bytes)} ({f.why or f.reason})"
 
 
 def fetch_json(f: Fetch) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from reconciler.planner.launches import Bound, Prepared
 from reconciler.core.decisions import (
     Act, Decision, Forget, GiveUp, Keep, Reason, Refuse, Restart, Start, Status, Stop, Target, Verb,
     Wait)
-from reconciler.core.desired import Launch, RestartPolicy, RoleSpec, Runtime
+from reconciler.core.desired import Launch, RestartPolicy, RoleSpec, Runtime, program_key
 from reconciler.core.devices import Assignment
 from reconciler.planner.ledger import CLAIMS, Draft
 from reconciler.planner.placement import Claim
@@ -225,15 +225,21 @@ def start(r: Role, checks, verb: Verb, reason: Reason, status: Status, detail: s
 
 
 def model_refusal(r: Role, checks, *, release: int, kept: int | None) -> Draft | None:
-    """§1.1 only verified weights are served (unverified: the executor verifies first)."""
+    """§1.1 only verified weights are served (unverified: the executor verifies first); §14
+    a Program whose files changed is not started (the executor found it; cleared once fixed)."""
     spec = r.spec
     assert spec is not None
     if not checks:
         return None  # nothing hashed yet (a plan-only run): the executor verifies first
-    for name in (spec.model, *spec.serve.weight_refs):
+    program = r.launcher.launcher.pinned(spec)
+    for name in (spec.model, *spec.serve.weight_refs,
+                 program_key(program.name) if program is not None else None):
         check = checks.get(name) if name else None
         if check is None or check.state not in _BAD_MODEL:
             continue
+        if program is not None and name == program_key(program.name):  # §14
+            return draft(r, Verb.REFUSE, Reason.PROGRAM_UNVERIFIED, Status.REFUSED,
+                         check.detail, why=check.detail, release=release, holds=kept)
         detached = check.state is ModelState.DETACHED
         msg = (f"model store is detached ({name})" if detached
                else f"model {name} {check.state}" + (f": {check.detail}" if check.detail else ""))

@@ -103,6 +103,8 @@ _HELP = {
     "reconciler_device_used_bytes": "Bytes each role's server uses on each device (NVML / nvidia-smi, by pid).",
     "reconciler_fetch_bytes": "Bytes of each fetched Model already in this node's cache (partial files included).",
     "reconciler_fetch_remaining_bytes": "Bytes of each fetched Model still to download.",
+    "reconciler_program_info": "The Program each managed role runs (§14): its name, version and "
+                               "the sha256 of its file list; always 1.",
 }
 
 
@@ -194,8 +196,13 @@ def _families(result, store, *, problems_count: int, last_pass_ts: float, durati
     for f in observed.fetches if observed is not None else ():  # §1.6
         fetched.add_metric((node, f.model), f.total - f.missing)
         remaining.add_metric((node, f.model), f.missing)
+    programs = family("reconciler_program_info", ("role", "program", "version", "sha256"))
+    for role in desired.roles if desired is not None else ():  # §14
+        pinned = desired.program_for(role) if role.managed else None
+        if pinned is not None:
+            programs.add_metric((node, role.name, pinned.name, pinned.version, pinned.digest), 1)
     return [status, restarts, revision, reserved, budget, latency, last, took, success, problems, actions,
-            dev_memory, dev_reserved, dev_used, fetched, remaining]
+            dev_memory, dev_reserved, dev_used, fetched, remaining, programs]
 
 
 class PassMetrics(Collector):

@@ -64,8 +64,16 @@ def status_rows(result, store, *, records=None) -> list[dict]:
             "next": f"{d.verb} ({d.reason})" if d.acts else None,
             "exit": exit_json(record.exit if record and record.exit else obs.exit),
             "devices": [{"device": dev, "reserved_bytes": size} for dev, size in d.devices],
+            "program": _program(result.desired, spec),
         })
     return rows
+
+
+def _program(desired, spec) -> dict | None:
+    """§14 the Program a managed role runs: name, version, the sha256 of its file list."""
+    pinned = desired.program_for(spec) if spec is not None and spec.managed else None
+    return None if pinned is None else {"name": pinned.name, "version": pinned.version,
+                                        "sha256": pinned.digest}
 
 
 def exit_json(info) -> dict | None:

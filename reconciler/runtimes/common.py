@@ -102,6 +102,7 @@ class ProbeContext:
     marker) listening on the port, and it has answered healthy since it was
     created: what it serves is what ``launch_argv`` says, so a runtime may
     take its identity from there instead of asking for it again every pass.
+    ``version``: §14, see below.
     """
 
     wanted: str | None = None
@@ -110,6 +111,9 @@ class ProbeContext:
     readiness: bool = False
     launch_argv: tuple[str, ...] = ()
     settled: bool = False
+    #: §14 the role runs a Program: ask the server's own build (llama.cpp ``/props``) on
+    #: every pass, settled or not, so that its version is checked against the Program's.
+    version: bool = False
 
 
 def argv_value(argv: Sequence[str], flag: str) -> str | None:

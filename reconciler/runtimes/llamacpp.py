@@ -102,6 +102,9 @@ def exchange(ctx: ProbeContext) -> Exchange:
     (health,) = yield (HEALTH,)
     out = {HEALTH.path: health}
     if ctx.settled and health.status != 404:
+        if ctx.version and health.ok:  # §14 its build, against the Program's version
+            (props,) = yield (PROPS,)
+            out[PROPS.path] = props
         return out
     if health.status == 404:
         (models,) = yield (MODELS,)
@@ -133,10 +136,20 @@ def read(answers: Mapping[str, ProbeAnswer], ctx: ProbeContext) -> ProbeFacts:
         alias = argv_value(ctx.launch_argv, "--alias")
         facts = openai.listing((alias,) if alias else (), ctx,
                                latency=answers[HEALTH.path].latency)
-        return attrs.evolve(facts, identity=argv_value(ctx.launch_argv, "--model"))
+        return attrs.evolve(facts, identity=argv_value(ctx.launch_argv, "--model"),
+                            version=props_build(answers.get(PROPS.path)))
     props = answers.get(PROPS.path, ProbeAnswer())
     identity = props_model_path(props.body) if props.ok else None
-    return attrs.evolve(openai.read(answers, ctx), identity=identity)
+    return attrs.evolve(openai.read(answers, ctx), identity=identity,
+                        version=props_build(props))
+
+
+def props_build(props: ProbeAnswer | None) -> str | None:
+    """§14 ``/props`` ``build_info`` (``b11434-4f0e1a2``; a source tarball's ``b0-unknown``)."""
+    if props is None or not props.ok or not isinstance(props.body, dict):
+        return None
+    info = props.body.get("build_info")
+    return info if isinstance(info, str) else None
 
 
 def deep_request(alias: str) -> ProbeRequest:

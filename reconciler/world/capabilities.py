@@ -18,7 +18,7 @@ import attrs
 
 from reconciler.system import programs
 from reconciler import runtimes
-from reconciler.core.desired import NodeConfig, RunAs, Runtime
+from reconciler.core.desired import NodeConfig, ProgramSpec, RunAs, Runtime, is_program_path
 
 VERSION_TIMEOUT = 5.0
 
@@ -47,6 +47,21 @@ class RuntimeCapability:
     def why(self) -> str:
         reasons = [c.why for c in (self.program_check, self.version_check) if c and not c.ok]
         return "; ".join(reasons)
+
+
+def _pinned(name: str, programs: tuple[ProgramSpec, ...]) -> tuple[str, Check]:
+    """§14 ``NAME VERSION PATH`` of a Program, and its check: the path's, then its digests."""
+    from reconciler.models import programstore
+    from reconciler.models.modelstore import MemoryStampStore
+
+    found = next((p for p in programs if p.name == name), None)
+    if found is None or found.executable is None:
+        return name, Check(ok=False, why=f"Program {name} is not on this node")
+    checked = check_program(found.executable)
+    if checked.ok:
+        got = programstore.check(found, MemoryStampStore(), record=False)
+        checked = checked if got.ok else Check(ok=False, why=got.detail)
+    return f"{name} {found.version} {found.executable}", checked
 
 
 def check_program(path: str | None) -> Check:
@@ -109,17 +124,22 @@ def run_version_probe(
     return Check(ok=True, version=_first_line(out) or _first_line(err) or None)
 
 
-def runtime_capabilities(node: NodeConfig) -> list[RuntimeCapability]:
-    """The runtimes the reconciler launches: program and version checks."""
+def runtime_capabilities(node: NodeConfig, programs: tuple[ProgramSpec, ...] = ()
+                         ) -> list[RuntimeCapability]:
+    """The runtimes the reconciler launches: program and version checks (§14 a Program's
+    files against their digests too: a changed byte is why its roles do not start)."""
     probes = dict(node.version_probe)
     out = []
     for runtime in (spec.runtime for spec in runtimes.launched()):
         program = node.serve_program(runtime)
         argv = probes.get(runtime)
+        checked = check_program(program)
+        if program is not None and not is_program_path(program):
+            program, checked = _pinned(program, programs)
         out.append(RuntimeCapability(
             runtime=runtime,
             program=program,
-            program_check=check_program(program),
+            program_check=checked,
             version_check=run_version_probe(argv, run_as=node.run_as) if argv else None,
         ))
     return out

@@ -1,4 +1,4 @@
-"""Model fetches on this node: what the cache holds, what runs, starting one (SHELL).
+"""Model (and §14 Program) fetches on this node: what the cache holds, what runs, starting one (SHELL).
 
 BEHAVIOUR §1.6. ``observe`` makes one ``FetchObservation`` per Model with a
 source that a managed role of this node serves from the cache (not from a
@@ -29,10 +29,10 @@ import os
 import sys
 
 from reconciler.core.decisions import Fetch
-from reconciler.core.desired import Desired, ModelSpec
+from reconciler.core.desired import Desired, ModelSpec, ProgramSpec, program_key
 from reconciler.core.observed import FetchObservation, FetchRecord, FetchState
 from reconciler.manifests.fleet import fetched_models  # noqa: F401 (models fetch uses it here)
-from reconciler.models import fetchmodel
+from reconciler.models import fetchmodel, fetchprogram
 from reconciler.models.fetchpolicy import STICKY, Failure, blob_path, origin, partial_path
 from reconciler.system import failpoints, programs
 from reconciler.world import procs
@@ -56,21 +56,48 @@ def observe(desired: Desired, records: tuple[FetchRecord, ...],
         gen = model.fetch_generation(fetch.hf_endpoint)
         total = sum(f.size or 0 for f in model.files)
         done, linked = _done(fetch.cache, model)
-        base = dict(model=model.name, generation=gen, total=total, missing=total - done,
-                    free=free)
-        rec = by_model.get(model.name)
-        if rec is not None and rec.generation == gen and rec.pid is not None \
-                and procs.is_running(rec.pid, rec.create_time):
-            elapsed = now - rec.started_at
-            rate = (done - rec.done_at_start) / elapsed if elapsed > 1 else None
-            out.append(FetchObservation(state=FetchState.RUNNING, rate=rate or None,
-                                        pid=rec.pid, **base))
-            continue
-        if done == total and linked:
-            out.append(FetchObservation(state=FetchState.DONE, **base))
-            continue
-        out.append(_after_result(fetch.cache, model.name, gen, fetch.hf_token_file, now, base))
+        out.append(_observed(fetch.cache, model.name, gen, total, done, done == total and linked,
+                             by_model.get(model.name), free, now, fetch.hf_token_file))
+    for program in fetched_programs(desired):  # §14 the same cache, the same protocol
+        source, key = program.source, program_key(program.name)
+        assert source is not None and program.root is not None
+        done = _archive_done(fetch.cache, source.sha256, source.size)
+        out.append(_observed(fetch.cache, key, program.digest[:16], source.size, done,
+                             os.path.isdir(program.root), by_model.get(key), free, now, None))
     return tuple(out)
+
+
+def fetched_programs(desired: Desired) -> tuple[ProgramSpec, ...]:
+    """§14 the Programs with a release archive that a managed role of this node runs."""
+    if desired.node.fetch is None:
+        return ()
+    used = {p for r in desired.roles if r.managed and (p := desired.program_for(r))}
+    return tuple(sorted((p for p in used if p.source is not None and p.root is not None),
+                        key=lambda p: p.name))
+
+
+def _observed(cache: str, name: str, gen: str, total: int, done: int, here: bool,
+              rec: FetchRecord | None, free: int | None, now: float,
+              token_file: str | None) -> FetchObservation:
+    base = dict(model=name, generation=gen, total=total, missing=total - done, free=free)
+    if rec is not None and rec.generation == gen and rec.pid is not None \
+            and procs.is_running(rec.pid, rec.create_time):
+        elapsed = now - rec.started_at
+        rate = (done - rec.done_at_start) / elapsed if elapsed > 1 else None
+        return FetchObservation(state=FetchState.RUNNING, rate=rate or None, pid=rec.pid, **base)
+    if here:
+        return FetchObservation(state=FetchState.DONE, **base)
+    return _after_result(cache, name, gen, token_file, now, base)
+
+
+def _archive_done(cache: str, sha256: str, size: int) -> int:
+    """Bytes of a Program's archive in the cache (the blob, or its partial file)."""
+    for path in (blob_path(cache, sha256), partial_path(cache, sha256)):
+        try:
+            return min(os.stat(path).st_size, size)
+        except OSError:
+            pass
+    return 0
 
 
 def _after_result(cache: str, model: str, gen: str, token_file: str | None, now: float,
@@ -150,16 +177,37 @@ def model_job(model: ModelSpec, desired: Desired) -> fetchmodel.ModelJob:
 
 def start(planned: Fetch, desired: Desired, store, now: float) -> str:
     """Start ``planned`` as a detached process; '' or why it did not start."""
-    model = desired.model(planned.model)
     fetch = desired.node.fetch
+    program = next((p for p in fetched_programs(desired)
+                    if program_key(p.name) == planned.model), None)
+    if program is not None and fetch is not None:  # §14
+        source = program.source
+        assert source is not None and program.root is not None
+        job = fetchprogram.ProgramJob(
+            program=program.name, generation=program.digest[:16], cache=fetch.cache,
+            tree=program.root, url=source.url, sha256=source.sha256, size=source.size,
+            strip=source.strip, files=tuple((f.path, f.sha256, f.size or 0)
+                                            for f in program.files))
+        return _spawn(planned, job.to_json(), job.generation, source.size,
+                      "reconciler.models.fetchprogram", fetch.cache, store, now)
+    model = desired.model(planned.model)
     if model is None or fetch is None or model.root is None:
         return f"{planned.model}: not a Model this node fetches"
     job = model_job(model, desired)
-    path = job_path(fetch.cache, model.name)
+    return _spawn(planned, job.to_json(), job.generation,
+                  sum(f.size or 0 for f in model.files), "reconciler.models.fetchmodel",
+                  fetch.cache, store, now)
+
+
+def _spawn(planned: Fetch, job_text: str, generation: str, total: int, module: str,
+           cache: str, store, now: float) -> str:
+    """Write the job file and the intent, then start the detached fetch process."""
+    name = planned.model
+    path = job_path(cache, name)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.write(job.to_json())
+            f.write(job_text)
         os.replace(path + ".tmp", path)
         try:
             os.unlink(fetchmodel.result_path(path))  # the last result is not this one's
@@ -168,24 +216,24 @@ def start(planned: Fetch, desired: Desired, store, now: float) -> str:
         log = os.open(path.removesuffix(".json") + ".log",
                       os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     except OSError as exc:
-        return f"{model.name}: cannot write the fetch job in {fetch.cache}: {exc.strerror or exc}"
-    done = sum(f.size or 0 for f in model.files) - planned.bytes
-    record = FetchRecord(model=model.name, generation=job.generation, started_at=now,
+        return f"{name}: cannot write the fetch job in {cache}: {exc.strerror or exc}"
+    done = total - planned.bytes
+    record = FetchRecord(model=name, generation=generation, started_at=now,
                          done_at_start=done)
     store.put_fetch(record)  # the intent: written before the process exists
     failpoints.reach("fetch-intent")
     try:
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        started = programs.start([sys.executable, "-m", "reconciler.models.fetchmodel", path],
+        started = programs.start([sys.executable, "-m", module, path],
                                  env=env, cwd=os.path.dirname(path), output=log)
     finally:
         os.close(log)
     failpoints.reach("fetch-spawned")
     if started.pid is None:
-        store.delete_fetch(model.name)
-        return f"{model.name}: cannot start the fetch: {started.failure}"
-    store.put_fetch(FetchRecord(model=model.name, generation=job.generation, pid=started.pid,
+        store.delete_fetch(name)
+        return f"{name}: cannot start the fetch: {started.failure}"
+    store.put_fetch(FetchRecord(model=name, generation=generation, pid=started.pid,
                                 create_time=procs.create_time(started.pid), started_at=now,
                                 done_at_start=done))
     return ""

@@ -107,8 +107,13 @@ def targets(desired: Desired, remembered: Remembered) -> list[Target]:
     Model looked up once in an index, not by a walk of every role for each role."""
     specs, records = _first_by_name(desired.roles), _first_by_name(remembered.roles)
     models = _first_by_name(desired.models)
-    return [_target(n, specs.get(n), records.get(n), models.get)
-            for n in sorted(specs.keys() | records.keys())]
+    out = [_target(n, specs.get(n), records.get(n), models.get)
+           for n in sorted(specs.keys() | records.keys())]
+    if not desired.programs:
+        return out
+    pinned = {r.name for r in desired.roles if r.managed and desired.program_for(r) is not None}
+    return [attrs.evolve(t, ctx=attrs.evolve(t.ctx, version=True)) if t.name in pinned else t
+            for t in out]
 
 
 def _target(name: str, spec: RoleSpec | None, record: RoleRecord | None,

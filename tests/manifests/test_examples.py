@@ -20,10 +20,14 @@ def _load():
 
 
 def test_examples_are_valid_and_counted() -> None:
-    """The examples load without problems or warnings and count every kind."""
+    """The examples load without problems or warnings and count every kind; §14 the mlx-lm
+    program is still a path (the llama.cpp one a pinned Program): `validate` says it is not
+    pinned."""
     result = _load()
     assert result.warnings == ()
-    assert result.summary == "11 documents: 5 Model, 5 InferenceSpec, 1 NodeConfig"
+    assert [w.path for w in result.unpinned] == ["$.spec.serve_programs.mlx-lm"]
+    assert result.summary == ("13 documents: 5 Model, 5 InferenceSpec, 1 NodeConfig, "
+                              "2 Program")
 
 
 def test_examples_cover_each_role_kind() -> None:
@@ -62,7 +66,9 @@ def test_defaults_are_merged_into_roles() -> None:
     assert planner.serve.host == "127.0.0.1"  # from localhost
     assert desired.role("voice").memory.weights == 2 * 2**30
     assert desired.node.allowed_ports is not None and 11434 in desired.node.allowed_ports
-    assert desired.node.serve_program(Runtime.LLAMACPP) == "/usr/local/bin/llama-server"
+    assert desired.node.serve_program(Runtime.LLAMACPP) == "llama-b11434"  # §14 a Program
+    program = desired.program_for(desired.role("coder"))
+    assert program is not None and program.executable == "/usr/local/bin/llama-server"
     assert [r.name for r in desired.roles] == sorted(r.name for r in desired.roles)
 
 

@@ -19,7 +19,7 @@ def test_valid_set_prints_summary(capsys: pytest.CaptureFixture[str]) -> None:
     """A valid set exits 0 and prints one summary line."""
     assert main(["validate", str(EXAMPLES)]) == 0
     out = capsys.readouterr().out
-    assert out == "11 documents: 5 Model, 5 InferenceSpec, 1 NodeConfig\n"
+    assert out == "13 documents: 5 Model, 5 InferenceSpec, 1 NodeConfig, 2 Program\n"
 
 
 def test_default_path_is_the_manifests_option(tmp_path: Path,

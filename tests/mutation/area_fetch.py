@@ -42,7 +42,7 @@ MUTANTS = (
            "planned[name] = Fetch(", "planned[d.decision.role] = Fetch(",
            "§1.6: two roles waiting for one Model start two fetches of it", PLAN),
     mutant("planner/fetchrungs.py", "shared-fetch-counted-twice",
-           "        if name in planned:\n", "        if False:\n",
+           "    if name in planned:\n", "    if False:\n",
            "§1.6: a second role waiting for a Model already planned counts its bytes again "
            "and is refused no_disk", PLAN),
     mutant("planner/fetchrungs.py", "draft-model-not-fetched",

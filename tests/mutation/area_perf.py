@@ -28,8 +28,8 @@ MUTANTS = (
            "the observer reads /proc/stat once per recorded server again (CPU per pass)",
            "tests/safety"),
     mutant("world/observe.py", "targets-without-models",
-           "    return [_target(n, specs.get(n), records.get(n), models.get)",
-           "    return [_target(n, specs.get(n), records.get(n), lambda name: None)",
+           "    out = [_target(n, specs.get(n), records.get(n), models.get)",
+           "    out = [_target(n, specs.get(n), records.get(n), lambda name: None)",
            "§4: an Ollama role is asked for no tag (its Model not looked up): never 'not listed'",
            "tests/observe"),
 )

@@ -21,7 +21,7 @@ import attrs
 
 from reconciler.core import demand as demands
 from reconciler.core import ownership
-from reconciler.planner import demandrungs, exitreasons, livenessrungs, loadrungs, policy
+from reconciler.planner import demandrungs, exitreasons, livenessrungs, loadrungs, policy, versions
 from reconciler.core.decisions import Reason, Status, Verb
 from reconciler.core.demand import Demand
 from reconciler.core.desired import (
@@ -252,9 +252,15 @@ def _running(r: Role, checks: Mapping[str, ModelCheck], now: float) -> Draft:
     hung = livenessrungs.managed(r, checks, now)
     if hung is not None:
         return hung
-    # §4 in sync: alive and answering.
+    # §4 in sync: alive and answering; §14 its build the Program's (or not confirmed).
     if r.health is Health.UP:
-        return draft(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, r.probe_detail("up"), holds=holds)
+        said = versions.check(r.launcher.launcher.pinned(r.spec), r.obs.probe.version) if (
+            r.spec is not None and r.obs.probe is not None) else None
+        if said is not None and said[0]:
+            return draft(r, Verb.KEEP, Reason.VERSION_MISMATCH, Status.DEGRADED, said[1],
+                         holds=holds)
+        detail = r.probe_detail("up") + (f"; {said[1]}" if said is not None else "")
+        return draft(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, detail, holds=holds)
     # §2 loading (503): poll again soon (polling, not backoff).
     if r.health is Health.LOADING:
         return draft(r, Verb.KEEP, Reason.LOADING, Status.LOADING, r.probe_detail("loading"),

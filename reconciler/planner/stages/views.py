@@ -43,7 +43,8 @@ def stage(inputs: Inputs) -> Views:
     specs = {r.name: r for r in desired.roles}
     records = {r.name: r for r in inputs.remembered.roles}
     observations = {o.name: o for o in inputs.observed.roles}
-    launcher = launches.for_node(desired.node, dict(ctx.environ), ctx.data_root).bind(
+    launcher = launches.for_node(desired.node, dict(ctx.environ), ctx.data_root,
+                                 desired.programs).bind(
         desired.models, models)
     served = loadrungs.served(desired.roles, models)
     tables = Tables(specs=specs, records=records, observations=observations, models=models,
