@@ -26,7 +26,10 @@ with ``replicas: N`` on consecutive ports, every request for ``chat`` (the
 router balances), every ``--kill-every`` seconds kill -9 of a random
 instance. A failure is explained only when a kill fell inside the request
 (use ``--grace 0``: after the router learns of the exit, nothing more may
-fail); ``by_instance_kills`` counts the kills.
+fail); ``by_instance_kills`` counts the kills. ``--restart-at S`` sets the
+role's ``restarted_at`` S seconds in (a rolling update under load, §12):
+``rollout_seconds`` is how long until every instance ran the new generation
+and ``failed_in_rollout`` the failures that overlapped it.
 """
 
 from __future__ import annotations
@@ -127,6 +130,8 @@ def free_ports(count: int) -> int:
 
 class Soak:
     def __init__(self, root: Path, repo: Path, replicas: int = 0) -> None:
+        self.folder: Path | None = None
+        self.rollout: tuple[float, float] | None = None  # (began, every instance new) monotonic
         self.root, self.repo, self.replicas = root, repo, replicas
         self.router = free_port()
         self.roles = ("chat",) if replicas else ROLES
@@ -142,7 +147,7 @@ class Soak:
         self.stop = threading.Event()
 
     def start(self) -> None:
-        folder = manifests(self.root, self.router, self.ports, self.replicas)
+        folder = self.folder = manifests(self.root, self.router, self.ports, self.replicas)
         self.log = open(self.root / "watch.log", "w")
         env = {**os.environ, "PYTHONPATH": str(self.repo)}
         self.proc = subprocess.Popen(
@@ -230,6 +235,23 @@ class Soak:
             with self.lock:
                 self.kills.append((time.monotonic(), name))
 
+    def restart(self, at: float) -> None:
+        """``restarted_at`` on the role after ``at`` seconds; then wait until every
+        instance runs a server started after it (a new pid on each port)."""
+        if self.stop.wait(at) or self.folder is None:
+            return
+        before = {u: p.pid for u, p in self.servers().items()}
+        chat = next(f for f in self.folder.glob("*.yaml") if "kind: InferenceSpec" in f.read_text())
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        chat.write_text(chat.read_text().replace(
+            "  state: running", f'  state: running\n  restarted_at: "{stamp}"'))
+        began = time.monotonic()
+        while not self.stop.wait(0.2):
+            now = self.servers()
+            if len(now) == len(before) and all(now[u].pid != before.get(u) for u in now):
+                self.rollout = (began, time.monotonic())
+                return
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -266,7 +288,7 @@ def _group(unit: str) -> str:
 
 
 def soak(seconds: float, workers: int, kill_every: float, grace: float, settle: float,
-         repo: Path, replicas: int = 0) -> dict:
+         repo: Path, replicas: int = 0, restart_at: float | None = None) -> dict:
     root = Path(tempfile.mkdtemp(prefix="soak-", dir="/var/tmp"))
     os.chmod(root, 0o755)
     run = Soak(root, repo, replicas)
@@ -276,7 +298,10 @@ def soak(seconds: float, workers: int, kill_every: float, grace: float, settle: 
         baseline = run.fds()
         began = time.monotonic()
         threads = [threading.Thread(target=run.worker, args=(i,)) for i in range(workers)]
-        threads.append(threading.Thread(target=run.killer, args=(kill_every, 99)))
+        if kill_every > 0:
+            threads.append(threading.Thread(target=run.killer, args=(kill_every, 99)))
+        if restart_at is not None:
+            threads.append(threading.Thread(target=run.restart, args=(restart_at,)))
         for t in threads:
             t.start()
         peak = baseline
@@ -306,6 +331,13 @@ def soak(seconds: float, workers: int, kill_every: float, grace: float, settle: 
                                             for u in sorted(set(run.units.values()))}
             figures["restarts_after_kill"] = _count(log, "start", "crashed") + _count(
                 log, "restart", "crashed")
+        if restart_at is not None:
+            figures["rollout_seconds"] = (round(run.rollout[1] - run.rollout[0], 1)
+                                          if run.rollout else None)
+            began_r, ended_r = run.rollout or (began + restart_at, time.monotonic())
+            figures["failed_in_rollout"] = sum(
+                1 for r in run.records if r["outcome"] != "ok"
+                and r["began"] <= ended_r and r["ended"] >= began_r)
         took_ok = sorted(r["ended"] - r["began"] for r in run.records if r["outcome"] == "ok")
         if took_ok:
             figures["ok_seconds_p50"] = round(took_ok[len(took_ok) // 2], 2)
@@ -344,10 +376,12 @@ def main() -> int:
     parser.add_argument("--repo", type=Path, default=REPO)
     parser.add_argument("--replicas", type=int, default=0,
                         help="soak one role of N instances instead (§12)")
+    parser.add_argument("--restart-at", type=float, default=None,
+                        help="with --replicas: set restarted_at after this many seconds")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     figures = soak(args.seconds, args.workers, args.kill_every, args.grace, args.settle,
-                   args.repo.resolve(), args.replicas)
+                   args.repo.resolve(), args.replicas, args.restart_at)
     if args.json:
         print(json.dumps(figures))
     else:

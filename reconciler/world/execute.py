@@ -300,6 +300,14 @@ def _restarting(d: Decision, restart: Restart, host: str, node: NodeConfig,
     if restart.replaces is None:  # a crashed server's restart: nothing left to stop
         stopped = _outcome(d, ok=True, exited=True, detail="")
     else:
+        if d.reason is Reason.SPEC_CHANGED:
+            # §9 a new generation replaces a server that answers: its route is closed and
+            # drained first, as for a stop (an instance's requests go to the others, a
+            # lone role's wait for the new server). A hung or unresponsive one is not
+            # drained: what it holds would never finish.
+            refusal = hooks.before_stop(d)
+            if refusal is not None:
+                return _outcome(d, ok=False, refusal=refusal)
         stopped = _stop(d, restart.replaces, node.stop_grace)
     if not stopped.exited:
         return stopped

@@ -256,6 +256,33 @@ def test_growing_restart_is_skipped_after_a_failed_stop(world):
     assert restart_outcome.skipped and alive(running.pid)
 
 
+@pytest.mark.parametrize("reason,drained", [
+    (Reason.SPEC_CHANGED, True), (Reason.UNRESPONSIVE, False), (Reason.STARTUP_TIMEOUT, False)])
+def test_a_new_generation_is_drained_before_its_restart_a_hung_server_is_not(
+        world, reason, drained):
+    """§9 a restart for a new generation goes through the router's gate first (close, drain),
+    as a stop does: a rolling update cuts no request (§12). A hung or never-ready server is
+    not drained: what it holds would never finish."""
+    running = world.spawn(world.launch(SLEEPER, instance=INSTANCE))
+    restart = _start(world, verb=Verb.RESTART, reason=reason, pid=running.pid,
+                     create_time=running.create_time)
+    hooks = _Gated(world)
+    (outcome,) = _apply([restart], hooks)
+    assert outcome.ok and outcome.exited and not alive(running.pid)
+    assert (("before_stop", "coder") in hooks.calls) is drained, hooks.calls
+    if drained:  # the gate is asked while the old server still runs, before the new spawn
+        spawned = next(i for i, c in enumerate(hooks.calls) if c[0] == "after_spawn")
+        assert hooks.calls.index(("before_stop", "coder")) < spawned
+
+
+class _Gated(Recorder):
+    """A Recorder that also records the router's gate (``before_stop``)."""
+
+    def before_stop(self, decision):
+        self.calls.append(("before_stop", decision.role))
+        return None
+
+
 def test_non_acting_decisions_produce_no_outcome(world):
     """keep/wait/refuse decisions are not acted on and have no Outcome."""
     decisions = [flat(role=name, verb=verb, reason=Reason.IN_SYNC, instance_id=f"{name}-0")

@@ -23,4 +23,8 @@ MUTANTS = (
            "    if info.pending:\n", "    if False:\n",
            "§4: `status` says `exit status unknown` where the parent has not recorded it yet",
            "tests/exitreasons"),
+    mutant("world/execute.py", "restart-not-drained",
+           "        if d.reason is Reason.SPEC_CHANGED:\n", "        if False:\n",
+           "§9/§12: a rolling update cuts the requests in flight on each restarted instance",
+           "tests/execute"),
 )
