@@ -122,6 +122,7 @@ class Reason(enum.StrEnum):
     NO_DISK = "no_disk"  # §1.6 the fetch would leave less than min_free
     NO_FETCH = "no_fetch"  # §1.6 the Model has a source, this node does not fetch
     FETCH_FAILED = "fetch_failed"  # §1.6 the bytes did not match: a new generation or --retry
+    ROLLOUT = "rollout"  # §13 kept at the revision it runs: its turn has not come (or it rolled back)
 
 
 # ---------------------------------------------------------------- what each verb carries

@@ -1,0 +1,325 @@
+"""§13 a node's pass under a rollout: which revision of each staged role it runs (SHELL).
+
+``stage`` runs between load and plan when HEAD's manifests have a Rollout and
+the checkout's commit is known. Per role the rollout covers it reads, from
+``rollout.json`` in the state directory, the commit whose spec the node runs
+(``runs``), the one it ran before (``before``, kept for a rollback) and the
+commit that failed here (``failed``). The specs of those commits come from git
+(``repo/gitrev``: one ``git archive`` of the manifest path per commit other
+than HEAD), so the durable fact is a commit hash, never a copy of a spec.
+
+``planner/rollout.choose`` then says, per role, take HEAD's spec or keep the
+one it runs; the gates it needs (``gates_to_ask``) are asked first, here, and
+a gate that cannot be read holds. A role kept at its previous spec is given to
+the planner as that spec (so nothing restarts) and its keep reads
+``rollout: …`` in the plan.
+
+**Local rollback.** A role that moved to a staged revision and then reached
+``gave-up`` there, or has not answered ``bake`` seconds after it moved (the
+rollout's gate's bake), goes back to ``before`` — its spec read from git, the
+model files it used still on disk — and ``failed`` names the revision: the
+node does not take it again until HEAD is another commit. A ``rollback``
+event says so, ``status`` shows it and ``reconciler_rollout_rolled_back``
+exports it, which is what closes the gate for the later waves.
+
+**kill -9.** ``rollout.json`` is replaced whole (a temporary file, fsync,
+rename) before the pass acts, and the pass only ever gives the planner one
+revision's spec per role: a pass killed anywhere leaves the file at the old or
+the new choice, and the next pass converges each role on that one revision.
+
+Size: the state file, the revisions read from git, the gates and the rollback
+are one pass's view of a rollout; split, each part would pass the others its
+whole state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Mapping
+
+import attrs
+
+from reconciler.core.decisions import Decision, Keep, Plan, Reason
+from reconciler.core.desired import Desired, RoleSpec
+from reconciler.core.observed import RoleRecord, Terminal
+from reconciler.manifests.fleet import Fleet, NodeChoice
+from reconciler.planner import rollout as schedule
+from reconciler.planner.rollout import GateAnswer, Take
+
+FILE = "rollout.json"
+
+
+@attrs.frozen(kw_only=True)
+class RoleRun:
+    """What ``rollout.json`` keeps of one staged role."""
+
+    runs: str  # the commit whose spec the node runs
+    before: str | None = None  # the commit it ran before (a rollback goes there)
+    moved_at: float | None = None  # when it took ``runs`` as a staged change
+    failed: str | None = None  # a commit rolled back here: not taken again while HEAD
+    rolled_back_at: float | None = None
+    why: str = ""  # why it rolled back
+
+
+@attrs.frozen(kw_only=True)
+class Staged:
+    """What ``stage`` decided for a pass."""
+
+    desired: Desired  # HEAD's share, with the kept roles' previous specs
+    choices: Mapping[str, schedule.Choice] = attrs.field(factory=dict)
+    runs: Mapping[str, RoleRun] = attrs.field(factory=dict)  # what to write before acting
+    rollbacks: tuple[tuple[str, RoleRun], ...] = ()  # roles rolled back by this pass
+    position: tuple[str, ...] = ()  # `status`: the node's place in each rollout
+
+    def revisions(self) -> tuple[tuple[str, str], ...]:
+        """(role, commit it runs) of each staged role: ``reconciler_role_revision``."""
+        return tuple((role, run.runs) for role, run in sorted(self.runs.items()))
+
+    def rolled_back(self) -> tuple[tuple[str, str], ...]:
+        """(role, failed commit) of each rollback in force: ``reconciler_rollout_rolled_back``."""
+        return tuple((role, run.failed) for role, run in sorted(self.runs.items()) if run.failed)
+
+
+def read_runs(state_dir: str) -> dict[str, RoleRun]:
+    """``rollout.json``; unreadable or absent: nothing known (every role runs HEAD)."""
+    try:
+        with open(os.path.join(state_dir, FILE), encoding="utf-8") as f:
+            raw = json.load(f)
+        return {role: RoleRun(**fields) for role, fields in raw.get("roles", {}).items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def write_runs(state_dir: str, runs: Mapping[str, RoleRun]) -> None:
+    """Replace ``rollout.json`` whole (atomic: a kill leaves the old or the new file)."""
+    body = {"roles": {role: attrs.asdict(run) for role, run in sorted(runs.items())}}
+    fd, tmp = tempfile.mkstemp(prefix=".rollout.", dir=state_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(body, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(state_dir, FILE))
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+class _Revisions:
+    """This node's share of the manifests at other commits, each read from git once."""
+
+    def __init__(self, paths, node: NodeChoice | None, head: str, desired: Desired) -> None:
+        self._paths, self._node = paths, node
+        self._seen: dict[str, Desired | None] = {head: desired}
+
+    def role(self, commit: str | None, name: str) -> RoleSpec | None:
+        if commit is None:
+            return None
+        if commit not in self._seen:
+            self._seen[commit] = self._load(commit)
+        at = self._seen[commit]
+        return at.role(name) if at is not None else None
+
+    def readable(self, commit: str) -> bool:
+        if commit not in self._seen:
+            self._seen[commit] = self._load(commit)
+        return self._seen[commit] is not None
+
+    def _load(self, commit: str) -> Desired | None:
+        from reconciler.core.errors import RevisionError
+        from reconciler.manifests import loader
+        from reconciler.repo import gitrev
+
+        where: dict[str, tuple[str, str]] = {}
+        try:
+            files, refused = gitrev.manifests_at(commit, self._paths, where)
+        except RevisionError:
+            return None  # gone from the checkout (a force-push): HEAD it is
+        if refused:
+            return None
+        # It loaded before (a node records only a revision it applied): no schema pass.
+        loaded = loader.load(files, schema_checked=True, node=self._node,
+                             repo_files=gitrev.RepoFilesAt(commit, where))
+        return loaded.desired if loaded.ok else None
+
+
+def stage(*, paths, fleet: Fleet, desired: Desired, node: NodeChoice | None, head: str,
+          state_dir: str, records: Mapping[str, RoleRecord], now: float, ask=None) -> Staged:
+    """The pass's desired state under HEAD's rollouts, and what ``rollout.json`` becomes.
+
+    ``records``: the store's role records (a rollback reads their terminal state);
+    ``ask``: the gate (``world/gate.PrometheusAsk`` unless a test gives another).
+    """
+    rollouts = fleet.rollouts
+    name = node.name if node is not None else desired.node.name
+    labels = dict(desired.node.labels)
+    known = read_runs(state_dir)
+    revisions = _Revisions(paths, node, head, desired)
+    new = {r.name: r for r in desired.roles}
+    covered = sorted(r for r in set(new) | set(known) if schedule.rollout_for(rollouts, r))
+    runs_spec: dict[str, RoleSpec] = {}
+    before_spec: dict[str, RoleSpec] = {}
+    state: dict[str, RoleRun] = {}
+    rollbacks: list[tuple[str, RoleRun]] = []
+    for role in covered:
+        run = known.get(role)
+        if run is None or not revisions.readable(run.runs):
+            run = RoleRun(runs=head)  # nothing known: the node runs what it is given
+        run = _rolled_back(role, run, records.get(role), schedule.rollout_for(rollouts, role),
+                           head, now, rollbacks)
+        if run.failed is not None and run.failed != head:
+            run = attrs.evolve(run, failed=None)  # a new commit: it may be taken again
+        state[role] = run
+        spec = revisions.role(run.runs, role)
+        if spec is not None:
+            runs_spec[role] = spec
+        earlier = revisions.role(run.before, role)
+        if earlier is not None:
+            before_spec[role] = earlier
+    staged_new = {r: s for r, s in new.items() if r in state}
+    wanted = schedule.gates_to_ask(runs_spec, staged_new, rollouts=rollouts, node=name,
+                                   labels=labels, now=now, before=before_spec)
+    gates = _ask(wanted, fleet, head, ask)
+    choices = schedule.choose(runs_spec, staged_new, rollouts=rollouts, node=name,
+                              labels=labels, now=now, gates=gates, before=before_spec)
+    roles = dict(new)
+    for role in covered:
+        run, choice = state[role], choices.get(role)
+        if run.failed == head and role in runs_spec and role in new:
+            choice = schedule.Choice(role=role, take=Take.PREVIOUS, reason=(
+                f"rolled back: {head[:12]} {run.why or 'failed here'};"
+                " waits for a new commit"))
+            choices[role] = choice
+        if choice is None:
+            continue
+        if choice.take is Take.PREVIOUS and role in runs_spec:
+            roles[role] = runs_spec[role]
+        elif run.runs != head:
+            moved = schedule.change(runs_spec.get(role), new.get(role),
+                                    before=before_spec.get(role)).kind is schedule.Kind.STAGED
+            state[role] = attrs.evolve(run, runs=head,
+                                       before=run.runs if moved else run.before,
+                                       moved_at=now if moved else run.moved_at)
+    for role in list(state):
+        if role not in new and role not in runs_spec:
+            del state[role]  # gone from the node and from what it runs
+    kept = tuple(roles[r] for r in sorted(roles))
+    return Staged(desired=attrs.evolve(desired, roles=kept), choices=choices, runs=state,
+                  rollbacks=tuple(rollbacks),
+                  position=_position(rollouts, name, labels, now, gates, state, head))
+
+
+def _rolled_back(role: str, run: RoleRun, rec: RoleRecord | None, rollout, head: str,
+                 now: float, rollbacks: list) -> RoleRun:
+    """``run`` after a rollback, when the revision the role moved to failed here."""
+    if run.before is None or run.runs == run.before or run.moved_at is None:
+        return run
+    why = ""
+    if rec is not None and rec.terminal is Terminal.GAVE_UP and (
+            rec.started_at is None or rec.started_at >= run.moved_at - 1):
+        why = "gave up"
+    bake = rollout.gate.bake if rollout is not None and rollout.gate is not None else 0.0
+    if not why and bake > 0 and now - run.moved_at > bake and (
+            rec is None or rec.healthy_since is None or rec.healthy_since < run.moved_at):
+        why = f"not ready within the bake ({bake:g}s)"
+    if not why:
+        return run
+    back = RoleRun(runs=run.before, before=None, moved_at=None, failed=run.runs,
+                   rolled_back_at=now, why=why)
+    rollbacks.append((role, back))
+    return back
+
+
+def _ask(wanted, fleet: Fleet, head: str, ask) -> dict[tuple[str, str], GateAnswer]:
+    if not wanted:
+        return {}
+    from reconciler.fleet import rolloutview
+
+    if ask is None:
+        from reconciler.world.gate import PrometheusAsk
+
+        ask = PrometheusAsk()
+    asked = {(r.name, wave): (r, nodes) for r, wave, nodes in rolloutview.questions(fleet)}
+    out: dict[tuple[str, str], GateAnswer] = {}
+    for key in wanted:
+        if key not in asked:
+            out[key] = GateAnswer(open=None, reason="no gate question for this wave")
+            continue
+        rollout, nodes = asked[key]
+        try:
+            out[key] = ask.ask(rollout, key[1], revision=head, nodes=nodes)
+        except Exception as err:  # noqa: BLE001 - an unreadable gate holds, never goes
+            out[key] = GateAnswer(open=None, reason=f"gate failed: {err}")
+    return out
+
+
+def _position(rollouts, name: str, labels: Mapping[str, str], now: float, gates,
+              state: Mapping[str, RoleRun], head: str) -> tuple[str, ...]:
+    lines = []
+    for r in rollouts:
+        mine = {w: a for (n, w), a in gates.items() if n == r.name}
+        step = schedule.turn(r, name, labels, now, mine)
+        waiting = sorted(role for role, run in state.items() if r.covers(role) and run.runs != head)
+        back = sorted(role for role, run in state.items() if r.covers(role) and run.failed == head)
+        line = (f"Rollout {r.name}: wave {step.place.wave_name}, moves at "
+                f"{schedule.clock(step.place.at, now)}: "
+                + ("moved" if step.moves else step.reason))
+        if waiting:
+            line += f"; runs the previous revision of {', '.join(waiting)}"
+        if back:
+            line += f"; rolled back {', '.join(back)}"
+        lines.append(line)
+    return tuple(lines)
+
+
+def mark(plan: Plan, choices: Mapping[str, schedule.Choice]) -> Plan:
+    """The plan with each in-sync keep of a role held back by a rollout saying so."""
+    out: list[Decision] = []
+    changed = False
+    for d in plan.decisions:
+        choice = choices.get(d.role)
+        if (choice is not None and choice.take is Take.PREVIOUS and isinstance(d.act, Keep)
+                and d.reason is Reason.IN_SYNC):
+            why = choice.reason.removeprefix("rollout ")
+            d = attrs.evolve(d, reason=Reason.ROLLOUT, why=why)
+            changed = True
+        out.append(d)
+    return attrs.evolve(plan, decisions=tuple(out)) if changed else plan
+
+
+#: A rehearsal's clock for the schedule only (tests, a dry run of tomorrow's waves):
+#: RFC 3339 or unix seconds. Backoffs, bakes of servers and the record keep the real clock.
+NOW_VARIABLE = "RECONCILER_ROLLOUT_NOW"
+
+
+def now(clock) -> float:
+    """The schedule's ``now``: ``$RECONCILER_ROLLOUT_NOW`` when set, else the pass's clock."""
+    given = os.environ.get(NOW_VARIABLE, "").strip()
+    if given:
+        try:
+            return float(given)
+        except ValueError:
+            import datetime
+
+            try:
+                return datetime.datetime.fromisoformat(given.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                pass
+    return clock()
+
+
+def record_rollbacks(store, staged: Staged, *, git_commit: str | None, at: float) -> None:
+    """One ``rollback`` event per role this pass rolled back."""
+    from reconciler.core import events
+
+    for role, run in staged.rollbacks:
+        store.add_event(events.Event(
+            role=role, kind=events.EventKind.ROLLED_BACK, reason="rollout",
+            detail=f"{(run.failed or '')[:12]} {run.why}: back to {run.runs[:12]};"
+                   " not taken again until a new commit",
+            ok=False, git_commit=git_commit, at=at))
