@@ -187,7 +187,7 @@ def _staged(inputs: PassInputs, loaded, began: "_Began", remembered: Remembered)
     return rolloutpass.stage(paths=inputs.paths, fleet=fleet, desired=loaded.desired,
                              node=inputs.node, head=began.git_commit, state_dir=inputs.state_dir,
                              records={r.name: r for r in remembered.roles},
-                             now=rolloutpass.now(inputs.clock))
+                             now=rolloutpass.now(inputs.clock), wall=inputs.clock())
 
 
 def _observe_and_plan(inputs: PassInputs, desired: Desired, remembered: Remembered,

@@ -149,12 +149,16 @@ class _Revisions:
 
 
 def stage(*, paths, fleet: Fleet, desired: Desired, node: NodeChoice | None, head: str,
-          state_dir: str, records: Mapping[str, RoleRecord], now: float, ask=None) -> Staged:
+          state_dir: str, records: Mapping[str, RoleRecord], now: float,
+          wall: float | None = None, ask=None) -> Staged:
     """The pass's desired state under HEAD's rollouts, and what ``rollout.json`` becomes.
 
+    ``now``: the schedule's time; ``wall``: the clock the store's records were written by
+    (when a role moved, the bake; ``now`` unless a rehearsal set the schedule's clock);
     ``records``: the store's role records (a rollback reads their terminal state);
     ``ask``: the gate (``world/gate.PrometheusAsk`` unless a test gives another).
     """
+    wall = now if wall is None else wall
     rollouts = fleet.rollouts
     name = node.name if node is not None else desired.node.name
     labels = dict(desired.node.labels)
@@ -171,7 +175,7 @@ def stage(*, paths, fleet: Fleet, desired: Desired, node: NodeChoice | None, hea
         if run is None or not revisions.readable(run.runs):
             run = RoleRun(runs=head)  # nothing known: the node runs what it is given
         run = _rolled_back(role, run, records.get(role), schedule.rollout_for(rollouts, role),
-                           head, now, rollbacks)
+                           wall, rollbacks)
         if run.failed is not None and run.failed != head:
             run = attrs.evolve(run, failed=None)  # a new commit: it may be taken again
         state[role] = run
@@ -204,7 +208,7 @@ def stage(*, paths, fleet: Fleet, desired: Desired, node: NodeChoice | None, hea
                                     before=before_spec.get(role)).kind is schedule.Kind.STAGED
             state[role] = attrs.evolve(run, runs=head,
                                        before=run.runs if moved else run.before,
-                                       moved_at=now if moved else run.moved_at)
+                                       moved_at=wall if moved else run.moved_at)
     for role in list(state):
         if role not in new and role not in runs_spec:
             del state[role]  # gone from the node and from what it runs
@@ -214,8 +218,8 @@ def stage(*, paths, fleet: Fleet, desired: Desired, node: NodeChoice | None, hea
                   position=_position(rollouts, name, labels, now, gates, state, head))
 
 
-def _rolled_back(role: str, run: RoleRun, rec: RoleRecord | None, rollout, head: str,
-                 now: float, rollbacks: list) -> RoleRun:
+def _rolled_back(role: str, run: RoleRun, rec: RoleRecord | None, rollout, now: float,
+                 rollbacks: list) -> RoleRun:
     """``run`` after a rollback, when the revision the role moved to failed here."""
     if run.before is None or run.runs == run.before or run.moved_at is None:
         return run
