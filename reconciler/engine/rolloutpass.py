@@ -51,27 +51,52 @@ from reconciler.planner.rollout import GateAnswer, Take
 FILE = "rollout.json"
 
 
-@attrs.frozen(kw_only=True)
 class RoleRun:
-    """What ``rollout.json`` keeps of one staged role."""
+    """What ``rollout.json`` keeps of one staged role.
 
-    runs: str  # the commit whose spec the node runs
-    before: str | None = None  # the commit it ran before (a rollback goes there)
-    moved_at: float | None = None  # when it took ``runs`` as a staged change
-    failed: str | None = None  # a commit rolled back here: not taken again while HEAD
-    rolled_back_at: float | None = None
-    why: str = ""  # why it rolled back
+    A plain class, like ``Staged``: every ``--once`` under a rollout makes them, and an
+    attrs class costs a cron run its creation (the 1.2x budget of issue 30).
+    """
+
+    __slots__ = ("runs", "before", "moved_at", "failed", "rolled_back_at", "why")
+    FIELDS = __slots__
+
+    def __init__(self, *, runs: str, before: str | None = None, moved_at: float | None = None,
+                 failed: str | None = None, rolled_back_at: float | None = None,
+                 why: str = "") -> None:
+        self.runs = runs  # the commit whose spec the node runs
+        self.before = before  # the commit it ran before (a rollback goes there)
+        self.moved_at = moved_at  # when it took ``runs`` as a staged change (the wall clock)
+        self.failed = failed  # a commit rolled back here: not taken again while HEAD
+        self.rolled_back_at = rolled_back_at
+        self.why = why  # why it rolled back
+
+    def evolve(self, **changes) -> "RoleRun":
+        return RoleRun(**{**self.as_dict(), **changes})
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RoleRun) and self.as_dict() == other.as_dict()
+
+    def __repr__(self) -> str:
+        return f"RoleRun({self.as_dict()})"
 
 
-@attrs.frozen(kw_only=True)
 class Staged:
     """What ``stage`` decided for a pass."""
 
-    desired: Desired  # HEAD's share, with the kept roles' previous specs
-    choices: Mapping[str, schedule.Choice] = attrs.field(factory=dict)
-    runs: Mapping[str, RoleRun] = attrs.field(factory=dict)  # what to write before acting
-    rollbacks: tuple[tuple[str, RoleRun], ...] = ()  # roles rolled back by this pass
-    position: tuple[str, ...] = ()  # `status`: the node's place in each rollout
+    __slots__ = ("desired", "choices", "runs", "rollbacks", "position")
+
+    def __init__(self, *, desired: Desired, choices: Mapping[str, schedule.Choice],
+                 runs: Mapping[str, RoleRun], rollbacks: tuple[tuple[str, RoleRun], ...] = (),
+                 position: tuple[str, ...] = ()) -> None:
+        self.desired = desired  # HEAD's share, with the kept roles' previous specs
+        self.choices = choices
+        self.runs = runs  # what ``rollout.json`` becomes (written before acting)
+        self.rollbacks = rollbacks  # roles rolled back by this pass
+        self.position = position  # `status`: the node's place in each rollout
 
     def revisions(self) -> tuple[tuple[str, str], ...]:
         """(role, commit it runs) of each staged role: ``reconciler_role_revision``."""
@@ -87,14 +112,15 @@ def read_runs(state_dir: str) -> dict[str, RoleRun]:
     try:
         with open(os.path.join(state_dir, FILE), encoding="utf-8") as f:
             raw = json.load(f)
-        return {role: RoleRun(**fields) for role, fields in raw.get("roles", {}).items()}
+        return {role: RoleRun(**{k: v for k, v in fields.items() if k in RoleRun.FIELDS})
+                for role, fields in raw.get("roles", {}).items()}
     except (OSError, ValueError, TypeError, AttributeError):
         return {}
 
 
 def write_runs(state_dir: str, runs: Mapping[str, RoleRun]) -> None:
     """Replace ``rollout.json`` whole (atomic: a kill leaves the old or the new file)."""
-    body = {"roles": {role: attrs.asdict(run) for role, run in sorted(runs.items())}}
+    body = {"roles": {role: run.as_dict() for role, run in sorted(runs.items())}}
     fd, tmp = tempfile.mkstemp(prefix=".rollout.", dir=state_dir)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -177,7 +203,7 @@ def stage(*, paths, fleet: Fleet, desired: Desired, node: NodeChoice | None, hea
         run = _rolled_back(role, run, records.get(role), schedule.rollout_for(rollouts, role),
                            wall, rollbacks)
         if run.failed is not None and run.failed != head:
-            run = attrs.evolve(run, failed=None)  # a new commit: it may be taken again
+            run = run.evolve(failed=None)  # a new commit: it may be taken again
         state[role] = run
         spec = revisions.role(run.runs, role)
         if spec is not None:
@@ -206,7 +232,7 @@ def stage(*, paths, fleet: Fleet, desired: Desired, node: NodeChoice | None, hea
         elif run.runs != head:
             moved = schedule.change(runs_spec.get(role), new.get(role),
                                     before=before_spec.get(role)).kind is schedule.Kind.STAGED
-            state[role] = attrs.evolve(run, runs=head,
+            state[role] = run.evolve(runs=head,
                                        before=run.runs if moved else run.before,
                                        moved_at=wall if moved else run.moved_at)
     for role in list(state):

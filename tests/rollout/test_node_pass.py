@@ -187,7 +187,7 @@ def test_an_unreadable_state_file_means_the_node_runs_head(repo, tmp_path) -> No
     (tmp_path / "s" / rolloutpass.FILE).write_text("{not json")
     repo.commit(*NODES, role("coder", 8001, ctx=8192), ROLLOUT)
     assert ctx(a_pass(repo, tmp_path / "s", "gpu-2", CANARY_TIME)) == 8192
-    assert attrs.asdict(rolloutpass.read_runs(str(tmp_path / "s"))["coder"])["before"] is None
+    assert rolloutpass.read_runs(str(tmp_path / "s"))["coder"].before is None
 
 
 def test_metrics_say_the_revision_a_staged_role_runs_and_each_rollback():
