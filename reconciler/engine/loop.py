@@ -139,6 +139,9 @@ def apply_pass(inputs: PassInputs) -> PassResult:
 
         the_plan = rolloutpass.mark(the_plan, staged.choices)
         rolloutpass.write_runs(inputs.state_dir, staged.runs)
+        from reconciler.system import failpoints
+
+        failpoints.reach("rollout-written")
         rolloutpass.record_rollbacks(inputs.store, staged, git_commit=began.git_commit,
                                      at=inputs.clock())
     if the_plan.fetches:  # §1.6 detached: the pass never waits for a download

@@ -200,8 +200,11 @@ def stage(*, paths, fleet: Fleet, desired: Desired, node: NodeChoice | None, hea
         run = known.get(role)
         if run is None or not revisions.readable(run.runs):
             run = RoleRun(runs=head)  # nothing known: the node runs what it is given
-        run = _rolled_back(role, run, records.get(role), schedule.rollout_for(rollouts, role),
-                           wall, rollbacks)
+        back = _rolled_back(role, run, records.get(role), schedule.rollout_for(rollouts, role),
+                            wall)
+        if back is not None and revisions.readable(back.runs):  # (gone: nothing to go back to)
+            rollbacks.append((role, back))
+            run = back
         if run.failed is not None and run.failed != head:
             run = run.evolve(failed=None)  # a new commit: it may be taken again
         state[role] = run
@@ -244,11 +247,11 @@ def stage(*, paths, fleet: Fleet, desired: Desired, node: NodeChoice | None, hea
                   position=_position(rollouts, name, labels, now, gates, state, head))
 
 
-def _rolled_back(role: str, run: RoleRun, rec: RoleRecord | None, rollout, now: float,
-                 rollbacks: list) -> RoleRun:
-    """``run`` after a rollback, when the revision the role moved to failed here."""
+def _rolled_back(role: str, run: RoleRun, rec: RoleRecord | None, rollout,
+                 now: float) -> RoleRun | None:
+    """``run`` rolled back, when the revision the role moved to failed here (else None)."""
     if run.before is None or run.runs == run.before or run.moved_at is None:
-        return run
+        return None
     why = ""
     if rec is not None and rec.terminal is Terminal.GAVE_UP and (
             rec.started_at is None or rec.started_at >= run.moved_at - 1):
@@ -258,11 +261,9 @@ def _rolled_back(role: str, run: RoleRun, rec: RoleRecord | None, rollout, now: 
             rec is None or rec.healthy_since is None or rec.healthy_since < run.moved_at):
         why = f"not ready within the bake ({bake:g}s)"
     if not why:
-        return run
-    back = RoleRun(runs=run.before, before=None, moved_at=None, failed=run.runs,
+        return None
+    return RoleRun(runs=run.before, before=None, moved_at=None, failed=run.runs,
                    rolled_back_at=now, why=why)
-    rollbacks.append((role, back))
-    return back
 
 
 def _ask(wanted, fleet: Fleet, head: str, ask) -> dict[tuple[str, str], GateAnswer]:

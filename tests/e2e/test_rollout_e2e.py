@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import LLAMA_SERVER, NOBODY, PORT_RANGE, free_port
-from tests.e2e.test_fleet import NODES, Fleet, fleet, git  # noqa: F401 (the fixture)
+from tests.e2e.test_fleet import NODES, Fleet, fleet, git, processes_under  # noqa: F401
 from tests.fleet.test_deploy import need
 
 pytestmark = pytest.mark.e2e
@@ -270,3 +270,51 @@ def test_a_bad_commit_stops_at_the_canary_a_good_one_reaches_all_in_order(rollin
     assert r.argv_has("node-a", "512")
     for n in ("node-b", "node-c"):
         assert "No changes" in r.converge(n, BEFORE).stdout
+
+
+@pytest.mark.parametrize("point", ["rollout-written", "stopped", "after-spawn", "recording"])
+def test_kill_9_while_the_canary_moves_leaves_one_whole_revision(fleet, point) -> None:  # noqa: F811
+    """§13 kill -9 of ``--once`` while the canary takes a staged change (at the failpoint
+    ``point``: the rollout file written, the old server stopped, the new one spawned, the
+    record room), then the next pass: the canary runs exactly one server, on HEAD's spec,
+    and rollout.json says HEAD; the node that waits never ran anything new."""
+    r = Rolling.__new__(Rolling)  # no Prometheus: this rollout has no gate
+    r.fleet, r.ports = fleet, {n: free_port() for n in NODES}
+    for n in NODES:
+        fleet.state(n).mkdir(parents=True)
+    gateless = "\n".join(line for line in Rolling.rollout_yaml(_NoProm(r)).splitlines()
+                         if "gate:" not in line and "prometheus:" not in line
+                         and "url:" not in line and "query:" not in line) + "\n"
+    fleet.commit({"nodes.yaml": r.nodes_yaml(), "tiny.yaml": fleet.model,
+                  "roles.yaml": r.roles_yaml(), "rollout.yaml": gateless}, "c1")
+    for n in ("node-a", "node-b"):
+        assert r.converge(n, BEFORE).returncode == 0
+    b_pid = r.pids()["node-b"]
+    fleet.commit({"roles.yaml": r.roles_yaml(ctx=512)}, "ctx 512")
+    head = git(fleet.author, "rev-parse", "HEAD").strip()
+    import os
+
+    git(fleet.clone("node-a"), "pull", "-q", "--ff-only")
+    killed = subprocess.run(
+        [sys.executable, "-m", "reconciler", "--once", "--node", "node-a", "-f",
+         str(fleet.clone("node-a") / "manifests"), "--state-dir", str(fleet.state("node-a"))],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "RECONCILER_ROLLOUT_NOW": CANARY, "RECONCILER_FAILPOINT": point})
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    out = r.converge("node-a", CANARY)
+    assert out.returncode == 0, out.stdout + out.stderr
+    servers = [p for p in processes_under(fleet.root)
+               if "llama-server" in " ".join(p.cmdline())
+               and str(r.ports["node-a"]) in p.cmdline()]
+    assert len(servers) == 1 and "512" in servers[0].cmdline(), [p.cmdline() for p in servers]
+    runs = json.loads((fleet.state("node-a") / "rollout.json").read_text())["roles"]
+    assert runs["r-node-a"]["runs"] == head
+    assert r.converge("node-b", CANARY).returncode == 0
+    assert r.pids()["node-b"] == b_pid and not r.argv_has("node-b", "512")
+
+
+class _NoProm:
+    """``Rolling.rollout_yaml``'s ``self`` without a Prometheus (its gate lines are cut)."""
+
+    def __init__(self, rolling) -> None:
+        self.prom = type("P", (), {"port": 9})()
