@@ -206,3 +206,14 @@ def test_metrics_say_the_revision_a_staged_role_runs_and_each_rollback():
     assert {dict(k)["role"]: dict(k)["revision"] for k in got} == {"coder": "old", "chat": "new"}
     assert series(text, "reconciler_rollout_rolled_back") == {
         (("node", "test-node"), ("revision", "new"), ("role", "coder")): 1}
+
+
+def test_the_status_page_shows_the_node_place_in_each_rollout():
+    """§13 the status page, like `status`, shows the node's rollout line (escaped)."""
+    from reconciler.report import page
+    from reconciler.report.snapshot import Snapshot
+
+    line = "Rollout up: wave rest, moves at 15:30Z: wave canary first; <b>x</b>"
+    html = page.render(Snapshot(node="gpu-2", rollout=(line,)), live=False)
+    assert "<li>Rollout up: wave rest, moves at 15:30Z: wave canary first; &lt;b&gt;x&lt;/b&gt;</li>" in html
+    assert 'id="rollout"' not in page.render(Snapshot(node="gpu-2"), live=False)
