@@ -143,6 +143,10 @@ class _Revisions:
         self._paths, self._node = paths, node
         self._seen: dict[str, Desired | None] = {head: desired}
 
+    def model(self, commit: str, name: str):
+        at = self._seen.get(commit)
+        return at.model(name) if at is not None else None
+
     def role(self, commit: str | None, name: str) -> RoleSpec | None:
         if commit is None:
             return None
@@ -221,6 +225,7 @@ def stage(*, paths, fleet: Fleet, desired: Desired, node: NodeChoice | None, hea
     choices = schedule.choose(runs_spec, staged_new, rollouts=rollouts, node=name,
                               labels=labels, now=now, gates=gates, before=before_spec)
     roles = dict(new)
+    models = {m.name: m for m in desired.models}
     for role in covered:
         run, choice = state[role], choices.get(role)
         if run.failed == head and role in runs_spec and role in new:
@@ -231,7 +236,11 @@ def stage(*, paths, fleet: Fleet, desired: Desired, node: NodeChoice | None, hea
         if choice is None:
             continue
         if choice.take is Take.PREVIOUS and role in runs_spec:
-            roles[role] = runs_spec[role]
+            roles[role] = kept = runs_spec[role]
+            if kept.model and kept.model not in models:  # renamed or removed since: its own
+                found = revisions.model(run.runs, kept.model)
+                if found is not None:
+                    models[kept.model] = found
         elif run.runs != head:
             moved = schedule.change(runs_spec.get(role), new.get(role),
                                     before=before_spec.get(role)).kind is schedule.Kind.STAGED
@@ -241,8 +250,10 @@ def stage(*, paths, fleet: Fleet, desired: Desired, node: NodeChoice | None, hea
     for role in list(state):
         if role not in new and role not in runs_spec:
             del state[role]  # gone from the node and from what it runs
-    kept = tuple(roles[r] for r in sorted(roles))
-    return Staged(desired=attrs.evolve(desired, roles=kept), choices=choices, runs=state,
+    kept_roles = tuple(roles[r] for r in sorted(roles))
+    return Staged(desired=attrs.evolve(desired, roles=kept_roles,
+                                       models=tuple(models[m] for m in sorted(models))),
+                  choices=choices, runs=state,
                   rollbacks=tuple(rollbacks),
                   position=_position(rollouts, name, labels, now, gates, state, head))
 

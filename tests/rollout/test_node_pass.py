@@ -217,3 +217,16 @@ def test_the_status_page_shows_the_node_place_in_each_rollout():
     html = page.render(Snapshot(node="gpu-2", rollout=(line,)), live=False)
     assert "<li>Rollout up: wave rest, moves at 15:30Z: wave canary first; &lt;b&gt;x&lt;/b&gt;</li>" in html
     assert 'id="rollout"' not in page.render(Snapshot(node="gpu-2"), live=False)
+
+
+def test_a_waiting_role_keeps_the_model_it_runs_when_head_renamed_it(repo, tmp_path) -> None:
+    """§13: HEAD moves coder to a renamed Model (qwen → qwen2, a staged change); the waiting
+    node keeps coder on qwen, and the pass's desired state still declares qwen."""
+    (tmp_path / "s").mkdir()
+    repo.commit(*NODES, role("coder", 8001, ctx=4096), ROLLOUT)
+    a_pass(repo, tmp_path / "s", "gpu-2", BEFORE_START)
+    nodes = tuple(d for d in NODES if d["kind"] != "Model")
+    repo.commit(*nodes, model("qwen2"), role("coder", 8001, ctx=4096, model_name="qwen2"), ROLLOUT)
+    waiting = a_pass(repo, tmp_path / "s", "gpu-2", CANARY_TIME)
+    assert waiting.desired.role("coder").model == "qwen"
+    assert {m.name for m in waiting.desired.models} == {"qwen", "qwen2"}
