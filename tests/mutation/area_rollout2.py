@@ -14,10 +14,8 @@ PASS = "engine/rolloutpass.py"
 
 MUTANTS = (
     mutant(PASS, "waiting-node-restarts",
-           "        if choice.take is Take.PREVIOUS and role in runs_spec:\n"
-           "            roles[role] = runs_spec[role]",
-           "        if choice.take is Take.PREVIOUS and role in runs_spec:\n"
-           "            pass",
+           "            roles[role] = kept = runs_spec[role]",
+           "            kept = runs_spec[role]",
            "§13: a node whose turn has not come is given HEAD's spec anyway: every node "
            "restarts on the commit at once", RO),
     mutant(PASS, "unreadable-gate-goes",
