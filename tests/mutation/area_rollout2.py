@@ -36,7 +36,8 @@ MUTANTS = (
     mutant(PASS, "rollback-memory-never-cleared",
            "            run = run.evolve(failed=None)  # a new commit: it may be taken again",
            "            pass",
-           "§13: a node that rolled back never takes a later good commit", RO),
+           "§13: a node that rolled back exports reconciler_rollout_rolled_back forever: "
+           "ReconcilerRolloutRolledBack fires on after the fix", RO),
     mutant("report/metrics.py", "waiting-node-reports-head",
            "            revision.add_metric((node, role, staged.get(role, commit), ran), 1)",
            "            revision.add_metric((node, role, commit, ran), 1)",

@@ -149,7 +149,7 @@ def record(**kw) -> RoleRecord:
 def test_a_staged_revision_that_gave_up_is_rolled_back_and_not_retried(repo, tmp_path) -> None:
     """§13 local rollback: the canary's coder gave up on the new revision → the pass gives
     the planner the revision it ran before, says so, and keeps it while HEAD is the failed
-    commit; a new commit may be taken again."""
+    commit; a new commit is taken again and the rollback's metric ends."""
     (tmp_path / "s").mkdir()
     good = repo.commit(*NODES, role("coder", 8001, ctx=4096), ROLLOUT)
     a_pass(repo, tmp_path / "s", "gpu-1", BEFORE_START)
@@ -164,7 +164,8 @@ def test_a_staged_revision_that_gave_up_is_rolled_back_and_not_retried(repo, tmp
     again = a_pass(repo, tmp_path / "s", "gpu-1", CANARY_TIME + 120)
     assert ctx(again) == 4096 and again.rollbacks == ()
     repo.commit(*NODES, role("coder", 8001, ctx=6144), ROLLOUT)
-    assert ctx(a_pass(repo, tmp_path / "s", "gpu-1", CANARY_TIME + 180)) == 6144
+    fixed = a_pass(repo, tmp_path / "s", "gpu-1", CANARY_TIME + 180)
+    assert ctx(fixed) == 6144 and fixed.rolled_back() == ()  # the rollback is history
 
 
 def test_a_staged_revision_never_ready_within_the_bake_is_rolled_back(repo, tmp_path) -> None:
