@@ -144,6 +144,11 @@ def apply_pass(inputs: PassInputs) -> PassResult:
         failpoints.reach("rollout-written")
         rolloutpass.record_rollbacks(inputs.store, staged, git_commit=began.git_commit,
                                      at=inputs.clock())
+    elif loaded.fleet is not None and os.path.exists(  # (watch's last good state: no fleet)
+            os.path.join(inputs.state_dir, "rollout.json")):  # rolloutpass.FILE, not imported
+        from reconciler.engine import rolloutpass
+
+        rolloutpass.forget(inputs.state_dir)
     if the_plan.fetches:  # §1.6 detached: the pass never waits for a download
         from reconciler.core import events
         from reconciler.world import fetches

@@ -118,6 +118,15 @@ def read_runs(state_dir: str) -> dict[str, RoleRun]:
         return {}
 
 
+def forget(state_dir: str) -> None:
+    """No rollout in HEAD (or no commit known): what ``rollout.json`` said is over; a
+    Rollout added later starts from what the node runs then, not from a stale commit."""
+    try:
+        os.unlink(os.path.join(state_dir, FILE))
+    except FileNotFoundError:
+        pass
+
+
 def write_runs(state_dir: str, runs: Mapping[str, RoleRun]) -> None:
     """Replace ``rollout.json`` whole (atomic: a kill leaves the old or the new file)."""
     body = {"roles": {role: run.as_dict() for role, run in sorted(runs.items())}}
@@ -242,11 +251,14 @@ def stage(*, paths, fleet: Fleet, desired: Desired, node: NodeChoice | None, hea
                 if found is not None:
                     models[kept.model] = found
         elif run.runs != head:
-            moved = schedule.change(runs_spec.get(role), new.get(role),
-                                    before=before_spec.get(role)).kind is schedule.Kind.STAGED
-            state[role] = run.evolve(runs=head,
-                                       before=run.runs if moved else run.before,
-                                       moved_at=wall if moved else run.moved_at)
+            kind = schedule.change(runs_spec.get(role), new.get(role),
+                                   before=before_spec.get(role)).kind
+            if kind is schedule.Kind.STAGED:  # it moves: what it ran is kept for a rollback
+                state[role] = run.evolve(runs=head, before=run.runs, moved_at=wall)
+            elif kind is schedule.Kind.SAME:  # the same spec at a later commit
+                state[role] = run.evolve(runs=head)
+            else:  # at once (a revert, a stop, new here): nothing to roll back to
+                state[role] = run.evolve(runs=head, moved_at=None)
     for role in list(state):
         if role not in new and role not in runs_spec:
             del state[role]  # gone from the node and from what it runs

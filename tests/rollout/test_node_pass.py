@@ -231,3 +231,27 @@ def test_a_waiting_role_keeps_the_model_it_runs_when_head_renamed_it(repo, tmp_p
     waiting = a_pass(repo, tmp_path / "s", "gpu-2", CANARY_TIME)
     assert waiting.desired.role("coder").model == "qwen"
     assert {m.name for m in waiting.desired.models} == {"qwen", "qwen2"}
+
+
+def test_a_rollout_removed_then_added_again_starts_from_what_the_node_runs(tmp_path) -> None:
+    """§13: an applying pass with no Rollout in HEAD forgets rollout.json, so a Rollout added
+    later does not send the node back to the commit it ran under the first one; a pass on
+    watch's last good state (no fleet loaded) forgets nothing."""
+    from reconciler.engine import loop
+    from reconciler.state.store import Store
+
+    repo = Repo(tmp_path / "repo")
+    state = tmp_path / "s"
+    state.mkdir()
+    repo.commit(*NODES, role("coder", 8001, ctx=4096, state="stopped"), ROLLOUT)
+    a_pass(repo, state, "gpu-2", BEFORE_START)
+    assert (state / rolloutpass.FILE).exists()
+    repo.commit(*NODES, role("coder", 8001, ctx=4096, state="stopped"))
+    with Store(str(state)) as store:
+        inputs = loop.PassInputs(paths=[str(repo.manifests)], store=store, state_dir=str(state),
+                                 node=NodeChoice(name="gpu-2", explicit=True))
+        result = loop.apply_pass(inputs)
+        assert result.ok and (state / rolloutpass.FILE).exists() is False
+        rolloutpass.write_runs(str(state), {"coder": rolloutpass.RoleRun(runs="x")})
+        loop.apply_pass(attrs.evolve(inputs, desired=result.desired))
+        assert (state / rolloutpass.FILE).exists()
