@@ -10,8 +10,9 @@ real servers (the testbed's tiny model, ``--roles`` of them). Two branches:
   previous revision's manifests from git (``git archive``), keeps each role at
   it and restarts nothing.
 
-Whole-process runs, interleaved (``git checkout`` between them, untimed), median
-of ``--runs``; both print "No changes". The load average is printed with the
+Whole-process runs, interleaved (``git checkout`` between them, untimed; a pass on
+``plain`` forgets ``rollout.json``, so each staged run follows an untimed pass at
+``staged~1`` that records it), median of ``--runs``; both print "No changes". The load average is printed with the
 figures: run it on an otherwise idle machine.
 
 Run: ``.venv/bin/python bench/bench_rollout_once.py [--roles 10] [--runs 9]``.
@@ -104,11 +105,12 @@ def main() -> int:
             if _in_sync(subprocess.run(once, capture_output=True, text=True, env=env).stdout):
                 break
             time.sleep(0.5)
-        git(repo, "checkout", "-q", "staged~1")  # the rollout arrives: the node records HEAD~1
-        subprocess.run(once, capture_output=True, text=True, env=env, check=True)
         times: dict[str, list[float]] = {"plain": [], "staged": []}
         for _ in range(args.runs):
             for branch in ("plain", "staged"):
+                if branch == "staged":  # (plain forgot rollout.json: no Rollout there)
+                    git(repo, "checkout", "-q", "staged~1")  # the node records HEAD~1
+                    subprocess.run(once, capture_output=True, text=True, env=env, check=True)
                 git(repo, "checkout", "-q", branch)
                 t, out = timed(once, env)
                 assert out.returncode == 0 and _in_sync(out.stdout), out.stdout + out.stderr
