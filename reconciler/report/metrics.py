@@ -135,9 +135,6 @@ def _families(result, store, *, problems_count: int, last_pass_ts: float, durati
     revision = family("reconciler_role_revision", ("role", "revision", "generation"))
     commit = getattr(result, "git_commit", None) or ""
     staged = dict(getattr(result, "revisions", ()))  # §13 a staged role's own revision
-    rolled_back = family("reconciler_rollout_rolled_back", ("role", "revision"))
-    for role, failed in getattr(result, "rolled_back", ()):
-        rolled_back.add_metric((node, role, failed), 1)
     wanted = {r.name for r in desired.roles} if (desired := getattr(result, "desired", None)) \
         is not None else set()
     for role in roles:
@@ -202,7 +199,7 @@ def _families(result, store, *, problems_count: int, last_pass_ts: float, durati
     for f in observed.fetches if observed is not None else ():  # §1.6
         fetched.add_metric((node, f.model), f.total - f.missing)
         remaining.add_metric((node, f.model), f.missing)
-    return [status, restarts, revision, rolled_back, reserved, budget, latency, last, took, success, problems, actions,
+    return [status, restarts, revision, reserved, budget, latency, last, took, success, problems, actions,
             dev_memory, dev_reserved, dev_used, fetched, remaining]
 
 
@@ -219,9 +216,20 @@ class PassMetrics(Collector):
         self._families = _families(result, store, problems_count=problems_count,
                                    last_pass_ts=last_pass_ts, duration=duration,
                                    failed=failed, node=node)
+        self._families.append(_rolled_back(result, node or node_name(result)))
 
     def collect(self):  # type: ignore[override]
         return iter(self._families)
+
+
+def _rolled_back(result, node: str) -> GaugeMetricFamily:
+    """§13 ``reconciler_rollout_rolled_back{node,role,revision}``: 1 per rollback in force."""
+    rolled_back = GaugeMetricFamily("reconciler_rollout_rolled_back",
+                                    _HELP["reconciler_rollout_rolled_back"],
+                                    labels=("node", "role", "revision"))
+    for role, failed in getattr(result, "rolled_back", ()):
+        rolled_back.add_metric((node, role, failed), 1)
+    return rolled_back
 
 
 def new_registry(*collectors: Collector) -> CollectorRegistry:
