@@ -92,11 +92,14 @@ def run_status(g: GlobalOptions, o: StatusOptions) -> int:
             return Exit.ERROR
     if o.json:
         common.print_json({"roles": rows, "devices": devices, "git_commit": result.git_commit,
+                           **({"rollout": list(result.rollout)} if result.rollout else {}),
                            **({"problems": [str(p) for p in problems]} if problems else {})})
     else:
         _print_table(rows)
         if devices and not o.name:
             _print_devices(devices)
+        if result.rollout and not o.name:  # §13 this node's place in each rollout
+            common.print_text("\n" + "\n".join(result.rollout))
     return code
 
 

@@ -118,6 +118,7 @@ class Reason(enum.StrEnum):
     IDLE = "idle"  # §9 an on-demand role with no request for idle_after is stopped
     ON_DEMAND = "on_demand"  # §9 an on-demand role nobody asks for stays stopped
     ORPHAN = "orphan"  # a server of ours by proof that no role wants (§4)
+    ROLLOUT = "rollout"  # §13 kept at the revision it runs: its turn has not come (or it rolled back)
     STARTUP_TIMEOUT = "startup_timeout"  # never answered within startup_grace: a failed start
     OVER_RESERVED = "over_reserved"  # §7.1 uses more device memory than it reserved: degraded
     FETCHING = "fetching"  # §1.6 its Model is being fetched (or is about to be)

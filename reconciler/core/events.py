@@ -51,6 +51,7 @@ EventKind = _Kind("EventKind", [
     ("OPERATOR_START", "operator-start"),  # `reconcile start NAME`
     ("MANIFESTS_INVALID", "invalid"),  # the manifest set became invalid (watch keeps the last good)
     ("MANIFESTS_VALID", "valid"),  # … and valid again
+    ("ROLLED_BACK", "rollback"),  # §13 a staged revision failed here: back to the one before
 ], module=__name__, qualname="EventKind")
 
 

@@ -86,6 +86,10 @@ class PassResult:
     started: float = 0.0
     duration: float = 0.0
     node: str = ""  # the node named by --node / $RECONCILER_NODE ("" when none was)
+    rollout: tuple[str, ...] = ()  # §13 the node's place in each rollout (`status`)
+    #: §13 (role, commit) of each staged role: the revision it runs (others: ``git_commit``)
+    revisions: tuple[tuple[str, str], ...] = ()
+    rolled_back: tuple[tuple[str, str], ...] = ()  # §13 (role, failed commit) in force
 
     @property
     def ok(self) -> bool:
@@ -98,15 +102,20 @@ def plan_pass(inputs: PassInputs) -> PassResult:
     loaded = _load(inputs)
     if loaded.problems or loaded.desired is None:
         return began.refused(loaded)
-    desired = loaded.desired
-    root = instances.data_root(desired, inputs.state_dir)
     remembered = Remembered(roles=inputs.store.roles())
+    staged = _staged(inputs, loaded, began, remembered)
+    desired = staged.desired if staged is not None else loaded.desired
+    root = instances.data_root(desired, inputs.state_dir)
     # Shown as an applying pass would see them: with the re-adopted records.
     found = readopt.survey(remembered, desired, root)
     remembered = readopt.merged(remembered, found.readopted)
     observed, the_plan = _observe_and_plan(inputs, desired, remembered, root, found.orphans,
                                            records=False)
-    return began.result(loaded, observed, the_plan)
+    if staged is not None:
+        from reconciler.engine import rolloutpass
+
+        the_plan = rolloutpass.mark(the_plan, staged.choices)
+    return began.result(loaded, observed, the_plan, staged=staged)
 
 
 def apply_pass(inputs: PassInputs) -> PassResult:
@@ -117,13 +126,29 @@ def apply_pass(inputs: PassInputs) -> PassResult:
     loaded = _load(inputs)
     if loaded.problems or loaded.desired is None:
         return began.refused(loaded)
-    desired = loaded.desired
-    root = instances.data_root(desired, inputs.state_dir)
     remembered = Remembered(roles=inputs.store.roles())
+    staged = _staged(inputs, loaded, began, remembered)
+    desired = staged.desired if staged is not None else loaded.desired
+    root = instances.data_root(desired, inputs.state_dir)
     found = readopt.survey(remembered, desired, root)
     readopt.record(inputs.store, found.readopted, at=inputs.clock())
     remembered = readopt.merged(remembered, found.readopted)
     observed, the_plan = _observe_and_plan(inputs, desired, remembered, root, found.orphans)
+    if staged is not None:  # §13 what each staged role runs is durable before anything acts
+        from reconciler.engine import rolloutpass
+
+        the_plan = rolloutpass.mark(the_plan, staged.choices)
+        rolloutpass.write_runs(inputs.state_dir, staged.runs)
+        from reconciler.system import failpoints
+
+        failpoints.reach("rollout-written")
+        rolloutpass.record_rollbacks(inputs.store, staged, git_commit=began.git_commit,
+                                     at=inputs.clock())
+    elif loaded.fleet is not None and os.path.exists(  # (watch's last good state: no fleet)
+            os.path.join(inputs.state_dir, "rollout.json")):  # rolloutpass.FILE, not imported
+        from reconciler.engine import rolloutpass
+
+        rolloutpass.forget(inputs.state_dir)
     if the_plan.fetches:  # §1.6 detached: the pass never waits for a download
         from reconciler.core import events
         from reconciler.world import fetches
@@ -143,7 +168,7 @@ def apply_pass(inputs: PassInputs) -> PassResult:
     kept = inputs.store.roles()
     instances.cap_server_logs(kept, root)
     instances.sweep(root, instances.wanted_ids(desired, kept))
-    return began.result(loaded, observed, the_plan, outcomes)
+    return began.result(loaded, observed, the_plan, outcomes, staged=staged)
 
 
 # ---------------------------------------------------------------- the rooms' details
@@ -157,6 +182,20 @@ def _load(inputs: PassInputs):
     if inputs.desired is not None:
         return LoadResult(desired=inputs.desired)
     return sources.load_desired(inputs.paths, cache_dir=inputs.state_dir, node=inputs.node)
+
+
+def _staged(inputs: PassInputs, loaded, began: "_Began", remembered: Remembered):
+    """§13 HEAD's share with each staged role at the revision the node runs (None: no rollout,
+    or no commit known: a rollout needs git to know what a node ran)."""
+    fleet = loaded.fleet
+    if fleet is None or not fleet.rollouts or not began.git_commit:
+        return None
+    from reconciler.engine import rolloutpass
+
+    return rolloutpass.stage(paths=inputs.paths, fleet=fleet, desired=loaded.desired,
+                             node=inputs.node, head=began.git_commit, state_dir=inputs.state_dir,
+                             records={r.name: r for r in remembered.roles},
+                             now=rolloutpass.now(inputs.clock), wall=inputs.clock())
 
 
 def _observe_and_plan(inputs: PassInputs, desired: Desired, remembered: Remembered,
@@ -210,8 +249,12 @@ class _Began:
                           git_commit=self.git_commit, started=self.started, node=self.node)
 
     def result(self, loaded, observed: Observed, the_plan: Plan,
-               outcomes: tuple[Outcome, ...] = ()) -> PassResult:
-        return PassResult(warnings=tuple(loaded.warnings), desired=loaded.desired,
+               outcomes: tuple[Outcome, ...] = (), staged=None) -> PassResult:
+        return PassResult(warnings=tuple(loaded.warnings),
+                          desired=staged.desired if staged is not None else loaded.desired,
                           observed=observed, plan=the_plan, outcomes=tuple(outcomes),
                           git_commit=self.git_commit, started=self.started,
-                          duration=time.monotonic() - self.t0, node=self.node)
+                          duration=time.monotonic() - self.t0, node=self.node,
+                          rollout=staged.position if staged is not None else (),
+                          revisions=staged.revisions() if staged is not None else (),
+                          rolled_back=staged.rolled_back() if staged is not None else ())

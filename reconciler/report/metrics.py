@@ -11,6 +11,9 @@ series                                                type   from
 ``reconciler_role_revision{node,role,revision,        gauge  1: the manifests commit the role
 generation}``                                                was planned from, and the
                                                              generation its record ran (§13)
+``reconciler_rollout_rolled_back{node,role,           gauge  1: the node rolled the role back
+revision}``                                                  from this commit (§13); it closes
+                                                             the gate of the later waves
 ``reconciler_reserved_bytes{node,role}``              gauge  the residency ledger (§7)
 ``reconciler_memory_budget_bytes{node}``              gauge  NodeConfig (absent: none)
 ``reconciler_probe_latency_seconds{node,role}``       gauge  the pass's readiness probe
@@ -90,6 +93,7 @@ _HELP = {
     "reconciler_role_status": "Current status of each role (one series per status, 1 for the current one).",
     "reconciler_role_restarts": "Restarts counted by the restart policy (reset after stable_after or reconcile start).",
     "reconciler_role_revision": "1 per role: the manifests revision (git commit) it was planned from, and the generation (§4) it runs.",
+    "reconciler_rollout_rolled_back": "1 per role this node rolled back from a revision (§13): it does not take that commit again.",
     "reconciler_reserved_bytes": "Bytes each role holds in the residency ledger.",
     "reconciler_memory_budget_bytes": "The NodeConfig memory budget in bytes (absent when there is none).",
     "reconciler_probe_latency_seconds": "Latency of the last readiness probe of each role.",
@@ -132,6 +136,7 @@ def _families(result, store, *, problems_count: int, last_pass_ts: float, durati
     # §13 what a rollout's gate reads: which revision and generation each role is on.
     revision = family("reconciler_role_revision", ("role", "revision", "generation"))
     commit = getattr(result, "git_commit", None) or ""
+    staged = dict(getattr(result, "revisions", ()))  # §13 a staged role's own revision
     wanted = {r.name for r in desired.roles} if (desired := getattr(result, "desired", None)) \
         is not None else set()
     for role in roles:
@@ -145,7 +150,7 @@ def _families(result, store, *, problems_count: int, last_pass_ts: float, durati
         reserved.add_metric((node, role), record.reserved if record is not None else 0)
         if role in wanted:
             ran = record.generation if record is not None and record.generation else ""
-            revision.add_metric((node, role, commit, ran), 1)
+            revision.add_metric((node, role, staged.get(role, commit), ran), 1)
 
     budget = family("reconciler_memory_budget_bytes")
     if desired is not None and desired.node.memory_budget is not None:
@@ -218,9 +223,20 @@ class PassMetrics(Collector):
         self._families = _families(result, store, problems_count=problems_count,
                                    last_pass_ts=last_pass_ts, duration=duration,
                                    failed=failed, node=node)
+        self._families.append(_rolled_back(result, node or node_name(result)))
 
     def collect(self):  # type: ignore[override]
         return iter(self._families)
+
+
+def _rolled_back(result, node: str) -> GaugeMetricFamily:
+    """§13 ``reconciler_rollout_rolled_back{node,role,revision}``: 1 per rollback in force."""
+    rolled_back = GaugeMetricFamily("reconciler_rollout_rolled_back",
+                                    _HELP["reconciler_rollout_rolled_back"],
+                                    labels=("node", "role", "revision"))
+    for role, failed in getattr(result, "rolled_back", ()):
+        rolled_back.add_metric((node, role, failed), 1)
+    return rolled_back
 
 
 def new_registry(*collectors: Collector) -> CollectorRegistry:

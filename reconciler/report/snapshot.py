@@ -36,6 +36,7 @@ class Snapshot:
     bars: tuple[MemoryBar, ...] = ()
     events: tuple[dict[str, Any], ...] = ()
     fetches: tuple[dict[str, Any], ...] = ()  # §1.6 Models on their way: model, state, bytes
+    rollout: tuple[str, ...] = ()  # §13 the node's place in each rollout (`status`'s lines)
     version: int = 0  # bumped by each publish (the page's live updates compare it)
 
 
@@ -136,7 +137,8 @@ def take(result, store, *, problems=(), applied: bool, version: int = 0,
         problems=tuple(str(p) for p in problems), rows=tuple(rows),
         bars=(bar, *memoryview.device_bars(result.plan, result.desired)),
         events=tuple(event_json(e) for e in reversed(events)),
-        fetches=fetch_rows(result.observed), version=version)
+        fetches=fetch_rows(result.observed), version=version,
+        rollout=tuple(getattr(result, "rollout", ())))
 
 
 def fetch_rows(observed) -> tuple[dict[str, Any], ...]:

@@ -178,7 +178,7 @@ def _forwardable(spec: RoleSpec, desired: Desired) -> bool:
             and desired.node.port_allowed(spec.serve.port))
 
 
-_READY_KEEPS = (Reason.IN_SYNC, Reason.UNHEALTHY, Reason.UNKNOWN)
+_READY_KEEPS = (Reason.IN_SYNC, Reason.UNHEALTHY, Reason.UNKNOWN, Reason.ROLLOUT)
 _ANSWERING = (Status.RUNNING, Status.DEGRADED)
 _COMING_BACK = (Reason.IDLE, Reason.EVICTED)  # an on-demand stop: the next request restarts it
 

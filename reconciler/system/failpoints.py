@@ -5,6 +5,7 @@ pass reaches ``reach(NAME)`` send SIGKILL to the reconciler itself, exactly
 as a `kill -9` from outside would land there. Without the variable a point
 costs one comparison. The points, in the order a pass reaches them:
 
+``rollout-written`` §13 rollout.json replaced: what each staged role runs; nothing acted
 ``intent-written``  an action's intent is in the store; nothing signalled yet
 ``stopped``         a restart's old server is gone; the new one not spawned
 ``before-spawn``    right before a spawn

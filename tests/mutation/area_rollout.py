@@ -89,7 +89,7 @@ MUTANTS = (
            "§13: a wave's gate is asked about its own nodes too, which have not moved: it "
            "never opens", RO),
     mutant("report/metrics.py", "revision-not-published",
-           "            revision.add_metric((node, role, commit, ran), 1)",
+           "            revision.add_metric((node, role, staged.get(role, commit), ran), 1)",
            "            revision.add_metric((node, role, \"\", ran), 1)",
            "§13: reconciler_role_revision does not say the commit: a gate cannot tell the new "
            "revision from the old", FLEET, RO),

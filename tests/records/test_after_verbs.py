@@ -30,4 +30,4 @@ def test_every_verb_is_an_event_kind_of_its_own_word() -> None:
     """The event log's kinds are derived from the verbs: one list, the same words."""
     for verb in Verb:
         assert EventKind.of(verb) is EventKind[verb.name] and EventKind.of(verb) == verb.value
-    assert len(EventKind) == len(Verb) + 4
+    assert len(EventKind) == len(Verb) + 5  # adopt, operator-start, invalid, valid, rollback
