@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import attrs
 
-from reconciler.core.desired import SourceRef
+from reconciler.core.desired import SourceRef, group_of
 from reconciler.core.labels import Selector
 
 frozen = attrs.frozen(kw_only=True)
@@ -61,7 +61,8 @@ class Rollout:
     ref: SourceRef | None = attrs.field(default=None, eq=False)
 
     def covers(self, role: str) -> bool:
-        return self.roles is None or role in self.roles
+        """Does it stage ``role`` — a role it names, or an instance of one (§12 ``chat/1``)?"""
+        return self.roles is None or role in self.roles or group_of(role) in self.roles
 
     @property
     def all_waves(self) -> tuple[Wave, ...]:

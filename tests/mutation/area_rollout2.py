@@ -48,4 +48,9 @@ MUTANTS = (
            "        pass",
            "§13: reconciler_rollout_rolled_back is never 1: the gate's rule cannot tell a "
            "rollback", RO),
+    mutant("core/rollouts.py", "instances-not-staged",
+           "self.roles is None or role in self.roles or group_of(role) in self.roles",
+           "self.roles is None or role in self.roles",
+           "§12/§13: a bad commit reaches every instance but the first of a role, unstaged",
+           "tests/rollout"),
 )

@@ -94,6 +94,17 @@ def test_a_role_no_rollout_covers_takes_the_change_at_once() -> None:
     assert (got.take, got.reason) == (Take.NEW, "no rollout stages it")
 
 
+def test_a_rollout_naming_a_role_stages_every_instance_of_it() -> None:
+    """§12/§13 `roles: [coder]` covers `coder/1` and `coder/2` too (instances carry the role's
+    name as their group); a role merely sharing a prefix (`coder2`) is not covered."""
+    assert ROLLOUT.covers("coder") and ROLLOUT.covers("coder/1") and ROLLOUT.covers("coder/2")
+    assert not ROLLOUT.covers("coder2") and not ROLLOUT.covers("embed/1")
+    runs = {"coder/1": attrs.evolve(OLD, name="coder/1")}
+    got = choose(START - 3600, runs=runs,
+                 new={"coder/1": attrs.evolve(runs["coder/1"], restarted_at="x")})["coder/1"]
+    assert got.take is Take.PREVIOUS, got.reason
+
+
 def test_a_pause_holds_a_staged_change_where_it_stands() -> None:
     """Paused: a staged change waits on every node, canaries included, after the window too."""
     got = choose(START + 10 * 7200, labels={"ring": "canary"},
