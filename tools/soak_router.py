@@ -150,9 +150,12 @@ class Soak:
         folder = self.folder = manifests(self.root, self.router, self.ports, self.replicas)
         self.log = open(self.root / "watch.log", "w")
         env = {**os.environ, "PYTHONPATH": str(self.repo)}
+        self.metrics_port = free_port()
+        metrics = ["--metrics-addr", f"127.0.0.1:{self.metrics_port}"] if self.replicas else []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "reconciler", "-f", str(folder), "--state-dir",
-             str(self.root / "state"), "--log-format", "json", "watch", "--stop-on-exit"],
+             str(self.root / "state"), "--log-format", "json", "watch", "--stop-on-exit",
+             *metrics],
             cwd=self.repo, env=env, stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.monotonic() + 60
         first = self.roles[0] if self.replicas else "base"
@@ -188,6 +191,21 @@ class Soak:
                 if name is not None:
                     found[name] = child
         return found
+
+    def answered(self) -> dict[str, int]:
+        """Requests the router answered 200, by the instance it sent them to (its metrics)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                        timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return {}
+        out: dict[str, int] = {}
+        for line in text.splitlines():
+            if line.startswith("reconciler_router_requests_total{") and 'code="200"' in line:
+                role = line.split('role="', 1)[1].split('"', 1)[0]
+                out[role] = out.get(role, 0) + int(float(line.rsplit(" ", 1)[1]))
+        return out
 
     def fds(self) -> int:
         return psutil.Process(self.proc.pid).num_fds()
@@ -327,6 +345,7 @@ def soak(seconds: float, workers: int, kill_every: float, grace: float, settle: 
             "tracebacks": log.count("Traceback"), "log_bytes": len(log)})
         if replicas:
             figures["replicas"] = replicas
+            figures["answered_by_instance"] = run.answered()
             figures["by_instance_kills"] = {u: sum(k == u for _, k in run.kills)
                                             for u in sorted(set(run.units.values()))}
             figures["restarts_after_kill"] = _count(log, "start", "crashed") + _count(

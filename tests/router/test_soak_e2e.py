@@ -41,3 +41,38 @@ def test_soak_swaps_and_kills_lose_no_request_of_ours() -> None:
     assert figures["evictions"] >= 2 and figures["cold_starts"] >= 2, figures
     assert figures["fds_after"] <= figures["fds_baseline"], figures
     assert figures["tracebacks"] == 0, figures
+
+
+def _soak(*args: str, timeout: float) -> dict:
+    done = subprocess.run([sys.executable, str(TOOL), *args, "--json"],
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_replicas_spread_the_load_and_a_kill_costs_only_its_own_requests() -> None:
+    """§9.1/§12 three instances of one role behind one name, the official client through the
+    daemon's router, a kill -9 of a random instance every 10 s: every instance answers,
+    nothing fails but requests inside a kill (at most the killed server's 4 slots each)."""
+    _testbed_or_skip()
+    figures = _soak("--replicas", "3", "--seconds", "30", "--workers", "8",
+                    "--kill-every", "10", "--grace", "0", "--settle", "5", timeout=150)
+    assert figures["requests"] >= 100 and figures["kills"] >= 2, figures
+    assert figures["ours"] == 0 and figures["status_503"] == 0, figures
+    assert figures["failed"] <= 4 * figures["kills"], figures
+    answered = figures["answered_by_instance"]
+    assert set(answered) == {"chat", "chat/1", "chat/2"}, figures
+    assert min(answered.values()) >= figures["requests"] // 10, figures  # spread, not one
+    assert figures["tracebacks"] == 0, figures
+
+
+def test_a_rolling_update_under_load_fails_no_request() -> None:
+    """§12 `restarted_at` on a role of three instances while 8 clients keep asking: one
+    instance restarted at a time, each drained first (§9), and not one request fails."""
+    _testbed_or_skip()
+    figures = _soak("--replicas", "3", "--seconds", "25", "--workers", "8",
+                    "--kill-every", "0", "--restart-at", "5", "--grace", "0", "--settle", "5",
+                    timeout=150)
+    assert figures["rollout_seconds"] is not None, figures  # every instance runs a new server
+    assert figures["requests"] >= 100 and figures["failed"] == 0, figures
+    assert figures["tracebacks"] == 0, figures
