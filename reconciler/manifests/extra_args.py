@@ -61,15 +61,18 @@ def check(runtime: Runtime, args: Sequence[object], on_devices: bool = False,
     if len(args) > MAX_ENTRIES:
         findings.append((None, f"must have at most {MAX_ENTRIES} entries"))
     owned = rt.devices.owned_flags if on_devices and rt.devices is not None else frozenset()
-    for i, spelling, found, values in _walk(flags_for(runtime, version), runtime, args,
-                                              findings):
+    table = flags_for(runtime, version)
+    for i, spelling, found, values in _walk(table, runtime, args, findings):
         if owned & set(found.spellings):
             findings.append((i, f"{spelling} is set by the planner from spec.placement.devices; "
                                 "remove it (or remove placement.devices to place the server "
                                 "by hand)"))
             continue
         if found.cls in _WHY:
-            findings.append((i, f"{spelling} " + _WHY[found.cls].format(instead=found.instead)))
+            instead = found.instead
+            if table.program:  # §1.4 "removed from llama-server b11434"
+                instead = instead.replace("this llama-server", f"{table.program} {table.version}")
+            findings.append((i, f"{spelling} " + _WHY[found.cls].format(instead=instead)))
             continue
         for k, value in values:
             problem = value_problem(found, spelling, value)

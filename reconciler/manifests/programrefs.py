@@ -25,7 +25,7 @@ from reconciler.core.desired import ProgramSpec, Runtime, is_program_path
 from reconciler.core.errors import Problem
 from reconciler.manifests.documents import RoleDraft
 from reconciler.manifests.yamlsafe import Document, Path
-from reconciler.runtimes import llamacpp_tables, spec_of
+from reconciler.runtimes import spec_of, table_note
 
 
 def unpinned(path: str) -> str:
@@ -114,18 +114,9 @@ class Versions:
 
 
 def table_warning(doc: Document, program: ProgramSpec) -> list[Problem]:
-    """§1.4 a llama.cpp Program of a build with no flag table: which build's judges it."""
-    if program.runtime is not Runtime.LLAMACPP:
-        return []
-    build, n = llamacpp_tables.nearest(program.version), llamacpp_tables.number(program.version)
-    if n == build:
-        return []
-    which = ("the newest: the version is no build number" if n is None
-             else "the oldest: no older build has one" if build > n
-             else "the nearest older build with one")
-    return [doc.problem(("spec", "version"), f"no flag table for llama-server "
-                        f"{program.version}: its roles' extra_args are judged by b{build}'s "
-                        f"({which})")]
+    """§1.4 a Program of a build with no flag table of its own: which build's judges it."""
+    note = table_note(program.runtime, program.version)
+    return [doc.problem(("spec", "version"), note)] if note else []
 
 
 def _get(value: object, *path: str) -> object:

@@ -49,6 +49,12 @@ def flags_for(runtime: Runtime, version: str | None) -> FlagTable:
     return SPECS[runtime].flags
 
 
+def table_note(runtime: Runtime, version: str) -> str | None:
+    """§1.4 why a Program of ``version`` is judged by another build's table, None when it
+    has its own (or its runtime has one table)."""
+    return llamacpp_tables.note(version) if runtime is Runtime.LLAMACPP else None
+
+
 def launched() -> tuple[RuntimeSpec, ...]:
     """The runtimes whose servers the reconciler starts itself."""
     return tuple(spec for spec in SPECS.values() if spec.launched)

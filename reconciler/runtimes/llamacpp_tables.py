@@ -94,6 +94,18 @@ def table_for(version: str | None) -> FlagTable:
     return DEFAULT if version is None else TABLES[nearest(version)]
 
 
+def note(version: str) -> str | None:
+    """For ``validate``: which build's table judges a version without its own; None."""
+    build, n = nearest(version), number(version)
+    if n == build:
+        return None
+    which = ("the newest: the version is no build number" if n is None
+             else "the oldest: no older build has one" if build > n
+             else "the nearest older build with one")
+    return (f"no flag table for llama-server {version}: its roles' extra_args are judged by "
+            f"b{build}'s ({which})")
+
+
 #: Older spellings and what later builds call them (``llamacpp_older``'s rewrites).
 RENAMED = {
     "--no-mmap": "--load-mode", "--mmap": "--load-mode", "--mlock": "--load-mode",

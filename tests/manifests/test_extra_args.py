@@ -245,12 +245,16 @@ def test_older_spellings_are_flags_of_a_program_of_that_build(args: list[str]) -
 
 def test_newer_flags_are_refused_for_an_older_build_naming_it() -> None:
     """§1.4 a flag b11434 added (--load-mode, --reasoning-effort) is refused for a b10068
-    Program, the refusal naming b10068."""
+    Program, the refusal naming b10068; a removed flag's refusal names its build too."""
     assert check(LLAMA, ["--load-mode", "none"], version="b11434") == []
     message = check(LLAMA, ["--load-mode", "none"], version="b10068")[0][1]
     assert message.startswith("'--load-mode' is not a flag of llama-server b10068")
     assert check(LLAMA, ["--reasoning-effort", "high"], version="b10068")[0][1].startswith(
         "'--reasoning-effort' is not a flag of llama-server b10068")
+    for version in ("b10068", "b11434"):  # --draft-max: removed in both (their --help says so)
+        [(index, message)] = check(LLAMA, ["--draft-max", "4"], version=version)
+        assert index == 0
+        assert f"removed from llama-server {version} (it exits with an error)" in message
 
 
 @pytest.mark.parametrize(("version", "judged_by"), [
