@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tests.mutation.mutant import mutant
 
-TB, EA = "runtimes/llamacpp_tables.py", "manifests/extra_args.py"
+TB, EA, GN = "runtimes/llamacpp_tables.py", "manifests/extra_args.py", "planner/generations.py"
 TESTS = ("tests/manifests/test_extra_args.py", "tests/programs/test_program_flags.py")
 
 MUTANTS = (
@@ -26,4 +26,9 @@ MUTANTS = (
            '        base = f"{entry[:80]!r} is not a flag of {table.program} {table.version}"',
            '        base = f"{entry[:80]!r} is not a {runtime} flag"',
            "§1.4: a refusal does not say which build's table refused the flag", *TESTS),
+    mutant(GN, "restart-words-without-the-program",
+           "        if program is not None and before is not None and before != program:",
+           "        if False:",
+           "§14: a switch of Program restarts as `launch environment changed` (or two paths), "
+           "not `program b11434 → b11500`", "tests/programs/test_program_restart_words.py"),
 )
