@@ -100,7 +100,7 @@ def test_a_role_switched_to_another_program_restarts_once_and_runs_its_build(wor
     """§14 done-when: the compiled build (b11434) and the prebuilt one (b10068) as two
     Programs; the node switched from one to the other restarts the role exactly once
     (`program b11434 → b10068`), the new server is the prebuilt copy and its /props
-    build_info is the prebuilt's; the next pass changes nothing."""
+    build_info is the prebuilt's; the next pass changes nothing; `status` names it."""
     if not PREBUILT.exists():
         pytest.skip(f"no prebuilt llama-server at {PREBUILT} (testbed/demo_server.sh)")
     compiled = _pinned(world, [LLAMA_SERVER], "llama-b11434", "b11434")
@@ -128,3 +128,5 @@ def test_a_role_switched_to_another_program_restarts_once_and_runs_its_build(wor
     assert build_after != build_before and build_after.startswith("b1-571d0d5"), build_after
     again = converge(world)
     assert "restart" not in again.stdout and world.pid("chat") == after, again.stdout
+    table = world.reconcile("status").stdout  # the table names the Program, name@version
+    assert "PROGRAM" in table.splitlines()[0] and "llama-b10068@b10068" in table, table
