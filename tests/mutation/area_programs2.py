@@ -31,4 +31,9 @@ MUTANTS = (
            "        if False:",
            "§14: a switch of Program restarts as `launch environment changed` (or two paths), "
            "not `program b11434 → b11500`", "tests/programs/test_program_restart_words.py"),
+    mutant("commands/status.py", "status-table-without-the-program",
+           """    return f"{program['name']}@{program['version']}" if program else "-\"""",
+           """    return "-\"""",
+           "§14: the status table does not say which Program a role runs",
+           "tests/statuspage/test_status_cmd.py"),
 )
