@@ -13,7 +13,7 @@ both ways (``tests/manifests/test_flag_tables.py``):
 A version without a table is judged by the nearest older build's (the oldest, when
 none is older), and ``nearest`` says which so ``validate`` can warn; a version that is
 no ``b<number>`` is judged by the newest. ``renamed(spelling)`` says what a later build
-calls an older spelling (``llamacpp_older``'s rewrites), for refusals that name both.
+calls an older spelling (``llamacpp_older.successor``), for refusals that name both.
 """
 
 from __future__ import annotations
@@ -106,17 +106,6 @@ def note(version: str) -> str | None:
             f"b{build}'s ({which})")
 
 
-#: Older spellings and what later builds call them (``llamacpp_older``'s rewrites).
-RENAMED = {
-    "--no-mmap": "--load-mode", "--mmap": "--load-mode", "--mlock": "--load-mode",
-    "--direct-io": "--load-mode", "-dio": "--load-mode", "--no-direct-io": "--load-mode",
-    "-ndio": "--load-mode",
-    "--draft-max": "--spec-draft-n-max", "--draft": "--spec-draft-n-max",
-    "--draft-n": "--spec-draft-n-max", "--draft-min": "--spec-draft-n-min",
-    "--draft-n-min": "--spec-draft-n-min",
-}
-
-
 def renamed(table: FlagTable, spelling: str) -> str | None:
     """Why ``spelling`` is not in ``table`` though an older build had it:
     ``renamed --load-mode after b10068``; None when no older table knows it."""
@@ -127,6 +116,8 @@ def renamed(table: FlagTable, spelling: str) -> str | None:
     last = next((b for b in older if TABLES[b].find(spelling) is not None), None)
     if last is None:
         return None
-    new = RENAMED.get(spelling)
+    from reconciler.runtimes import llamacpp_older  # its facts; loaded only for a refusal
+
+    new = llamacpp_older.successor(spelling)
     return (f"renamed {new} after b{last}" if new is not None
             else f"a flag of b{last}, gone since")

@@ -266,3 +266,13 @@ def test_a_version_without_a_table_takes_the_nearest_older(version: str, judged_
     oldest's when none is older; the newest's for a version that is no build number)."""
     assert flags_for(LLAMA, version).version == judged_by
     assert flags_for(LLAMA, None).version == "b11434"  # an unpinned path: the testbed's
+
+
+@pytest.mark.parametrize(("spelling", "why"), [
+    ("--no-mmap", "renamed --load-mode after b10068"), ("-dio", "renamed --load-mode after b10068"),
+    ("--tts-use-guide-tokens", "a flag of b10068, gone since")])
+def test_a_refusal_says_which_older_build_had_the_flag(spelling: str, why: str) -> None:
+    """§1.4 a spelling b11434 lacks that b10068's table has is refused naming both builds,
+    with its successor when llamacpp_older knows one."""
+    message = check(LLAMA, [spelling], version="b11434")[0][1]
+    assert message.startswith(f"{spelling!r} is not a flag of llama-server b11434 ({why})")
