@@ -137,6 +137,9 @@ def validate_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="files or directories (default: the -f directory)")
     _json(p, "print problems as a JSON list")
+    p.epilog = ("A role's extra_args are judged by the flag table of its Program's build "
+                "(llama-server b11434 or b10068; another version by the nearest older "
+                "table, with a warning; a path by b11434's): BEHAVIOUR §1.4.")
 
 
 def plan_flags(p: argparse.ArgumentParser) -> None:

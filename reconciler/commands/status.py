@@ -104,16 +104,25 @@ def run_status(g: GlobalOptions, o: StatusOptions) -> int:
 
 
 def _print_table(rows: list[dict]) -> None:
-    table = [_COLUMNS] + [
-        (r["role"], r["runtime"], r["mode"], r["status"], str(r["pid"] or "-"),
+    # §14 a PROGRAM column (name@version) once any role runs a Program; a path shows "-".
+    pinned = any(r.get("program") for r in rows)
+    columns = _COLUMNS[:2] + ("PROGRAM",) + _COLUMNS[2:] if pinned else _COLUMNS
+    table = [columns] + [
+        (r["role"], r["runtime"], *((program_label(r.get("program")),) if pinned else ()),
+         r["mode"], r["status"], str(r["pid"] or "-"),
          str(r["port"] or "-"), str(r["restarts"]),
          format_size(r["reserved_bytes"]) if r["reserved_bytes"] else "-", r["detail"])
         for r in _grouped(rows)
     ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS) - 1)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(columns) - 1)]
     common.print_text("\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1]
         for row in table))
+
+
+def program_label(program: dict | None) -> str:
+    """§14 ``llama-b11434@b11434``; ``-`` for a role on a path (or that runs nothing)."""
+    return f"{program['name']}@{program['version']}" if program else "-"
 
 
 def _grouped(rows: list[dict]) -> list[dict]:
@@ -133,6 +142,7 @@ def _grouped(rows: list[dict]) -> list[dict]:
         for x in mine:
             said[x["status"]] = said.get(x["status"], 0) + 1
         out.append({"role": group, "runtime": mine[0]["runtime"], "mode": mine[0]["mode"],
+                    "program": mine[0].get("program"),
                     "status": f"{len(mine)} instances", "pid": None, "port": None,
                     "restarts": "", "reserved_bytes": 0,
                     "detail": ", ".join(f"{n} {s}" for s, n in sorted(said.items()))})

@@ -20,7 +20,7 @@ import posixpath
 from typing import Sequence
 
 from reconciler.core.desired import Runtime
-from reconciler.runtimes import spec_of
+from reconciler.runtimes import flags_for, llamacpp_tables, spec_of
 from reconciler.runtimes.flags import (
     MAX_ENTRIES,
     MAX_VALUE_CHARS,
@@ -44,11 +44,14 @@ _WHY = {
 }
 
 
-def check(runtime: Runtime, args: Sequence[object], on_devices: bool = False) -> list[Finding]:
+def check(runtime: Runtime, args: Sequence[object], on_devices: bool = False,
+          version: str | None = None) -> list[Finding]:
     """Every problem with one role's ``extra_args``; empty when they are allowed.
 
     ``on_devices``: the role sets ``spec.placement.devices``, so the runtime's
     device flags (``--tensor-split``, ``--main-gpu`` …) are the planner's (§7.1).
+    ``version``: the version of the Program the role runs (§14), whose build's table
+    judges the list (``runtimes.flags_for``); None: a path, today's table.
     """
     rt = spec_of(runtime)
     if not rt.launched and args:
@@ -58,14 +61,18 @@ def check(runtime: Runtime, args: Sequence[object], on_devices: bool = False) ->
     if len(args) > MAX_ENTRIES:
         findings.append((None, f"must have at most {MAX_ENTRIES} entries"))
     owned = rt.devices.owned_flags if on_devices and rt.devices is not None else frozenset()
-    for i, spelling, found, values in _walk(rt.flags, runtime, args, findings):
+    table = flags_for(runtime, version)
+    for i, spelling, found, values in _walk(table, runtime, args, findings):
         if owned & set(found.spellings):
             findings.append((i, f"{spelling} is set by the planner from spec.placement.devices; "
                                 "remove it (or remove placement.devices to place the server "
                                 "by hand)"))
             continue
         if found.cls in _WHY:
-            findings.append((i, f"{spelling} " + _WHY[found.cls].format(instead=found.instead)))
+            instead = found.instead
+            if table.program:  # §1.4 "removed from llama-server b11434"
+                instead = instead.replace("this llama-server", f"{table.program} {table.version}")
+            findings.append((i, f"{spelling} " + _WHY[found.cls].format(instead=instead)))
             continue
         for k, value in values:
             problem = value_problem(found, spelling, value)
@@ -133,9 +140,15 @@ def _walk(table: FlagTable, runtime: Runtime, args: Sequence[object],
 
 
 def _unknown(runtime: Runtime, table: FlagTable, entry: str) -> str:
-    base = f"{entry[:80]!r} is not a {runtime} flag"
     head = entry.partition("=")[0]
-    hint = table.hints.get(head.replace("_", "-") if table.underscores else head)
+    spelling = head.replace("_", "-") if table.underscores else head
+    if table.program:  # §1.4 a versioned table: the refusal names the build
+        base = f"{entry[:80]!r} is not a flag of {table.program} {table.version}"
+        moved = llamacpp_tables.renamed(table, spelling)
+        base += f" ({moved})" if moved else ""
+    else:
+        base = f"{entry[:80]!r} is not a {runtime} flag"
+    hint = table.hints.get(spelling)
     if hint:
         return f"{base}: {hint}"
     if "=" in entry and table.find(head) is not None:

@@ -119,6 +119,7 @@ def _load(files: Sequence[tuple[str, bytes]], *, schema_checked: bool,
     counts: Counter[str] = Counter()
     named: list[tuple[str, str, Document]] = []
     valid: list[tuple[str, Document]] = []
+    versions = programrefs.Versions(docs)
     for doc in docs:
         kind, found = _kind(doc)
         problems += found
@@ -133,7 +134,7 @@ def _load(files: Sequence[tuple[str, bytes]], *, schema_checked: bool,
         found = [] if schema_checked else schemacheck.check(
             doc, kind, skip=_CODE_CHECKED.get(kind, ()))
         if kind == "InferenceSpec":
-            found += _extra_args(doc) + _mode(doc)
+            found += _extra_args(doc, versions) + _mode(doc)
         problems += found
         if not found:
             valid.append((kind, doc))
@@ -179,15 +180,19 @@ def _kind(doc: Document) -> tuple[str | None, list[Problem]]:
     return None, [doc.problem(("kind",), f"must be one of {choices}, not {kind!r}")]
 
 
-def _extra_args(doc: Document) -> list[Problem]:
+def _extra_args(doc: Document, versions: programrefs.Versions) -> list[Problem]:
     args = _get(doc.value, "spec", "serve", "extra_args")
     runtime = _get(doc.value, "spec", "runtime")
     if not isinstance(args, list) or runtime not in [r.value for r in Runtime]:
         return []
     path = ("spec", "serve", "extra_args")
     on_devices = _get(doc.value, "spec", "placement", "devices") is not None
-    return [doc.problem(path if i is None else path + (i,), message)
-            for i, message in extra_args.check(Runtime(runtime), args, on_devices)]
+    found: dict[tuple, Problem] = {}  # each build's problems, once each
+    for version in versions.of(doc, runtime):
+        for i, message in extra_args.check(Runtime(runtime), args, on_devices, version):
+            at = path if i is None else path + (i,)
+            found.setdefault((at, message), doc.problem(at, message))
+    return list(found.values())
 
 
 def _mode(doc: Document) -> list[Problem]:
@@ -226,6 +231,7 @@ def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str
     drafts: list[RoleDraft] = []
     nodes: list[tuple[NodeConfig, Document]] = []
     rollouts: list[tuple[Rollout, Document]] = []
+    tables: list[Problem] = []  # §1.4 Programs of a build without its own flag table
     for kind, doc in valid:
         if kind == "Model":
             model, found = documents.model_spec(doc)
@@ -235,6 +241,7 @@ def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str
             program, found = documents.program_spec(doc)
             if program is not None:
                 programs[program.name] = program
+                tables += programrefs.table_warning(doc, program)
         elif kind == "InferenceSpec":
             draft, found = documents.role_draft(doc, repo_files)
             if draft is not None:
@@ -259,4 +266,6 @@ def _build(valid: Sequence[tuple[str, Document]], named: Sequence[tuple[str, str
         found, warnings = found + more, warnings + warned
         whole = attrs.evolve(whole, rollouts=tuple(r for r, _ in rollouts))
     refs = programrefs.check(drafts, [d for _, d in nodes], programs, declared.programs)
-    return whole, problems + found + refs.problems, warnings + refs.warnings, refs.unpinned
+    return (whole, problems + found + refs.problems, warnings + refs.warnings + tables,
+            refs.unpinned)
+

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from reconciler.planner import identity
-from reconciler.core.desired import ModelSpec, RoleSpec
+from reconciler.core.desired import ModelSpec, ProgramSpec, RoleSpec
 from reconciler.core.observed import RoleRecord
 from reconciler.runtimes import SPECS, spec_of
 from reconciler.core.units import format_duration
@@ -57,15 +57,21 @@ def _restarted(before: str | None, after: str | None) -> str:
 
 def launch_changes(record: RoleRecord, spec: RoleSpec | None, argv, digest: str | None, *,
                    fresh: bool, owner_id: str | None, instance_id: str,
-                   devices: tuple[str, ...] = ()) -> str:
+                   devices: tuple[str, ...] = (), program: ProgramSpec | None = None,
+                   before: ProgramSpec | None = None) -> str:
     """What makes a launched role's generation new: the argv's changes, restarted_at, the instance.
 
     ``devices``: the ones the new launch is built with (§7.1); a move is named first.
+    ``program``/``before``: §14 the Program the new launch runs and the one the record's
+    ran (None: a path, or not known): a switch is named by versions (``program b11434 →
+    b11500``), not by paths nor as ``launch environment changed``.
     """
     parts = []
     if argv is not None and record.launch_digest is not None and digest != record.launch_digest:
         said = (identity.argv_changes(record.launch_argv, argv) if record.launch_argv
                 else "a new launch")
+        if program is not None and before is not None and before != program:
+            said = _program_change(said, record.launch_argv[0], argv[0], before, program)
         before = tuple(i for i, _ in record.devices)
         if before != devices:
             wanted = spec.devices if spec is not None else None
@@ -81,6 +87,22 @@ def launch_changes(record: RoleRecord, spec: RoleSpec | None, argv, digest: str 
     if not parts and owner_id is not None and owner_id != instance_id:
         parts.append(f"running instance {owner_id} is not {instance_id}")
     return ", ".join(dict.fromkeys(parts)) or "a new generation"
+
+
+def _program_change(said: str, old: str, new: str, before: ProgramSpec,
+                    program: ProgramSpec) -> str:
+    """§14 ``program b11434 → b11500`` in place of ``program /a/llama-server →
+    /b/llama-server`` or of ``launch environment changed`` (the same path)."""
+    if before.version != program.version:
+        words = f"program {before.version} → {program.version}"
+    else:
+        words = f"program {before.name} → {program.name} ({program.version})"
+    moved = f"program {old} → {new}"
+    if old != new and said.startswith(moved):
+        return words + said[len(moved):]
+    if said == "launch environment changed":
+        return words
+    return f"{words}, {said}"
 
 
 def load_changes(record: RoleRecord, spec: RoleSpec, tag: str | None) -> str:

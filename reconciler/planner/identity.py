@@ -106,6 +106,8 @@ class Launcher:
                  programs: tuple[ProgramSpec, ...] = ()) -> None:
         self.run_as = node.run_as
         self._pinned = {p.name: p for p in programs}  # §14 Programs by name
+        #: §14 by the path they run from: a restart names the versions, not the paths.
+        self.by_executable = {p.executable: p for p in programs if p.executable}
         self.devices = {d.id: d for d in node.devices}  # §7.1 by id, for the planner
         self._programs = dict(node.serve_programs)
         self._root = f"{data_root.rstrip('/')}/"
@@ -154,6 +156,10 @@ class Launcher:
         """§14 the Program a role runs: its ``spec.program``, else the node's; None for a path."""
         name = role.program or self._programs.get(role.runtime)
         return None if name is None or is_program_path(name) else self._pinned.get(name)
+
+    def programs_at(self, path: str) -> list[ProgramSpec]:
+        """§14 every Program of this node that runs from ``path`` (versions at one path)."""
+        return [p for p in self._pinned.values() if p.executable == path]
 
     def executable(self, role: RoleSpec) -> str:
         """argv[0]: the Program's entrypoint in its root, or the path as written."""

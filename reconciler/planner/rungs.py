@@ -20,7 +20,8 @@ from reconciler.planner.launches import Bound, Prepared
 from reconciler.core.decisions import (
     Act, Decision, Forget, GiveUp, Keep, Reason, Refuse, Restart, Start, Status, Stop, Target, Verb,
     Wait)
-from reconciler.core.desired import Launch, RestartPolicy, RoleSpec, Runtime, program_key
+from reconciler.core.desired import (Launch, ProgramSpec, RestartPolicy, RoleSpec, Runtime,
+                                      program_key)
 from reconciler.core.devices import Assignment
 from reconciler.planner.ledger import CLAIMS, Draft
 from reconciler.planner.placement import Claim
@@ -143,9 +144,30 @@ _OF_ROLE = {
 
 def changes(r: Role) -> str:
     assert r.record is not None
+    program = r.launcher.launcher.pinned(r.spec) if r.spec is not None else None
     return generations.launch_changes(r.record, r.spec, r.argv, r.digest, fresh=r.fresh,
                                       owner_id=r.owner_id, instance_id=r.instance_id,
-                                      devices=r.assignment.ids if r.assignment else ())
+                                      devices=r.assignment.ids if r.assignment else (),
+                                      program=program,
+                                      before=_ran_before(r) if program is not None else None)
+
+
+def _ran_before(r: Role) -> ProgramSpec | None:
+    """§14 the Program the record's launch ran, when this node still declares it: the one
+    at its argv[0], else (the same path, another version) the one whose label gives the
+    record's digest (the record keeps the argv, not the environment)."""
+    assert r.record is not None and r.spec is not None
+    launcher, old = r.launcher.launcher, r.record.launch_argv
+    if not old or r.argv is None or r.prepared is None:
+        return None
+    if old[0] != r.argv[0]:
+        return launcher.by_executable.get(old[0])
+    for other in launcher.programs_at(old[0]):
+        role = attrs.evolve(r.spec, program=other.name)
+        if launcher.digest(old, r.prepared.instance_id, r.prepared.extra_env,
+                           role) == r.record.launch_digest:
+            return other
+    return None
 
 
 def started(r: Role) -> float | None:

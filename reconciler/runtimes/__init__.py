@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from reconciler.core.desired import ModelSpec, RoleSpec, Runtime
-from reconciler.runtimes import llamacpp, mlx_lm, ollama, openai
-from reconciler.runtimes.flags import Flag
+from reconciler.runtimes import llamacpp, llamacpp_tables, mlx_lm, ollama, openai
+from reconciler.runtimes.flags import Flag, FlagTable
 from reconciler.runtimes.spec import RuntimeSpec
 
 #: Every runtime's declaration, in the order people read them.
@@ -38,6 +38,21 @@ def lookup(runtime: Runtime, spelling: str) -> Flag | None:
     """The flag ``spelling`` names on ``runtime``'s server, exactly as the server reads it
     (none for a runtime the reconciler never launches: its table is empty)."""
     return SPECS[runtime].flags.find(spelling)
+
+
+def flags_for(runtime: Runtime, version: str | None) -> FlagTable:
+    """§1.4 the table a role's ``extra_args`` are judged by when its Program is ``version``
+    (None: an unpinned path): llama-server's per build (``llamacpp_tables``), else the
+    runtime's one table."""
+    if runtime is Runtime.LLAMACPP:
+        return llamacpp_tables.table_for(version)
+    return SPECS[runtime].flags
+
+
+def table_note(runtime: Runtime, version: str) -> str | None:
+    """§1.4 why a Program of ``version`` is judged by another build's table, None when it
+    has its own (or its runtime has one table)."""
+    return llamacpp_tables.note(version) if runtime is Runtime.LLAMACPP else None
 
 
 def launched() -> tuple[RuntimeSpec, ...]:

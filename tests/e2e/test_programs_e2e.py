@@ -7,13 +7,15 @@ to the copy refuses the next start, and capabilities/status say why.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import LLAMA_SERVER, free_port, wait_for
+from tests.e2e.conftest import LLAMA_SERVER, TESTBED, free_port, http_get, wait_for
 from tests.e2e.test_once import alive, converge, ready
 
 pytestmark = pytest.mark.e2e
@@ -73,3 +75,58 @@ def test_a_role_runs_its_program_and_a_changed_byte_refuses_the_next_start(world
     caps = world.reconcile("capabilities")
     assert "llama-b11434 b11434" in caps.stdout and "llama-server has changed" in caps.stdout, \
         caps.stdout
+
+
+#: llama.cpp b10068, the prebuilt wheel's server and its libraries (testbed/demo_server.sh).
+PREBUILT = Path(os.environ.get("RECONCILER_PREBUILT", str(TESTBED / "prebuilt" / "llama-server")))
+
+
+def _pinned(world, files: list[Path], name: str, version: str) -> Path:
+    """``files`` (a llama-server and the libraries beside it) copied into the test's own
+    directory and pinned as Program ``name`` with `reconcile programs add`."""
+    bindir = world.root / name
+    bindir.mkdir()
+    os.chmod(bindir, 0o755)
+    for f in files:
+        shutil.copy(f, bindir / f.name)
+        os.chmod(bindir / f.name, 0o755)
+    out = world.reconcile("programs", "add", str(bindir / "llama-server"), "--version", version,
+                          "-o", str(world.manifests / f"{name}.yaml"))
+    assert out.returncode == 0, out.stderr
+    return bindir / "llama-server"
+
+
+def test_a_role_switched_to_another_program_restarts_once_and_runs_its_build(world):
+    """§14 done-when: the compiled build (b11434) and the prebuilt one (b10068) as two
+    Programs; the node switched from one to the other restarts the role exactly once
+    (`program b11434 → b10068`), the new server is the prebuilt copy and its /props
+    build_info is the prebuilt's; the next pass changes nothing; `status` names it."""
+    if not PREBUILT.exists():
+        pytest.skip(f"no prebuilt llama-server at {PREBUILT} (testbed/demo_server.sh)")
+    compiled = _pinned(world, [LLAMA_SERVER], "llama-b11434", "b11434")
+    prebuilt = _pinned(world, sorted(PREBUILT.parent.iterdir()), "llama-b10068", "b10068")
+    port = free_port()
+    world.node(program="llama-b11434")
+    world.model()
+    world.role("chat", port)
+    assert world.reconcile("validate").returncode == 0
+    converge(world)
+    assert ready(port, 30)
+    before = world.pid("chat")
+    assert os.readlink(f"/proc/{before}/exe") == str(compiled)
+    build_before = json.loads(http_get(port, "/props")[1])["build_info"]
+
+    world.node(program="llama-b10068")
+    out = converge(world)
+    assert out.stdout.count("restart chat") == 1, out.stdout
+    assert "spec_changed: program b11434 → b10068" in out.stdout, out.stdout
+    assert ready(port, 60)
+    after = world.pid("chat")
+    assert after != before and not alive(before)
+    assert os.readlink(f"/proc/{after}/exe") == str(prebuilt)
+    build_after = json.loads(http_get(port, "/props")[1])["build_info"]
+    assert build_after != build_before and build_after.startswith("b1-571d0d5"), build_after
+    again = converge(world)
+    assert "restart" not in again.stdout and world.pid("chat") == after, again.stdout
+    table = world.reconcile("status").stdout  # the table names the Program, name@version
+    assert "PROGRAM" in table.splitlines()[0] and "llama-b10068@b10068" in table, table

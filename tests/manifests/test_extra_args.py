@@ -9,7 +9,7 @@ import pytest
 from reconciler.manifests import extra_args
 from reconciler.manifests.extra_args import check
 from reconciler.core.desired import Runtime
-from reconciler.runtimes import SPECS, lookup, spec_of
+from reconciler.runtimes import SPECS, flags_for, lookup, spec_of
 from reconciler.runtimes.flags import REFUSED, FlagClass, split
 
 LLAMA, MLX, OLLAMA = Runtime.LLAMACPP, Runtime.MLX_LM, Runtime.OLLAMA
@@ -208,8 +208,8 @@ def test_refused_classes_are_never_allowed() -> None:
 def test_old_and_foreign_spellings_say_what_this_server_takes() -> None:
     """A flag this llama-server dropped or never had is refused with its replacement."""
     assert check(LLAMA, ["--no-mmap"]) == [
-        (0, "'--no-mmap' is not a llamacpp flag: this llama-server says `--load-mode none` "
-            "(or `-lm mlock`)")]
+        (0, "'--no-mmap' is not a flag of llama-server b11434 (renamed --load-mode after "
+            "b10068): this llama-server says `--load-mode none` (or `-lm mlock`)")]
     assert "ik_llama.cpp" in check(LLAMA, ["-fmoe"])[0][1]
     assert any("(on, off, auto" in m for _, m in check(LLAMA, ["-fa", "-t", "1"]))
 
@@ -225,3 +225,54 @@ def test_a_free_text_value_refuses_control_characters(char: str) -> None:
     [(index, message)] = check(LLAMA, ["--chat-template", f"{{{{ x }}}}{char}[2J"])
     assert index == 1 and "control characters" in message
     assert check(LLAMA, ["--chat-template", "{{ x }}\t{{ y }} é ☃"]) == []
+
+
+#: Spellings real command lines carry for builds before b11434 (issue 29's corpus).
+_OLDER_SPELLINGS = [["--no-mmap"], ["--mmap"], ["--mlock"], ["--no-mmap", "--mlock"], ["-dio"],
+                    ["--direct-io"], ["--no-direct-io"], ["--tts-use-guide-tokens"]]
+
+
+@pytest.mark.parametrize("args", _OLDER_SPELLINGS, ids=" ".join)
+def test_older_spellings_are_flags_of_a_program_of_that_build(args: list[str]) -> None:
+    """§1.4 per version: a role whose Program is b10068 (the prebuilt wheel's build) is judged
+    by b10068's table, where --no-mmap, --mlock, --direct-io are flags; the same list for
+    b11434 (or an unpinned path: the testbed's build) is refused, naming the build."""
+    assert check(LLAMA, args, version="b10068") == []
+    for version in ("b11434", None):
+        refused = check(LLAMA, args, version=version)
+        assert refused and all("llama-server b11434" in m for _, m in refused), refused
+
+
+def test_newer_flags_are_refused_for_an_older_build_naming_it() -> None:
+    """§1.4 a flag b11434 added (--load-mode, --reasoning-effort) is refused for a b10068
+    Program, the refusal naming b10068; a removed flag's refusal names its build too."""
+    assert check(LLAMA, ["--load-mode", "none"], version="b11434") == []
+    message = check(LLAMA, ["--load-mode", "none"], version="b10068")[0][1]
+    assert message.startswith("'--load-mode' is not a flag of llama-server b10068")
+    assert check(LLAMA, ["--reasoning-effort", "high"], version="b10068")[0][1].startswith(
+        "'--reasoning-effort' is not a flag of llama-server b10068")
+    for version in ("b10068", "b11434"):  # --draft-max: removed in both (their --help says so)
+        [(index, message)] = check(LLAMA, ["--draft-max", "4"], version=version)
+        assert index == 0
+        assert f"removed from llama-server {version} (it exits with an error)" in message
+
+
+@pytest.mark.parametrize(("version", "judged_by"), [
+    ("b10068", "b10068"), ("b11434", "b11434"), ("b10500", "b10068"), ("b11433", "b10068"),
+    ("b11435", "b11434"), ("b20000", "b11434"), ("b9000", "b10068"), ("10068", "b10068"),
+    ("1.2.3", "b11434")])
+def test_a_version_without_a_table_takes_the_nearest_older(version: str, judged_by: str) -> None:
+    """§1.4 a build with no table of its own is judged by the nearest older build's (the
+    oldest's when none is older; the newest's for a version that is no build number)."""
+    assert flags_for(LLAMA, version).version == judged_by
+    assert flags_for(LLAMA, None).version == "b11434"  # an unpinned path: the testbed's
+
+
+@pytest.mark.parametrize(("spelling", "why"), [
+    ("--no-mmap", "renamed --load-mode after b10068"), ("-dio", "renamed --load-mode after b10068"),
+    ("--tts-use-guide-tokens", "a flag of b10068, gone since")])
+def test_a_refusal_says_which_older_build_had_the_flag(spelling: str, why: str) -> None:
+    """§1.4 a spelling b11434 lacks that b10068's table has is refused naming both builds,
+    with its successor when llamacpp_older knows one."""
+    message = check(LLAMA, [spelling], version="b11434")[0][1]
+    assert message.startswith(f"{spelling!r} is not a flag of llama-server b11434 ({why})")

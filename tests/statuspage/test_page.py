@@ -223,3 +223,16 @@ def test_the_followed_log_is_text_never_html(tmp_path) -> None:
     assert got["url"] == "/status/logs?role=chat"
     assert got["sinks"] == []
     assert got["lines"] == [{"text": f"{line}\n"} for line in lines]
+
+
+def test_each_role_shows_the_program_it_runs() -> None:
+    """§14/§11 the page shows a role's Program as name@version (escaped), nothing for a
+    role on a path."""
+    rows = (_row("coder", program={"name": "llama-b11434", "version": "b11434",
+                                   "sha256": "a" * 64}),
+            _row("chat", program={"name": EVIL, "version": "b1", "sha256": "b" * 64}),
+            _row("plain", program=None))
+    out = page.render(_snapshot(rows=rows))
+    assert '<div class="program muted">llama-b11434@b11434</div>' in out
+    assert f"{html.escape(EVIL, quote=False)}@b1" in out and "<script>alert" not in out
+    assert out.count('class="program muted"') == 2

@@ -80,3 +80,20 @@ def test_the_status_table_escapes_control_characters(capsys) -> None:
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x9b" not in out
     assert out.splitlines()[1].endswith("exit: \\x1b[2J\\x9b2J")
+
+
+def test_the_status_table_names_each_roles_program(capsys) -> None:
+    """§14 `status` (the table, not only --json) has a PROGRAM column, name@version, once a
+    role runs a Program ("-" for one on a path); without any, the columns stay as they were."""
+    from reconciler.commands import status
+
+    row = {"role": "chat", "runtime": "llamacpp", "mode": "managed", "status": "running",
+           "pid": 7, "port": 8000, "restarts": 0, "reserved_bytes": 0, "detail": "ok"}
+    status._print_table([{**row, "program": {"name": "llama-b11434", "version": "b11434"}},
+                         {**row, "role": "other", "program": None}])
+    head, chat, other = capsys.readouterr().out.splitlines()
+    assert head.split()[:4] == ["ROLE", "RUNTIME", "PROGRAM", "MODE"]
+    assert chat.split()[:3] == ["chat", "llamacpp", "llama-b11434@b11434"]
+    assert other.split()[:3] == ["other", "llamacpp", "-"]
+    status._print_table([{**row, "program": None}])
+    assert "PROGRAM" not in capsys.readouterr().out
