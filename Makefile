@@ -22,6 +22,7 @@ $(STAMP): pyproject.toml
 testbed:
 	bash testbed/setup.sh
 	bash testbed/setup_mlx.sh
+	bash testbed/demo_server.sh --prebuilt
 
 # The checkers of deploy/: promtool (Debian's prometheus package) and systemd-analyze; node for
 # the status page's script (tests/statuspage).

@@ -14,6 +14,11 @@
 # It also writes the tiny model's generator venv (testbed/setup.sh's section 1)
 # and prints, on stdout, one line: PATH<TAB>WHERE-IT-CAME-FROM.
 #
+# `demo_server.sh --prebuilt` installs the prebuilt one (4.) whatever else is
+# found, and prints its path: `make testbed` runs it, because the tests pin it as
+# a second Program beside the compiled build (§14: a role switched from b11434
+# to b10068, and b10068's flag table checked against its real --help).
+#
 # The tests keep using the compiled build (make testbed): the prebuilt one is
 # ~1,400 llama.cpp builds older and crashes (SIGSEGV) on a model that fails to
 # load, where the pinned build exits with code 1 (tests/e2e/test_exit_reasons.py).
@@ -82,6 +87,13 @@ main() {
     mkdir -p "$TB" && chmod 0755 "$TB"
     exec 9>"$TB/.setup.lock"
     flock 9
+    if [[ "${1:-}" == "--prebuilt" ]]; then
+        runs_as_servers "$TB/prebuilt/llama-server" || install_prebuilt
+        runs_as_servers "$TB/prebuilt/llama-server" \
+            || { log "the prebuilt llama-server does not run here"; exit 1; }
+        printf '%s\n' "$TB/prebuilt/llama-server"
+        return
+    fi
     local found="" where=""
     if runs_as_servers "${LLAMA_SERVER:-}"; then
         found="$LLAMA_SERVER"; where="\$LLAMA_SERVER"

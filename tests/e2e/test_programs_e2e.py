@@ -101,8 +101,8 @@ def test_a_role_switched_to_another_program_restarts_once_and_runs_its_build(wor
     Programs; the node switched from one to the other restarts the role exactly once
     (`program b11434 → b10068`), the new server is the prebuilt copy and its /props
     build_info is the prebuilt's; the next pass changes nothing; `status` names it."""
-    if not PREBUILT.exists():
-        pytest.skip(f"no prebuilt llama-server at {PREBUILT} (testbed/demo_server.sh)")
+    assert PREBUILT.exists(), (f"no prebuilt llama-server at {PREBUILT}: `make testbed` "
+                               "installs it (bash testbed/demo_server.sh --prebuilt)")
     compiled = _pinned(world, [LLAMA_SERVER], "llama-b11434", "b11434")
     prebuilt = _pinned(world, sorted(PREBUILT.parent.iterdir()), "llama-b10068", "b10068")
     port = free_port()
