@@ -12,7 +12,8 @@ import json
 import os
 import socket
 import sys
-from typing import Iterator
+import tempfile
+from typing import Callable, Iterator
 
 import attrs
 
@@ -118,3 +119,40 @@ def print_text(text: str) -> None:
     """A rendered text on stdout, its control characters escaped (§1.5: text from a manifest
     never reaches a terminal raw), without its last line break."""
     print(shown(text.rstrip("\n")))
+
+
+def emit_document(build: Callable[[], str], output: str | None) -> int:
+    """``models add`` / ``programs add``: the document ``build`` makes, to ``output``
+    (replaced atomically) or stdout; an ``OSError`` or ``ValueError`` on the way is one
+    line on stderr and exit 1, nothing written."""
+    try:
+        text = build()
+        if output:
+            _write_atomic(output, text)
+            print(f"wrote {output}", file=sys.stderr)
+        else:
+            sys.stdout.write(text)
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"reconcile: error: {where}{e.strerror or e}", file=sys.stderr)
+        return Exit.ERROR
+    except ValueError as e:
+        print(f"reconcile: error: {e}", file=sys.stderr)
+        return Exit.ERROR
+    return Exit.OK
+
+
+def _write_atomic(path: str, text: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ValueError(f"cannot write {path}: {directory} is not a directory")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".document-", suffix=".yaml")
+    try:
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -75,27 +75,18 @@ _SMALL_FILE = 1 << 20  # config.json, Ollama manifests
 
 
 def run_add(g: GlobalOptions, o: ModelsAddOptions) -> int:
-    try:
-        if modelfetch.wants_remote(o):  # hf://… or --url: from metadata (§1.6)
-            doc = modelfetch.remote_document(o)
-        elif o.ollama:
-            doc = _ollama_document(o)
-        else:
-            doc = _files_document(o)
-        text = modeldoc.render_document(doc, _schema_ref(o.output))
-        if o.output:
-            _write_atomic(o.output, text)
-            print(f"wrote {o.output}", file=sys.stderr)
-        else:
-            sys.stdout.write(text)
-    except OSError as e:
-        where = f"{e.filename}: " if e.filename else ""
-        print(f"reconcile: error: {where}{e.strerror or e}", file=sys.stderr)
-        return Exit.ERROR
-    except ValueError as e:
-        print(f"reconcile: error: {e}", file=sys.stderr)
-        return Exit.ERROR
-    return Exit.OK
+    return common.emit_document(lambda: _added(o), o.output)
+
+
+def _added(o: ModelsAddOptions) -> str:
+    """The Model document ``models add`` prints (or writes to ``--output``)."""
+    if modelfetch.wants_remote(o):  # hf://… or --url: from metadata (§1.6)
+        doc = modelfetch.remote_document(o)
+    elif o.ollama:
+        doc = _ollama_document(o)
+    else:
+        doc = _files_document(o)
+    return modeldoc.render_document(doc, _schema_ref(o.output))
 
 
 def _files_document(o: ModelsAddOptions) -> dict:
@@ -247,22 +238,6 @@ def _schema_ref(output: str | None) -> str | None:
                 return os.path.relpath(schema, out_dir)
             return schema
     return None
-
-
-def _write_atomic(path: str, text: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise ValueError(f"cannot write {path}: {directory} is not a directory")
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".model-", suffix=".yaml")
-    try:
-        with open(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 # ---------------------------------------------------------------- verify

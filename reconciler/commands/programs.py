@@ -19,7 +19,7 @@ import sys
 import attrs
 import yaml
 
-from reconciler.commands.models import _write_atomic
+from reconciler.commands import common
 from reconciler.commands.options import GlobalOptions
 from reconciler.core.exitcodes import Exit
 from reconciler.core.units import is_plain_token
@@ -75,23 +75,14 @@ def program_document(path: str, *, version: str, name: str | None = None,
 
 
 def run_add(g: GlobalOptions, o: ProgramsAddOptions) -> int:
-    try:
-        if not o.version:
-            raise ValueError("give --version (llama.cpp's build, e.g. b11434: "
-                             "`llama-server --version` prints it); nothing is run to find it")
-        doc = program_document(o.path, version=o.version, name=o.name, runtime=o.runtime)
-        text = ("# Pinned by digest (BEHAVIOUR §14): `reconcile programs add` hashed these "
-                "files in place.\n" + yaml.safe_dump(doc, sort_keys=False))
-        if o.output:
-            _write_atomic(o.output, text)
-            print(f"wrote {o.output}", file=sys.stderr)
-        else:
-            sys.stdout.write(text)
-    except OSError as e:
-        where = f"{e.filename}: " if e.filename else ""
-        print(f"reconcile: error: {where}{e.strerror or e}", file=sys.stderr)
-        return Exit.ERROR
-    except ValueError as e:
-        print(f"reconcile: error: {e}", file=sys.stderr)
-        return Exit.ERROR
-    return Exit.OK
+    return common.emit_document(lambda: _added(o), o.output)
+
+
+def _added(o: ProgramsAddOptions) -> str:
+    """The Program document ``programs add`` prints (or writes to ``--output``)."""
+    if not o.version:
+        raise ValueError("give --version (llama.cpp's build, e.g. b11434: "
+                         "`llama-server --version` prints it); nothing is run to find it")
+    doc = program_document(o.path, version=o.version, name=o.name, runtime=o.runtime)
+    return ("# Pinned by digest (BEHAVIOUR §14): `reconcile programs add` hashed these "
+            "files in place.\n" + yaml.safe_dump(doc, sort_keys=False))
