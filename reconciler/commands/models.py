@@ -30,7 +30,6 @@ import json
 import os
 import stat
 import sys
-import tempfile
 from typing import Iterator
 
 from reconciler.manifests import modeldoc, schemata

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 
 import attrs
 import yaml
 
 from reconciler.commands import common
 from reconciler.commands.options import GlobalOptions
-from reconciler.core.exitcodes import Exit
 from reconciler.core.units import is_plain_token
 from reconciler.manifests.modeldoc import API_VERSION, is_safe_relpath
 from reconciler.models.modelstore import hash_file
