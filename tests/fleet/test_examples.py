@@ -19,10 +19,12 @@ def test_the_fleet_example_is_valid_without_warnings() -> None:
 
 
 def test_each_node_runs_what_its_labels_select() -> None:
-    """vram Gt 40 → gpu-1; pool small without os → gpu-2; nodes [mac-1] → mac-1."""
+    """vram Gt 40 → gpu-1; pool small without os → gpu-2 (its two instances, §12);
+    nodes [mac-1] → mac-1."""
     view = fleetview.view(sources.load_desired([str(FLEET)]).fleet)
     assert {n.name: [r.name for r in n.roles] for n in view.nodes} == {
-        "gpu-1": ["big-coder"], "gpu-2": ["small-coder"], "mac-1": ["mac-chat"]}
+        "gpu-1": ["big-coder"], "gpu-2": ["small-coder", "small-coder/1"],
+        "mac-1": ["mac-chat"]}
     assert all(r.decision.verb == "start" for n in view.nodes for r in n.roles)
 
 
