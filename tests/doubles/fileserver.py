@@ -46,8 +46,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class Nginx:
-    def __init__(self, root: Path, tmp: Path, limit_rate: str = "0") -> None:
+    """``limit_rate`` bounds each answer's rate (``0``: none); ``range_rate``, where given,
+    bounds the answers to a ``Range`` from a byte > 0 instead (a resumed fetch at full speed). The
+    access log (``tmp/access.log``) has one line per request: ``METHOD URI range=RANGE STATUS
+    BYTES_SENT`` (``range=-`` without one), see ``log()``."""
+
+    def __init__(self, root: Path, tmp: Path, limit_rate: str = "0",
+                 range_rate: str | None = None) -> None:
         self.port = free_port()
+        self.tmp = tmp
+        rate = "$rate" if range_rate is not None else limit_rate
         tmp.mkdir(parents=True, exist_ok=True)
         conf = tmp / "nginx.conf"
         conf.write_text(f"""
@@ -59,11 +67,13 @@ pid {tmp}/nginx.pid;
 error_log {tmp}/error.log;
 events {{ worker_connections 64; }}
 http {{
-  access_log {tmp}/access.log;
+  log_format ranged '$request_method $uri range=$http_range $status $body_bytes_sent';
+  access_log {tmp}/access.log ranged;
+  map $http_range $rate {{ "" {limit_rate}; "bytes=0-" {limit_rate}; default {range_rate or 0}; }}
   sendfile on;
   client_body_temp_path {tmp}; proxy_temp_path {tmp}; fastcgi_temp_path {tmp};
   uwsgi_temp_path {tmp}; scgi_temp_path {tmp};
-  server {{ listen 127.0.0.1:{self.port}; root {root}; limit_rate {limit_rate}; }}
+  server {{ listen 127.0.0.1:{self.port}; root {root}; limit_rate {rate}; }}
 }}
 """)
         self.proc = subprocess.Popen([NGINX, "-c", str(conf), "-p", str(tmp)],
@@ -81,6 +91,16 @@ http {{
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.port}/{name}"
+
+    def log(self) -> list[tuple[str, str, str, int, int]]:
+        """The requests logged so far: (method, uri, Range header or '', status, bytes sent)."""
+        path = self.tmp / "access.log"
+        rows = []
+        for line in (path.read_text().splitlines() if path.exists() else []):
+            method, uri, rng, status, sent = line.split(" ")
+            rng = rng.removeprefix("range=")
+            rows.append((method, uri, "" if rng == "-" else rng, int(status), int(sent)))
+        return rows
 
     def close(self) -> None:
         self.proc.kill()
