@@ -2,7 +2,7 @@
 
 Each benchmark measures its ratio within one run (against ``sha256sum``, a
 bare import, one probe, supervisord, the same planner at a tenth of the
-size, or the same server without the router, ``curl -o``), so the figures mean the same on any machine. Run one alone for its options: ``.venv/bin/python bench/bench_watch.py --help``.
+size, or the same server without the router, ``curl -o``, ``curl -o`` + ``unzip``), so the figures mean the same on any machine. Run one alone for its options: ``.venv/bin/python bench/bench_watch.py --help``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ BENCHES = [
     ("Model fetch vs curl -o, resume, --once (issue 21: weights by commit)", ["bench_fetch.py"]),
     ("a Program's check at start vs sha256sum (issue 29: programs by digest)",
      ["bench_programs.py"]),
+    ("a Program's release archive: fetch + unpack vs curl -o + unzip (issue 29)",
+     ["bench_program_fetch.py"]),
 ]
 
 
