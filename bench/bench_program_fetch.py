@@ -19,17 +19,22 @@ The best of each is compared; the ratio printed is curl+unzip's time over ours
 shared machine's disk does not decide the figures; ``--dir`` chooses another
 place. The load average is printed with the figures.
 
-Run: ``.venv/bin/python bench/bench_program_fetch.py [--runs 5] [--dir DIR]``.
+``--kind tar.gz``: the same files in a gzipped tar, against ``curl -o`` +
+``tar -xzf`` (llama.cpp's newer Linux assets are ``.tar.gz``).
+
+Run: ``.venv/bin/python bench/bench_program_fetch.py [--runs 5] [--kind zip] [--dir DIR]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import zipfile
@@ -74,13 +79,29 @@ def make_zip(root: Path, out: Path, top: str) -> tuple[tuple[str, str, int], ...
     return tuple(files)
 
 
+def make_tar_gz(root: Path, out: Path, top: str) -> tuple[tuple[str, str, int], ...]:
+    """``out``: ``top/<file>`` for every file of ``root``, in a gzipped tar; the file list."""
+    files = []
+    with tarfile.open(out, "w:gz", compresslevel=6) as tar:
+        for path in sorted(p for p in root.iterdir() if p.is_file()):
+            data = path.read_bytes()
+            info = tarfile.TarInfo(f"{top}/{path.name}")
+            info.size, info.mode = len(data), 0o755 if os.access(path, os.X_OK) else 0o644
+            tar.addfile(info, io.BytesIO(data))
+            files.append((path.name, hashlib.sha256(data).hexdigest(), len(data)))
+    return tuple(files)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--kind", choices=("zip", "tar.gz"), default="zip",
+                        help="the archive: .zip against unzip, or .tar.gz against tar -xzf")
     parser.add_argument("--dir", help="where the files go (default: /dev/shm if it has room)")
     args = parser.parse_args()
-    if not os.path.exists(NGINX) or not shutil.which("curl") or not shutil.which("unzip"):
-        print("needs nginx, curl and unzip (apt-get install nginx curl unzip)")
+    tool = "unzip" if args.kind == "zip" else "tar"
+    if not os.path.exists(NGINX) or not shutil.which("curl") or not shutil.which(tool):
+        print(f"needs nginx, curl and {tool} (apt-get install nginx curl {tool})")
         return 1
     base = args.dir
     if base is None and os.path.isdir("/dev/shm") and shutil.disk_usage("/dev/shm").free > 2 << 30:
@@ -91,8 +112,9 @@ def main() -> int:
     try:
         www = work / "www"
         www.mkdir()
-        archive = www / "llama-b10068-bin-ubuntu-x64.zip"
-        files = make_zip(release_files(work), archive, "build/bin")
+        archive = www / f"llama-b10068-bin-ubuntu-x64.{args.kind}"
+        files = (make_zip if args.kind == "zip" else make_tar_gz)(
+            release_files(work), archive, "build/bin")
         data = archive.read_bytes()
         sha, size = hashlib.sha256(data).hexdigest(), len(data)
         unpacked = sum(s for _, _, s in files)
@@ -108,9 +130,12 @@ def main() -> int:
                 out = work / "curl"
                 out.mkdir()
                 t = time.perf_counter()
-                subprocess.run(["curl", "-s", "-o", str(out / "a.zip"), url], check=True)
-                subprocess.run(["unzip", "-q", str(out / "a.zip"), "-d", str(out / "tree")],
-                               check=True)
+                subprocess.run(["curl", "-s", "-o", str(out / "a"), url], check=True)
+                (out / "tree").mkdir()
+                unpack = (["unzip", "-q", str(out / "a"), "-d", str(out / "tree")]
+                          if args.kind == "zip" else
+                          ["tar", "-xzf", str(out / "a"), "-C", str(out / "tree")])
+                subprocess.run(unpack, check=True)
                 theirs.append(time.perf_counter() - t)
                 shutil.rmtree(out)
                 cache = work / "cache"
@@ -129,12 +154,12 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     best_theirs, best_ours = min(theirs), min(ours)
-    print(f"curl -o + unzip: best {best_theirs:.3f} s; runs "
+    print(f"curl -o + {tool}: best {best_theirs:.3f} s; runs "
           f"{', '.join(f'{x:.3f}' for x in theirs)}")
     print(f"ours (fetch + sha256 + unpack + verify + rename): best {best_ours:.3f} s; runs "
           f"{', '.join(f'{x:.3f}' for x in ours)}")
     ratio = best_theirs / best_ours
-    print(f"ratio curl+unzip / ours: {ratio:.2f}× (goal ≥ 0.90×): "
+    print(f"ratio curl+{tool} / ours: {ratio:.2f}× (goal ≥ 0.90×): "
           f"{'PASS' if ratio >= 0.9 else 'FAIL'}")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0 if ratio >= 0.9 else 1
