@@ -9,6 +9,7 @@ node restarts its role exactly once, onto the pinned build, and ``/props`` says 
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import subprocess
 import sys
@@ -36,6 +37,14 @@ def nodes_yaml(program: str) -> str:
         """) for name in NODES)
 
 
+def round_at_once(fleet) -> dict[str, subprocess.CompletedProcess]:
+    """One round with the three nodes at the same time, as their timers would run them
+    (each role is placed on one node, so no two nodes ever serve one port)."""
+    with concurrent.futures.ThreadPoolExecutor(len(NODES)) as pool:
+        done = {name: pool.submit(fleet.pull_and_converge, name) for name in NODES}
+    return {name: future.result() for name, future in done.items()}
+
+
 def test_a_commit_pins_a_program_and_every_node_restarts_its_role_once_onto_it(fleet):
     """§14/§10: a commit that moves every node from a path to the pinned Program
     llama-b10068: each node's `--once` restarts its role exactly once (spec_changed,
@@ -48,17 +57,20 @@ def test_a_commit_pins_a_program_and_every_node_restarts_its_role_once_onto_it(f
                                              f"{{nodes: [{name}]}}") for name in NODES}
     fleet.commit({"nodes.yaml": nodes_yaml(str(LLAMA_SERVER)), "tiny.yaml": fleet.model,
                   **roles}, "three nodes, a role each, on the compiled llama-server by path")
-    ok(fleet.round())
+    # the author pins the prebuilt build meanwhile (`programs add` hashes it in place)
+    adding = subprocess.Popen([sys.executable, "-m", "reconciler", "programs", "add",
+                               str(PREBUILT), "--version", "b10068"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ok(round_at_once(fleet))
     assert all(ready(port) for port in ports.values())
     before = {name: fleet.running(name) for name in NODES}
     builds = {json.loads(http_get(port, "/props")[1])["build_info"] for port in ports.values()}
 
-    added = subprocess.run([sys.executable, "-m", "reconciler", "programs", "add", str(PREBUILT),
-                            "--version", "b10068"], capture_output=True, text=True, timeout=60)
-    assert added.returncode == 0, added.stderr
-    fleet.commit({"program-b10068.yaml": added.stdout, "nodes.yaml": nodes_yaml("llama-b10068")},
+    program, errors = adding.communicate(timeout=60)
+    assert adding.returncode == 0, errors
+    fleet.commit({"program-b10068.yaml": program, "nodes.yaml": nodes_yaml("llama-b10068")},
                  "every node serves llama.cpp from the pinned Program llama-b10068")
-    results = fleet.round()
+    results = round_at_once(fleet)
     ok(results)
     for name in NODES:
         role = f"chat-{name[-1]}"
@@ -75,7 +87,7 @@ def test_a_commit_pins_a_program_and_every_node_restarts_its_role_once_onto_it(f
             assert f.read().split(b"\0")[0] == str(PREBUILT).encode(), name
         build = json.loads(http_get(ports[name], "/props")[1])["build_info"]
         assert build not in builds and build.startswith("b1-571d0d5"), (name, build)
-    again = fleet.round()
+    again = round_at_once(fleet)
     ok(again)
     for name in NODES:
         assert "restart" not in again[name].stdout and "start" not in again[name].stdout, \
