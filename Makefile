@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export RECONCILER_TESTBED ?= /opt/reconciler-testbed
 
-.PHONY: test test-quick demo demo-stop bench testbed tools clean venv mutants
+.PHONY: test test-quick demo demo-stop bench benchtools testbed tools clean venv mutants
 
 venv: $(STAMP)
 
@@ -50,7 +50,14 @@ demo: $(STAMP)
 demo-stop: $(STAMP)
 	$(BIN)/python demo/demo.py --stop
 
-bench: $(STAMP) testbed
+# The fetch benchmarks' loopback mirror (nginx) and what they are measured against (curl, unzip).
+benchtools:
+	@for t in nginx curl unzip; do \
+		command -v $$t >/dev/null 2>&1 || [ -x /usr/sbin/$$t ] || need="$$need $$t"; \
+	done; [ -z "$$need" ] || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$need; }
+
+bench: $(STAMP) testbed benchtools
 	$(BIN)/python bench/run.py
 
 clean:
