@@ -14,7 +14,8 @@ import attrs
 
 from reconciler.commands import common
 from reconciler.commands.options import GlobalOptions
-from reconciler.core.desired import Desired, group_of, replica_of
+from reconciler.core.desired import Desired
+from reconciler.core.instances import group_of, replica_of
 from reconciler.core.exitcodes import Exit
 from reconciler.core.units import format_size
 from reconciler.engine import loop

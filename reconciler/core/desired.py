@@ -8,8 +8,10 @@ remembers) and ``decisions.py`` (the plan: one ``Decision`` per role, with a
 reason). Every value is a frozen attrs class; collections inside are tuples or
 frozensets so values hash and compare.
 
-Size: one frozen class per manifest concept (about twenty), the vocabulary the
-planner reads as one.
+Size: one frozen class (or enum) per manifest concept, 25 of them, the vocabulary the
+planner reads as one; beside them only ``program_key``, ``is_program_path`` and
+``sorted_by_name``. What a role's ``replicas`` make of it (instance names, instance
+specs) is ``instances.py``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Iterable
 import attrs
 
 from reconciler.core.devices import Device, DeviceRequest
+from reconciler.core.instances import group_of, replica_of
 
 frozen = attrs.frozen(kw_only=True)
 #: The values the planner keys its launches by (planner/launches.py) keep their hash:
@@ -534,37 +537,6 @@ class Launch:
     files: tuple[tuple[str, bytes], ...] = attrs.field(default=(), eq=False, repr=False)
     #: Directories relative to cwd the server writes into, made (owned by run_as) at start.
     dirs: tuple[str, ...] = ()
-
-
-def instance_name(group: str, replica: int) -> str:
-    """§12 instance 0 keeps the role's name; instance i ≥ 1 is ``group/i``."""
-    return group if replica == 0 else f"{group}/{replica}"
-
-
-def group_of(name: str) -> str:
-    """The group an instance name belongs to (``chat/2`` → ``chat``; a role's name has no ``/``)."""
-    return name.split("/", 1)[0]
-
-
-def replica_of(name: str) -> int:
-    """The index an instance name carries (``chat/2`` → 2, ``chat`` → 0)."""
-    _, _, tail = name.partition("/")
-    return int(tail) if tail.isdigit() else 0
-
-
-def instances(spec: RoleSpec) -> tuple[RoleSpec, ...]:
-    """§12 a role with ``replicas: N`` as its N instance specs (itself when N is 1).
-
-    Instance i listens on ``serve.port + i``; everything else (placement, memory,
-    restart policy, generation inputs) is the role's, per instance.
-    """
-    if spec.replicas <= 1:
-        return (spec,)
-    out = [spec]
-    for i in range(1, spec.replicas):
-        out.append(attrs.evolve(spec, name=instance_name(spec.name, i),
-                                serve=attrs.evolve(spec.serve, port=spec.serve.port + i)))
-    return tuple(out)
 
 
 def sorted_by_name(items: Iterable) -> tuple:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import attrs
 
-from reconciler.core.desired import SourceRef, group_of
+from reconciler.core.desired import SourceRef
+from reconciler.core.instances import group_of
 from reconciler.core.labels import Selector
 
 frozen = attrs.frozen(kw_only=True)

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable, Sequence
 
-from reconciler.core.desired import NodeConfig, WantedState, instance_name
+from reconciler.core.desired import NodeConfig, WantedState
 from reconciler.core.devices import index_of, kind_of, shares
+from reconciler.core.instances import instance_name
 from reconciler.core.units import format_size
 from reconciler.core.errors import Problem
 from reconciler.manifests.documents import RoleDraft

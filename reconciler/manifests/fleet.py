@@ -39,10 +39,9 @@ from reconciler.core.desired import (
     NodeConfig,
     ProgramSpec,
     RoleSpec,
-    instance_name,
-    instances,
     sorted_by_name,
 )
+from reconciler.core.instances import instance_name, instances
 from reconciler.core.labels import Selector
 from reconciler.core.rollouts import Rollout
 from reconciler.runtimes import spec_of

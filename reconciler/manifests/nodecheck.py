@@ -25,7 +25,8 @@ from collections import defaultdict
 from typing import Mapping, NamedTuple, Sequence
 
 from reconciler.manifests import devicecheck, fleet
-from reconciler.core.desired import ModelSpec, NodeConfig, WantedState, instance_name
+from reconciler.core.desired import ModelSpec, NodeConfig, WantedState
+from reconciler.core.instances import instance_name
 from reconciler.manifests.documents import RoleDraft
 from reconciler.core.errors import Problem
 from reconciler.core.labels import Operator

@@ -42,7 +42,7 @@ from typing import Callable, Collection, Mapping, Sequence
 import attrs
 
 from reconciler.core.decisions import Decision, Forget, Reason, Status, Stop, Verb, Wait
-from reconciler.core.desired import group_of
+from reconciler.core.instances import group_of
 from reconciler.planner.ledger import CLAIMS, Draft, order_key
 
 Place = Callable[[list[Draft]], list[Decision]]

@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from reconciler.core.desired import group_of, replica_of
+from reconciler.core.instances import group_of, replica_of
 from reconciler.planner import memoryview
 from reconciler.planner.memoryview import MemoryBar
 

@@ -1,57 +1,43 @@
 """The router's HTTP sides, server and upstream client, on aiohttp (SHELL; the only module that imports aiohttp).
 
-One aiohttp server on the router's loopback address; one aiohttp client
-session for the roles' servers. A request goes through, in order:
+One aiohttp server on the router's loopback address; one aiohttp client session for the roles'
+servers. A request goes through, in order:
 
-1. a credential field given twice (two ``Authorization``), or a bearer key
-   and an ``X-Api-Key`` that differ → 400; a key (``Authorization: Bearer``
-   or ``X-Api-Key``, Anthropic's clients' field) when ``api_key_file`` or
-   ``api_keys_file`` is set (digests compared in constant time) → 401; a CORS preflight from an
-   origin outside ``cors_origins`` → 403;
-2. the body, at most ``max_body`` bytes (→ 413) within ``body_timeout``
-   (→ 408); JSON with a ``model``, decodable, not nested beyond reason,
-   without lone surrogates → else 400;
+1. a credential field given twice (two ``Authorization``), or a bearer key and an
+   ``X-Api-Key`` that differ → 400; a key (``Authorization: Bearer`` or ``X-Api-Key``,
+   Anthropic's clients' field) when ``api_key_file`` or ``api_keys_file`` is set (digests
+   compared in constant time) → 401; a CORS preflight from outside ``cors_origins`` → 403;
+2. the body, at most ``max_body`` bytes (→ 413) within ``body_timeout`` (→ 408); JSON with a
+   ``model``, decodable, not nested beyond reason, without lone surrogates → else 400;
 3. the route (``rules.Table.find``): no such role → 404;
-4. refused → 503; not ready, or its route closed for a stop → it waits in
-   the role's queue (full → 429 with ``Retry-After``; too long → 504;
-   refused meanwhile → 503); ready, but ``max_concurrency`` requests at its
-   server → it queues for a place (the same bound: ``max_queue`` waiting → 429);
-5. forwarded to the role's own loopback port (never anywhere a request
-   names), with the body as the server must see it and without hop-by-hop
-   headers; the answer streams back chunk by chunk as it arrives, so SSE is
-   never buffered; the tail of the answer gives the client's token usage. A
-   streamed answer goes on a connection of its own through ``upstream.py``
-   (not aiohttp's client: it costs the router less CPU per stream and per
-   event, see there), any other on aiohttp's pooled keep-alive connections. A
-   connection the server refuses before taking the request (it was just
-   stopped) goes back to the queue once; a server that fails after taking it
-   → 502 (or, once the answer has begun, the client's connection is cut, so a
-   truncated answer never looks whole).
+4. refused → 503; not ready, or no place under ``max_concurrency`` → it waits (429 with
+   ``Retry-After``, 504, 503: ``dispatch.py``, with a group's choice);
+5. forwarded to the role's own loopback port (never anywhere a request names), with the body
+   as the server must see it and without hop-by-hop headers; the answer streams back chunk by
+   chunk as it arrives, so SSE is never buffered; the tail of the answer gives the client's
+   token usage. A streamed answer goes on a connection of its own through ``upstream.py`` (not
+   aiohttp's client: it costs the router less CPU per stream and per event, see there), any
+   other on aiohttp's pooled keep-alive connections. A server that fails after taking it: 502
+   (once the answer has begun, the client's connection is cut: no truncated answer looks whole).
 
-Connections: at most ``guard.connection_cap`` at once (503 beyond), a whole
-request head within ``idle_timeout`` of a connection's opening or its last
-answer (aiohttp's keep-alive timer, armed at the opening; a slow or silent
-client is closed), and every error the router answers itself in the shape of
-the path's API (Anthropic's on ``/v1/messages…``, OpenAI's elsewhere, the
-HTTP layer's own included); client mistakes are logged by ``guard.Hush``, never with a
-traceback.
+Connections: at most ``guard.connection_cap`` at once (503 beyond), a whole request head
+within ``idle_timeout`` of a connection's opening or its last answer (aiohttp's keep-alive
+timer, armed at the opening; a slow or silent client is closed), and every error the router
+answers itself in the shape of the path's API (Anthropic's on ``/v1/messages…``, OpenAI's
+elsewhere, the HTTP layer's own included); client mistakes are logged by ``guard.Hush``, never
+with a traceback. A client that disconnects cancels its handler (``handler_cancellation``),
+which closes the upstream connection: the server sees its client go and stops generating.
 
-A client that disconnects cancels its handler (``handler_cancellation``),
-which closes the upstream connection: the server sees its client go and
-stops generating.
+Why aiohttp (measured, 1-token chat completions against the real llama-server, 1,000
+sequential requests): a proxy on aiohttp's server and client added 0.5 ms at p50; uvicorn
+(httptools) with an httpx client added 2.8 ms at p50 and 223 ms at p99. aiohttp is also both
+sides in one library, with a C HTTP parser and streaming in both directions.
 
-Why aiohttp (measured, 1-token chat completions against the real
-llama-server, 1,000 sequential requests): a proxy on aiohttp's server and
-client added 0.5 ms at p50; uvicorn (httptools) with an httpx client added
-2.8 ms at p50 and 223 ms at p99. aiohttp is also both sides in one library,
-with a C HTTP parser and streaming in both directions.
-
-Size: aiohttp may be imported by this one module (the import test's owner rule), so both
-HTTP sides live here: the server's handlers with every check above in request order, and
-the upstream client with its streaming, retry-once and usage reading (a stream's own
-connection and framing are in ``upstream.py``, which needs no aiohttp). The pure decisions are
-in ``rules.py``, the connection limits and quiet logging in ``guard.py``, keys and CORS in
-``clients.py``, each API's error shape and credential fields in ``apis.py``.
+Size: aiohttp may be imported by this one module (the import test's owner rule), so what
+touches its objects is here: the server's handlers in request order, the pooled upstream
+request, an answer relayed onto the client's response. Where a request goes upstream, failover
+and readiness are ``dispatch.py`` (the base class, no aiohttp); the pure rules ``rules.py``;
+limits ``guard.py``; keys, CORS ``clients.py``; error shapes ``apis.py``.
 """
 
 from __future__ import annotations
@@ -66,24 +52,20 @@ import zlib
 from typing import Callable
 
 import aiohttp
-import attrs
 from aiohttp import web, web_protocol
 
 from reconciler.core.desired import RouterConfig
-from reconciler.report import logs
-from reconciler.router import apis, balancing, clients, guard, rules, upstream
-from reconciler.router.queues import CLOSED, FULL, GO, Book, Refusal
-from reconciler.router.rules import Route, RouteState, Table
+from reconciler.router import apis, clients, guard, rules, upstream
+from reconciler.router.dispatch import Dispatcher
+from reconciler.router.queues import Book
+from reconciler.router.rules import Route
 from reconciler.world import probe
 
 _JSON = "application/json"
-_READY_POLL = 0.004  # seconds between readiness looks at a server this pass started
 _TAIL = 4  # the last chunks of an answer kept for its usage
-_RECOVER_POLL = 0.05  # seconds between health looks at an instance out of rotation (§9.1) …
-_RECOVER_HOLD = 1.0  # … the first one this long after it was taken out (no flapping)
 
 
-class Proxy:
+class Proxy(Dispatcher):
     """The aiohttp application, its listener and its upstream session, on the router's loop."""
 
     status = None  # report/statussite.Site: the status page on GET / (§11); None: 404
@@ -92,23 +74,11 @@ class Proxy:
                  api_key: str | None = None, keys: dict[str, str] | None = None,
                  connect_timeout: float = 2.0, on_ready: Callable[[], None] | None = None,
                  hush: guard.Hush | None = None) -> None:
-        self.config = config
-        self.book = book
-        self.metrics = metrics
-        self.table = Table()
+        super().__init__(config, book, metrics, on_ready, connect_timeout)
         self._key = api_key.encode() if api_key else None
         self._keys = keys
-        self._connect_timeout = connect_timeout
-        self._on_ready = on_ready or (lambda: None)
         self.hush = hush or guard.Hush()
         self.gauge = guard.Gauge(guard.connection_cap(config.max_connections), self.hush)
-        self._watching: set[str] = set()  # roles whose new server is being watched
-        self._answered: set[str] = set()  # … and those seen answering since their spawn
-        self._raw = Table()  # the last pass's routes, before what the router knows better
-        self._out: dict[str, float] = {}  # §9.1 instances out of rotation → when (monotonic)
-        self._slots: dict[str, int | None] = {}  # §9.1 learned total_slots (None: asked)
-        self._turn = 0  # §9.1 choices made: ties go round a group
-        self._tasks: set[asyncio.Task] = set()
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.Server | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -290,198 +260,7 @@ class Proxy:
         if len(routes) > 1:
             return await self._forward_group(request, route.group, payload, arrived, streams,
                                              client)
-        role = route.role
-        seq = self.book.arrived(role)
-        deadline = arrived + self.config.queue_timeout
-        refused_once = queued = False
-        while True:
-            if route.state is RouteState.READY:
-                entry = self.book.enter(role, route.max_concurrency)
-                if entry == GO:
-                    answer = await self._send(request, route, payload, arrived, streams, client)
-                    if answer is not None:
-                        return answer
-                    if refused_once:
-                        return self._error(502, f"{role} refused the connection twice",
-                                           "api_error", role)
-                    refused_once = True  # stopped a moment ago: wait for the next pass
-                elif entry == FULL:
-                    if not queued and not rules.admits(self.book.waiting(role),
-                                                       self.config.max_queue):
-                        return self._full(role)  # a place's queue is bounded too
-                    queued = True
-                    if not await self.book.queue(role, deadline - time.monotonic()):
-                        return self._timeout(role, arrived)
-                    route = self.table.get(role) or route
-                    continue
-                assert entry in (GO, CLOSED)
-                route = _waiting(self.table.get(role) or route)
-            ready = await self._wait(route, seq, arrived, deadline)
-            if isinstance(ready, web.Response):
-                return ready
-            route = ready
-
-    async def _forward_group(self, request: web.Request, group: str, payload: bytes,
-                             arrived: float, streams: bool,
-                             client: str) -> web.StreamResponse:
-        """§9.1 a request for a group of instances: balanced, queued while every ready one
-        is full, sent elsewhere when the one chosen refuses the connection."""
-        seq = self.book.arrived(group)
-        deadline = arrived + self.config.queue_timeout
-        refusals = 0
-        queued = False
-        closing: set[str] = set()  # found closed by ``enter`` since the last wait
-        while True:
-            members = self.table.members(group)
-            if not members:
-                return self._error(503, f"{group} is no longer a role of this node",
-                                   "service_unavailable", group)
-            instances = self._instances(members, closing)
-            picked = balancing.choose(instances, self._turn)
-            if picked is not None:
-                self._turn += 1
-                route = next(r for r in members if r.role == picked.name)
-                if self.book.enter(route.role, None) != GO:
-                    closing.add(route.role)  # its gate closed this moment: choose again
-                    continue
-                answer = await self._send(request, route, payload, arrived, streams, client,
-                                          fail=self._failing(route))
-                if answer is not None:
-                    return answer
-                self._take_out(route, "refused the connection")  # nothing was sent
-                refusals += 1
-                if refusals > 2 * len(members):
-                    return self._error(502, f"every instance of {group} refused the "
-                                       "connection", "api_error", group)
-                continue
-            if balancing.full(instances):  # queue for the first place any instance frees
-                if not queued and not rules.admits(self.book.waiting(group),
-                                                   self.config.max_queue):
-                    return self._full(group)
-                queued = True
-                closing.clear()
-                spill = self._spill(members)
-                if spill is not None:
-                    self.book.want(spill.role, 1)
-                try:
-                    placed = await self.book.queue(group, deadline - time.monotonic())
-                finally:
-                    if spill is not None:
-                        self.book.want(spill.role, -1)
-                if not placed:
-                    return self._timeout(group, arrived)
-                continue
-            if all(r.state is RouteState.REFUSED for r in members) and not members[0].on_demand:
-                return self._error(503, "; ".join(r.message for r in members),
-                                   "service_unavailable", group)
-            closing.clear()
-            ready = await self._wait(attrs.evolve(members[0], role=group, state=RouteState.WAIT),
-                                     seq, arrived, deadline)
-            if isinstance(ready, web.Response):
-                return ready
-
-    def _instances(self, members: tuple[Route, ...],
-                   closing: set[str] = frozenset()) -> list[balancing.Instance]:
-        book = self.book
-        return [balancing.Instance(
-            name=r.role, ready=(r.state is RouteState.READY and book.is_open(r.role)
-                                and r.role not in closing),
-            in_flight=book.in_flight(r.role), slots=self._slots.get(r.role) or r.slots,
-            max_concurrency=r.max_concurrency) for r in members]
-
-    def _spill(self, members: tuple[Route, ...]) -> Route | None:
-        """§9.1 spillover: the lowest on-demand instance not running, whose start is asked
-        while every ready one is full."""
-        return next((r for r in members if r.on_demand and r.state is RouteState.WAIT
-                     and r.role not in self._out), None)
-
-    # ------------------------------------------------------------ failover (§9.1)
-
-    def _failing(self, route: Route) -> Callable[[str, bool], None]:
-        """What ``_send`` calls when ``route``'s server failed a request it was sent."""
-        def fail(why: str, lost: bool) -> None:
-            if lost and self.metrics is not None:
-                self.metrics.lost(route.role)
-            self._take_out(route, why)
-        return fail
-
-    def _take_out(self, route: Route, why: str) -> None:
-        """Out of rotation at once; back when it answers ``/health`` 200 again (looked at
-        every ``_RECOVER_POLL`` from ``_RECOVER_HOLD`` on: an instance that answers 5xx to
-        requests and 200 to ``/health`` comes back once a second, not at every look)."""
-        role = route.role
-        if role in self._out:
-            return
-        self._out[role] = time.monotonic()
-        self._slots.pop(role, None)  # a server that comes back may have other slots
-        self.table = self._overlay(self._raw)
-        logs.emit(f"{role}: out of rotation ({why}); back when it answers /health",
-                  level=logging.WARNING, event="router", role=role)
-        if self.metrics is not None:
-            self.metrics.out_of_rotation(role)
-        self._spawn(self._recover(role))
-
-    async def _recover(self, role: str) -> None:
-        assert self._session is not None
-        timeout = aiohttp.ClientTimeout(total=1.0)
-        try:
-            await asyncio.sleep(_RECOVER_HOLD)
-            while role in self._out:
-                await asyncio.sleep(_RECOVER_POLL)
-                route = self._raw.get(role)
-                if (route is None or route.state is RouteState.REFUSED
-                        or route.status == "stopped"):
-                    break  # gone, refused or stopped by the plan: a pass says when it is back
-                try:
-                    async with self._session.get(f"http://{route.authority}/health",
-                                                 timeout=timeout) as answer:
-                        status = answer.status
-                except (aiohttp.ClientError, asyncio.TimeoutError):
-                    continue
-                if status == 200:
-                    if route.state is RouteState.WAIT and route.status == "starting":
-                        self._answered.add(role)  # restarted, and answering before the pass
-                    break
-        finally:
-            self._out.pop(role, None)
-            self.table = self._overlay(self._raw)
-        back = self.table.get(role)
-        if back is not None and back.state is RouteState.READY:
-            logs.emit(f"{role}: back in rotation (answers /health)", event="router", role=role)
-            self.book.ready(back)
-
-    def _spawn(self, coroutine) -> None:
-        task = asyncio.get_running_loop().create_task(coroutine)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _learn(self, table: Table) -> None:
-        """§9.1 each ready instance of a group, once: its ``total_slots`` (``GET /props``)."""
-        if self._session is None:
-            return
-        groups = collections.Counter(r.group for r in table.routes)
-        for route in table.routes:
-            if route.state is not RouteState.READY:
-                self._slots.pop(route.role, None)  # (re)started: asked again when ready
-            elif (groups[route.group] > 1 and route.slots is None
-                    and route.role not in self._slots):
-                self._slots[route.role] = None
-                self._spawn(self._props(route))
-
-    async def _props(self, route: Route) -> None:
-        assert self._session is not None
-        key = probe.api_key(route.key_file)
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        try:
-            async with self._session.get(f"http://{route.authority}/props", headers=headers,
-                                         timeout=aiohttp.ClientTimeout(total=2.0)) as answer:
-                props = await answer.json(content_type=None) if answer.status == 200 else None
-        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
-            props = None
-        slots = balancing.slots_of(props)
-        if route.role in self._slots and slots is not None:
-            self._slots[route.role] = slots
-            self.book.ready(route)  # more room: queued requests look again
+        return await self._forward_role(request, route, payload, arrived, streams, client)
 
     async def _body(self, request: web.Request) -> bytes | web.Response:
         try:
@@ -499,32 +278,6 @@ class Proxy:
                 zlib.error, EOFError, ValueError) as exc:
             return self._error(400, f"the body cannot be read: {_why(exc)}"[:300],
                                "invalid_request_error")
-
-    def _full(self, role: str) -> web.Response:
-        return self._error(429, f"{self.config.max_queue} requests already wait for {role}",
-                           "rate_limit_error", role,
-                           headers={"Retry-After": str(rules.RETRY_AFTER)})
-
-    def _timeout(self, role: str, arrived: float) -> web.Response:
-        return self._error(504, f"timed out after {self.config.queue_timeout:g}s waiting for "
-                           f"{role}", "timeout", role)
-
-    async def _wait(self, route: Route, seq: int, arrived: float,
-                    deadline: float) -> Route | web.Response:
-        """The route to forward on once ready, or the error answer (refused, full, timed out)."""
-        role = route.role
-        if route.state is RouteState.REFUSED and not route.on_demand:
-            return self._error(503, route.message, "service_unavailable", role)
-        if not rules.admits(self.book.waiting(role), self.config.max_queue):
-            return self._full(role)
-        result = await self.book.wait(role, seq, deadline - time.monotonic())
-        if self.metrics is not None:
-            self.metrics.queue_wait(role, time.monotonic() - arrived)
-        if isinstance(result, Refusal):
-            if result.status == 504:
-                return self._timeout(role, arrived)
-            return self._error(result.status, result.message, "service_unavailable", role)
-        return result
 
     async def _send(self, request: web.Request, route: Route, payload: bytes,
                     arrived: float, streams: bool, client: str,
@@ -559,39 +312,6 @@ class Proxy:
                     answer.content.readany, arrived, client, fail=fail)
         finally:
             self.book.finished(role)
-
-    async def _send_stream(self, request: web.Request, route: Route, payload: bytes,
-                           headers: list[tuple[str, str]], arrived: float,
-                           client: str, fail=None) -> web.StreamResponse | None:
-        """A streamed answer, on a connection of its own (``upstream.py`` says why):
-        llama-server closes its end right after an SSE answer, so nothing is pooled."""
-        role = route.role
-        headers.append(("Host", route.authority))
-        try:
-            stream = await upstream.open_stream(route.host, route.port, request.path, headers,
-                                                payload, self._connect_timeout)
-        except ValueError as exc:  # a header of the client's cannot go on the wire
-            return self._error(400, f"a request header cannot be forwarded: {exc}"[:300],
-                               "invalid_request_error", role)
-        except upstream.Refused:
-            return None
-        except upstream.Failed as exc:
-            if fail is not None:
-                fail(f"no connection: {exc}", False)
-            return self._error(502, f"{role} failed before answering: {exc}", "api_error",
-                               role)
-        try:
-            try:
-                status, fields = await stream.head()
-            except upstream.Failed as exc:
-                if fail is not None:
-                    fail(f"failed before answering: {exc}", True)
-                return self._error(502, f"{role} failed before answering: {exc}",
-                                   "api_error", role)
-            return await self._relay(request, role, status, None, fields, stream.length,
-                                     stream.read, arrived, client, pipe=stream, fail=fail)
-        finally:
-            stream.close()
 
     async def _relay(self, request: web.Request, role: str, status: int, reason: str | None,
                      fields: list[tuple[str, str]], length: int | None, read,
@@ -654,77 +374,22 @@ class Proxy:
         await answer.write_eof()
         return answer
 
-    def _count(self, role: str, status: int, client: str, head: bytes, tail) -> bool:
-        """One answered request in the metrics, with the client's token usage when known
-        (a stream's first piece too: Anthropic's ``message_start`` holds its input tokens)."""
-        if self.metrics is not None:
-            self.metrics.request(role, status)
-            seen = b"".join(tail) if tail and tail[0] is head else head + b"".join(tail)
-            self.metrics.client(role, client, clients.usage(seen))
-        return True
-
-    # ------------------------------------------------------------ readiness
-
-    def known_ready(self, table: Table) -> Table:
-        """A pass's routes, with the servers this router saw answer since their spawn still
-        ready: the pass that spawned one says ``starting`` (it did not look again); and
-        §9.1 the instances out of rotation, waiting (the router knows of their failure first)."""
-        self._raw = table
-        self._learn(table)
-        return self._overlay(table)
-
-    def _overlay(self, table: Table) -> Table:
-        routes = []
-        for route in table.routes:
-            if route.role in self._answered:
-                if route.state is RouteState.WAIT and route.status == "starting":
-                    route = attrs.evolve(route, state=RouteState.READY, status="running")
-                else:
-                    self._answered.discard(route.role)  # the passes know better now
-            if route.role in self._out and route.state is RouteState.READY:
-                route = attrs.evolve(route, state=RouteState.WAIT)
-            routes.append(route)
-        return Table(routes=tuple(routes))
-
-    def watch_role(self, role: str) -> None:
-        """Watch a server just spawned, for its waiters: they go the moment it answers
-        ``/health`` 200 (a runtime without one answers 404: left to the next passes)."""
-        self._answered.discard(role)  # a new server: not seen answering yet
-        route = self.table.get(role)
-        if route is None or route.role in self._watching or self._session is None:
-            return
-        self._watching.add(route.role)
-        task = asyncio.get_running_loop().create_task(self._watch(route))
-        task.add_done_callback(lambda _: self._watching.discard(route.role))
-
-    async def _watch(self, route: Route) -> None:
+    async def _get(self, url: str, timeout: float, headers: dict[str, str] | None = None,
+                   *, json: bool = False) -> tuple[int, object]:
+        """``GET url`` on the upstream session within ``timeout`` seconds: the status (0: no
+        answer) and, with ``json``, the body of a 200 as JSON (None otherwise)."""
         assert self._session is not None
-        url = f"http://{route.authority}/health"
-        deadline = time.monotonic() + self.config.queue_timeout
-        timeout = aiohttp.ClientTimeout(total=1.0)
-        while time.monotonic() < deadline:
-            now = self.table.get(route.role)
-            if now is None or now.state is RouteState.READY or not self.book.waiting(
-                    route.role):
-                return  # a pass saw it ready, or nobody waits any more
-            try:
-                async with self._session.get(url, timeout=timeout) as answer:
-                    status = answer.status
-            except (aiohttp.ClientError, asyncio.TimeoutError):
-                status = 0
-            if status == 200:
-                ready = attrs.evolve(now, state=RouteState.READY, status="running",
-                                     message="")
-                self.table = attrs.evolve(self.table, routes=tuple(
-                    ready if r.role == route.role else r for r in self.table.routes))
-                self._answered.add(route.role)
-                self.book.ready(ready)
-                self._on_ready()  # a pass now: it records the server as running
-                return
-            if status == 404:
-                return
-            await asyncio.sleep(_READY_POLL)
-
+        try:
+            async with self._session.get(url, headers=headers,
+                                         timeout=aiohttp.ClientTimeout(total=timeout)) as answer:
+                if not json or answer.status != 200:
+                    return answer.status, None
+                try:
+                    return answer.status, await answer.json(content_type=None)
+                except ValueError:
+                    return answer.status, None
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return 0, None
 
 class _Refusal(web.Response):
     """An error the router answers itself (not a server's), its message kept: the middleware
@@ -777,11 +442,6 @@ def _parse(raw: bytes) -> dict | str:
 
 def _safe_headers(exc: web.HTTPException) -> dict[str, str]:
     return {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
-
-
-def _waiting(route: Route) -> Route:
-    """``route`` as if its role were not ready: the request waits for the next pass."""
-    return attrs.evolve(route, state=RouteState.WAIT)
 
 
 def _why(exc: BaseException) -> str:

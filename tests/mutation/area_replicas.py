@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from tests.mutation.mutant import mutant
 
-PL, RO, LA, NC, DE, PN = ("planner/placement.py", "planner/stages/rolling.py",
+PL, RO, LA, NC, IN, PN = ("planner/placement.py", "planner/stages/rolling.py",
                           "planner/stages/ladder.py", "manifests/nodecheck.py",
-                          "core/desired.py", "planner/plan.py")
+                          "core/instances.py", "planner/plan.py")
 PLAN, REP, MAN = "tests/plan", "tests/replicas", "tests/manifests"
 
 MUTANTS = (
@@ -32,7 +32,7 @@ MUTANTS = (
            "replica > now and d.reason is Reason.REMOVED",
            "§12: replicas 3 → 2 stops chat/2 as 'removed', the plan does not say it scaled down",
            PLAN, REP),
-    mutant(DE, "scale-down-lowest", "for i in range(1, spec.replicas):",
+    mutant(IN, "scale-down-lowest", "for i in range(1, spec.replicas):",
            "for i in range(2, spec.replicas + 1):",
            "§12: instances are not chat, chat/1 … chat/N-1: scaling down stops the wrong one",
            REP, PLAN),

@@ -68,7 +68,6 @@ import yaml
 from reconciler.planner import identity
 from reconciler.core.decisions import PlanContext
 from reconciler.core.desired import (
-    instances,
     sorted_by_name,
     LivenessSpec,
     Desired,
@@ -86,6 +85,7 @@ from reconciler.core.desired import (
     ServeSpec,
     WantedState,
 )
+from reconciler.core.instances import instances
 from reconciler.core.demand import Demand, RoleDemand
 from reconciler.core.observed import flat_record
 from reconciler.core.observed import (

@@ -15,8 +15,8 @@ from reconciler.core.desired import (
     RoleSpec,
     Runtime,
     ServeSpec,
-    instances,
 )
+from reconciler.core.instances import instances
 from reconciler.router import rules
 from reconciler.router.rules import RouteState
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import attrs
 
-from reconciler.core.desired import RoleSpec, Runtime, Mode, ServeSpec, instances
+from reconciler.core.desired import RoleSpec, Runtime, Mode, ServeSpec
+from reconciler.core.instances import instances
 from reconciler.manifests import loader
 from reconciler.planner import identity
 

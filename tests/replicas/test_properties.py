@@ -19,9 +19,9 @@ from reconciler.core.desired import (
     MemorySpec,
     NodeConfig,
     Runtime,
-    instances,
     sorted_by_name,
 )
+from reconciler.core.instances import instances
 from reconciler.core.observed import Observed, Remembered
 from reconciler.planner.plan import plan
 from tests.devices.worlds import CTX, MODEL, desireds

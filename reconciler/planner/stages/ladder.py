@@ -29,9 +29,8 @@ from reconciler.core.desired import (
     NodeConfig,
     RouterConfig,
     WantedState,
-    group_of,
-    replica_of,
 )
+from reconciler.core.instances import group_of, replica_of
 from reconciler.planner.ledger import Draft
 from reconciler.core.observed import Health, ModelCheck
 from reconciler.planner.rungs import (

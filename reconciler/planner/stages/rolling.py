@@ -18,7 +18,7 @@ from collections import defaultdict
 import attrs
 
 from reconciler.core.decisions import Reason, Status, Verb
-from reconciler.core.desired import group_of, replica_of
+from reconciler.core.instances import group_of, replica_of
 from reconciler.planner.ledger import Draft
 from reconciler.planner.rungs import draft
 from reconciler.planner.stages.values import Drafted
