@@ -391,6 +391,7 @@ class Proxy(Dispatcher):
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return 0, None
 
+
 class _Refusal(web.Response):
     """An error the router answers itself (not a server's), its message kept: the middleware
     writes it in the shape of the path's API."""

@@ -13,4 +13,9 @@ MUTANTS = (
            "                if True:",
            "§9.1: llama-server's total_slots (/props) are never read: each instance of a group "
            "takes one request at a time", "tests/router/test_groups.py"),
+    mutant("router/proxy.py", "no-answer-looks-healthy",
+           "        except (aiohttp.ClientError, asyncio.TimeoutError):\n            return 0, None",
+           "        except (aiohttp.ClientError, asyncio.TimeoutError):\n            return 200, None",
+           "§9.1: an instance that does not answer at all is put back in rotation after the "
+           "hold, and clients' requests fail on it", "tests/router/test_groups.py"),
 )

@@ -280,3 +280,21 @@ def test_an_instance_the_plan_stopped_is_no_longer_looked_at() -> None:
         looks = [t for t in g.proxy._tasks if "_recover" in repr(t.get_coro())]  # noqa: SLF001
         assert not looks
     run(test)
+
+
+def test_an_instance_that_does_not_answer_health_stays_out_of_rotation() -> None:
+    """§9.1 an instance taken out comes back only when ``/health`` answers 200: a dead one
+    (no answer at all) stays out past the hold and its polls, and no request reaches it."""
+    async def test(g: Group, session):
+        g.all_ready()
+        await g.learned()
+        victim = g.servers[1]
+        await victim.kill()
+        await asyncio.gather(*(g.post(session) for _ in range(3)))
+        assert "chat/1" in g.proxy._out  # noqa: SLF001
+        await asyncio.sleep(1.6)  # the 1 s hold, then several 50 ms looks that get no answer
+        assert "chat/1" in g.proxy._out  # noqa: SLF001
+        got = await asyncio.gather(*(g.post(session) for _ in range(6)))
+        assert [s for s, _ in got] == [200] * 6
+        assert g.value("reconciler_router_lost_requests_total", "chat/1") == 0
+    run(test)
