@@ -68,7 +68,7 @@ def _show(o: FleetOptions, paths: list[str], loaded, implicit: str) -> int:
         return _rollout(o, paths, loaded, implicit)
     now = fleetview.view(loaded.fleet, implicit=implicit)
     if o.diff:
-        return _diff(o, paths, now, implicit)
+        return _diff(o, paths, now, implicit, loaded.fleet.rollouts)
     if o.json:
         common.print_json(fleetview.as_json(now), ensure_ascii=False)
     else:
@@ -76,7 +76,7 @@ def _show(o: FleetOptions, paths: list[str], loaded, implicit: str) -> int:
     return Exit.OK
 
 
-def _diff(o: FleetOptions, paths: list[str], now, implicit: str) -> int:
+def _diff(o: FleetOptions, paths: list[str], now, implicit: str, rollouts=()) -> int:
     where: dict[str, tuple[str, str]] = {}
     files, refused = gitrev.manifests_at(o.diff, paths, where)
     before = loader.load(files, repo_files=gitrev.RepoFilesAt(o.diff, where))
@@ -87,7 +87,8 @@ def _diff(o: FleetOptions, paths: list[str], now, implicit: str) -> int:
         print(f"reconcile: the manifests at {o.diff} have {len(problems)} problem(s); "
               "no diff", file=sys.stderr)
         return Exit.ERROR
-    changes = fleetdiff.diff(fleetview.view(before.fleet, implicit=implicit), now)
+    changes = fleetdiff.staged(fleetdiff.diff(fleetview.view(before.fleet, implicit=implicit),
+                                              now), now, rollouts)
     if o.json:
         common.print_json({**fleetdiff.as_json(changes), "rev": o.diff}, ensure_ascii=False)
     else:

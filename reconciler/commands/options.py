@@ -170,7 +170,9 @@ def fleet_flags(p: argparse.ArgumentParser) -> None:
         "its Rollout stages (BEHAVIOUR §13).")
     _json(p)
     p.add_argument("--diff", metavar="REV",
-                   help="show the node and role changes since git revision REV (e.g. HEAD~1)")
+                   help="show the node and role changes since git revision REV (e.g. HEAD~1); "
+                        "a change a Rollout stages (spec, Model or Program) says "
+                        "'staged: Rollout NAME' (§13)")
     p.add_argument("--rollout", action="store_true",
                    help="§13 each Rollout's waves and every node's turn: when it moves, whether "
                         "it has, what the gate says (offline: not asked, so later waves hold)")

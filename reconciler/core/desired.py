@@ -184,7 +184,7 @@ class ProgramSpec:
     @property
     def label(self) -> str:
         """``llama-b11434 b11434 sha256:79db67b7b9eb05e0``: name, version, the file list's digest."""
-        return f"{self.name} {self.version} sha256:{self.digest[:16]}"
+        return f"{document_name(self.name)} {self.version} sha256:{self.digest[:16]}"
 
     @property
     def entry_sha256(self) -> str:
@@ -195,6 +195,23 @@ def program_key(name: str) -> str:
     """§14 a Program among the Models' checks, stamps and sticky mismatches: ``program/<name>``
     (no Model name has a ``/``)."""
     return f"program/{name}"
+
+
+#: §13 a Model or Program document a rollout keeps at an earlier commit for a role it holds
+#: back, on a node where another role runs HEAD's document of that name:
+#: ``<name>@<12 hex of the commit>`` (no document name has an '@', §1.2), so each role finds
+#: its own. The server, the instance id and the router see ``document_name``: the same.
+KEPT_MARK = "@"
+
+
+def kept_name(name: str, commit: str) -> str:
+    """``qwen@4f0e1a2b3c4d``: the name a kept document of ``commit`` goes by (§13)."""
+    return f"{name}{KEPT_MARK}{commit[:12]}"
+
+
+def document_name(name: str) -> str:
+    """The document's own name: ``kept_name``'s mark removed (§13)."""
+    return name.partition(KEPT_MARK)[0]
 
 
 def is_program_path(value: str) -> bool:

@@ -42,7 +42,7 @@ from typing import Mapping
 import attrs
 
 from reconciler.core.decisions import Decision, Keep, Plan, Reason
-from reconciler.core.desired import Desired, RoleSpec
+from reconciler.core.desired import Desired, RoleSpec, kept_name
 from reconciler.core.observed import RoleRecord, Terminal
 from reconciler.manifests.fleet import Fleet, NodeChoice
 from reconciler.planner import rollout as schedule
@@ -152,22 +152,22 @@ class _Revisions:
         self._paths, self._node = paths, node
         self._seen: dict[str, Desired | None] = {head: desired}
 
-    def model(self, commit: str, name: str):
-        at = self._seen.get(commit)
-        return at.model(name) if at is not None else None
-
-    def role(self, commit: str | None, name: str) -> RoleSpec | None:
+    def at(self, commit: str | None) -> Desired | None:
         if commit is None:
             return None
         if commit not in self._seen:
             self._seen[commit] = self._load(commit)
-        at = self._seen[commit]
-        return at.role(name) if at is not None else None
+        return self._seen[commit]
+
+    def version(self, commit: str | None, name: str) -> schedule.Version | None:
+        """The role as ``commit`` has it on this node: its spec and its Model and Program
+        documents (§13: another document under the same name is a staged change too)."""
+        at = self.at(commit)
+        spec = at.role(name) if at is not None else None
+        return schedule.version_of(at, spec) if spec is not None else None
 
     def readable(self, commit: str) -> bool:
-        if commit not in self._seen:
-            self._seen[commit] = self._load(commit)
-        return self._seen[commit] is not None
+        return self.at(commit) is not None
 
     def _load(self, commit: str) -> Desired | None:
         from reconciler.core.errors import RevisionError
@@ -203,10 +203,10 @@ def stage(*, paths, fleet: Fleet, desired: Desired, node: NodeChoice | None, hea
     labels = dict(desired.node.labels)
     known = read_runs(state_dir)
     revisions = _Revisions(paths, node, head, desired)
-    new = {r.name: r for r in desired.roles}
+    new = {r.name: schedule.version_of(desired, r) for r in desired.roles}
     covered = sorted(r for r in set(new) | set(known) if schedule.rollout_for(rollouts, r))
-    runs_spec: dict[str, RoleSpec] = {}
-    before_spec: dict[str, RoleSpec] = {}
+    runs_spec: dict[str, schedule.Version] = {}
+    before_spec: dict[str, schedule.Version] = {}
     state: dict[str, RoleRun] = {}
     rollbacks: list[tuple[str, RoleRun]] = []
     for role in covered:
@@ -221,10 +221,10 @@ def stage(*, paths, fleet: Fleet, desired: Desired, node: NodeChoice | None, hea
         if run.failed is not None and run.failed != head:
             run = run.evolve(failed=None)  # a new commit: it may be taken again
         state[role] = run
-        spec = revisions.role(run.runs, role)
+        spec = revisions.version(run.runs, role)
         if spec is not None:
             runs_spec[role] = spec
-        earlier = revisions.role(run.before, role)
+        earlier = revisions.version(run.before, role)
         if earlier is not None:
             before_spec[role] = earlier
     staged_new = {r: s for r, s in new.items() if r in state}
@@ -233,8 +233,8 @@ def stage(*, paths, fleet: Fleet, desired: Desired, node: NodeChoice | None, hea
     gates = _ask(wanted, fleet, head, ask)
     choices = schedule.choose(runs_spec, staged_new, rollouts=rollouts, node=name,
                               labels=labels, now=now, gates=gates, before=before_spec)
-    roles = dict(new)
-    models = {m.name: m for m in desired.models}
+    roles = {name: version.spec for name, version in new.items()}
+    kept: dict[str, str] = {}  # role → the commit whose spec and documents it keeps
     for role in covered:
         run, choice = state[role], choices.get(role)
         if run.failed == head and role in runs_spec and role in new:
@@ -245,11 +245,9 @@ def stage(*, paths, fleet: Fleet, desired: Desired, node: NodeChoice | None, hea
         if choice is None:
             continue
         if choice.take is Take.PREVIOUS and role in runs_spec:
-            roles[role] = kept = runs_spec[role]
-            if kept.model and kept.model not in models:  # renamed or removed since: its own
-                found = revisions.model(run.runs, kept.model)
-                if found is not None:
-                    models[kept.model] = found
+            roles[role] = runs_spec[role].spec
+            if run.runs != head:
+                kept[role] = run.runs
         elif run.runs != head:
             kind = schedule.change(runs_spec.get(role), new.get(role),
                                    before=before_spec.get(role)).kind
@@ -262,12 +260,74 @@ def stage(*, paths, fleet: Fleet, desired: Desired, node: NodeChoice | None, hea
     for role in list(state):
         if role not in new and role not in runs_spec:
             del state[role]  # gone from the node and from what it runs
-    kept_roles = tuple(roles[r] for r in sorted(roles))
-    return Staged(desired=attrs.evolve(desired, roles=kept_roles,
-                                       models=tuple(models[m] for m in sorted(models))),
+    return Staged(desired=_resolved(desired, roles, kept, revisions),
                   choices=choices, runs=state,
                   rollbacks=tuple(rollbacks),
                   position=_position(rollouts, name, labels, now, gates, state, head))
+
+
+def _resolved(desired: Desired, roles: Mapping[str, RoleSpec], kept: Mapping[str, str],
+              revisions: _Revisions) -> Desired:
+    """HEAD's share with each kept role resolved to its own commit's Model and Program
+    documents (§13), the other roles to HEAD's.
+
+    A kept document that differs from HEAD's of the same name takes the name's place when
+    no role on HEAD's documents uses that name here (nothing else changes: the role's
+    Model is named as it was); else it goes by ``kept_name`` beside HEAD's and the kept
+    role names it so. Either way the role's instance id, launch and served name stay
+    those it runs (they read ``document_name``), and its files are the ones already on
+    disk: a kept document's root is its commit's, so nothing is fetched or removed.
+    """
+    out = {name: roles[name] for name in sorted(roles)}
+    if not kept:
+        return attrs.evolve(desired, roles=tuple(out.values()))
+    tables = {"model": {m.name: m for m in desired.models},
+              "program": {p.name: p for p in desired.programs}}
+    on_head = {(kind, name) for role, spec in out.items() if role not in kept
+               for kind, name, _ in schedule.version_of(desired, spec).documents}
+    claimed: set[tuple[str, str]] = set()
+    for role in sorted(kept):
+        at = revisions.at(kept[role])
+        if at is None:  # (read a moment ago: its Version came from it)
+            continue
+        spec = out[role]
+        renamed: dict[tuple[str, str], str] = {}
+        for kind, name, doc in schedule.version_of(at, spec).documents:
+            table = tables[kind]
+            if doc is None or table.get(name) == doc:
+                continue  # a path, or HEAD's document is the one it runs
+            if (kind, name) in on_head or (kind, name) in claimed:
+                alias = renamed[kind, name] = kept_name(name, kept[role])
+                table[alias] = attrs.evolve(doc, name=alias)
+            else:
+                table[name] = doc
+                claimed.add((kind, name))
+        out[role] = _renamed(spec, renamed, at, desired)
+    return attrs.evolve(desired, roles=tuple(out.values()),
+                        models=tuple(tables["model"][m] for m in sorted(tables["model"])),
+                        programs=tuple(tables["program"][p] for p in sorted(tables["program"])))
+
+
+def _renamed(spec: RoleSpec, renamed: Mapping[tuple[str, str], str], at: Desired,
+             head: Desired) -> RoleSpec:
+    """``spec`` naming its kept documents' ``kept_name``s, and the Program its commit's
+    NodeConfig gave it when HEAD's NodeConfig gives another (its ``spec.program``)."""
+    program = spec.program or at.node.serve_program(spec.runtime)
+    if program is not None:
+        program = renamed.get(("program", program), program)
+        if program != (spec.program or head.node.serve_program(spec.runtime)):
+            spec = attrs.evolve(spec, program=program)
+    if not any(kind == "model" for kind, _ in renamed):
+        return spec
+
+    def name(n: str | None) -> str | None:
+        return renamed.get(("model", n), n) if n else n
+
+    serve = spec.serve
+    return attrs.evolve(spec, model=name(spec.model), serve=attrs.evolve(
+        serve, draft_model=name(serve.draft_model), mmproj=name(serve.mmproj),
+        adapter=name(serve.adapter),
+        loras=tuple(attrs.evolve(x, model=name(x.model)) for x in serve.loras)))
 
 
 def _rolled_back(role: str, run: RoleRun, rec: RoleRecord | None, rollout,

@@ -14,7 +14,10 @@ A role is changed when the node would launch it differently (its argv:
 uid), when a field it is kept by changed (state, mode, memory, restart
 policy, excludes, keep_alive, host, port, model), or when the node's offline
 plan would now treat it otherwise (``start → refuse (unplaceable)``).
-The lines come sorted by node, then role, node lines first.
+The lines come sorted by node, then role, node lines first. ``staged`` marks
+each change a Rollout of the new manifests stages (§13: a spec, Model or Program
+change of a role it covers that keeps running): ``~ gpu-1 coder (program b11434 →
+b11500; staged: Rollout up)``; a role added, removed or stopped applies at once.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from typing import Iterable
 import attrs
 
 from reconciler.planner import identity
-from reconciler.core.desired import NodeConfig, RoleSpec
+from reconciler.core.desired import NodeConfig, RoleSpec, WantedState
+from reconciler.core.rollouts import Rollout
 from reconciler.fleet.fleetview import FleetView, NodeView, RoleView
 from reconciler.core.units import format_duration, format_size
 
@@ -56,6 +60,28 @@ def diff(old: FleetView, new: FleetView) -> tuple[Change, ...]:
                 out.append(Change(node=name, sign="~", detail=changed))
         out += _role_changes(name, was, now)
     return tuple(sorted(out, key=lambda c: (c.node, c.role, c.sign)))
+
+
+def staged(changes: Iterable[Change], new: FleetView,
+           rollouts: Iterable[Rollout]) -> tuple[Change, ...]:
+    """§13 ``changes`` with each one a Rollout stages marked ``staged: Rollout <name>``: a
+    role changed on a node (``~``: its spec, or its Model or Program document, changes the
+    launch), covered by a Rollout of ``new``'s manifests, and not stopped there."""
+    listed = tuple(rollouts)
+    if not listed:
+        return tuple(changes)
+    out = []
+    for c in changes:
+        rollout = next((r for r in listed if r.covers(c.role)), None) \
+            if c.sign == "~" and c.role else None
+        view = new.node(c.node)
+        spec = next((r.spec for r in view.roles if r.name == c.role), None) \
+            if view is not None and rollout is not None else None
+        if spec is not None and spec.state is not WantedState.STOPPED:
+            c = attrs.evolve(c, detail="; ".join(
+                filter(None, (c.detail, f"staged: Rollout {rollout.name}"))))
+        out.append(c)
+    return tuple(out)
 
 
 def text(changes: Iterable[Change]) -> str:

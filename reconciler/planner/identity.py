@@ -19,7 +19,7 @@ from typing import Mapping, Sequence
 
 from reconciler.core.devices import Assignment
 from reconciler.core.desired import (Launch, ModelSpec, NodeConfig, ProgramSpec, RoleSpec,
-                                     is_program_path)
+                                     document_name, is_program_path)
 from reconciler.core.ownership import MARKER_ENV
 from reconciler.runtimes import launch_argv, spec_of
 
@@ -33,10 +33,12 @@ def instance_id(role: RoleSpec) -> str:
     """``<name>-<8 hex of sha256(name|runtime|model|host:port|mode)>``.
 
     §12 an instance ``chat/2`` is ``chat.2-…`` (one directory under the data root: no
-    ``/``); the digest is of its own name, so no role named ``chat.2`` shares it.
+    ``/``); the digest is of its own name, so no role named ``chat.2`` shares it. §13 the
+    Model's own name: a role kept on an earlier revision's document keeps its id.
     """
     key = "|".join(
-        [role.name, str(role.runtime), role.model or "", role.serve.address, str(role.mode)]
+        [role.name, str(role.runtime), document_name(role.model or ""), role.serve.address,
+         str(role.mode)]
     )
     return f"{role.name.replace('/', '.')}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 

@@ -19,14 +19,20 @@ its wave is open. A gate that could not be read, or was not asked (offline),
 holds: unknown is never go. Once the window has run out and the gates passed,
 every node moves; for fixed gate answers the turn is monotone in ``now``.
 
-**Which changes wait** (``change``): only a change of a role the node runs (its
-spec, its program) is staged. A role removed, a role set to ``state: stopped``,
+**Which changes wait** (``change``): only a change of a role the node runs is
+staged: its spec, or a Model or Program document it resolves to (``Version``:
+the same name, another document — a new llama.cpp build is the commonest risky
+change). A role removed, a role set to ``state: stopped``,
 a role that runs nowhere yet, and a revert (to the spec the node runs, or to the
 one it ran before) apply at once: stopping a bad change never waits for a wave.
 The Rollout document itself is never staged, so a pause holds at once.
 
 ``choose`` puts them together for a node's pass: per role, take the new spec or
 keep the one it runs, and why; ``gates_to_ask`` says which gates it needs first.
+
+Size: the schedule, which changes wait and the choice per role are one rule read
+together (a node's turn only matters for a staged change); apart, each would
+restate the others' cases.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from typing import Mapping, Sequence
 
 import attrs
 
-from reconciler.core.desired import RoleSpec, WantedState
+from reconciler.core.desired import Desired, RoleSpec, WantedState, document_name
 from reconciler.core.rollouts import POSITION_LABEL, Rollout, Wave
 from reconciler.manifests.rolloutdoc import position_label
 
@@ -172,33 +178,71 @@ class Change:
     reason: str
 
 
-def change(runs: RoleSpec | None, new: RoleSpec | None, *, before: RoleSpec | None = None
-           ) -> Change:
-    """Whether the change from the spec a node runs to the new one waits for its turn.
+@frozen
+class Version:
+    """What a role runs (§13): its spec and the Model and Program documents it resolves to,
+    as this node has them (a Model's root included). Another document under the same name
+    (a new llama.cpp build, new weights) is a change of the role like a spec change."""
 
-    ``runs``: the role's spec as the node runs it (None: not on this node);
+    spec: RoleSpec
+    #: (kind, name, document): ``model`` for spec.model and every weight it loads besides,
+    #: ``program`` for the Program it runs (None for an absolute path, or a name undeclared).
+    documents: tuple[tuple[str, str, object], ...] = ()
+
+
+def version_of(desired: Desired, spec: RoleSpec) -> Version:
+    """``spec`` with the documents ``desired`` resolves it to (its node's serve_programs)."""
+    docs: list[tuple[str, str, object]] = [
+        ("model", document_name(n), desired.model(n))
+        for n in dict.fromkeys((spec.model, *spec.serve.weight_refs)) if n]
+    program = spec.program or desired.node.serve_program(spec.runtime)
+    if program:
+        docs.append(("program", document_name(program), desired.program_for(spec)))
+    return Version(spec=spec, documents=tuple(docs))
+
+
+Runs = RoleSpec | Version
+
+
+def _spec(x: Runs | None) -> RoleSpec | None:
+    return x.spec if isinstance(x, Version) else x
+
+
+def change(runs: Runs | None, new: Runs | None, *, before: Runs | None = None) -> Change:
+    """Whether the change from what a node runs to what the manifests now say waits for its turn.
+
+    ``runs``: the role as the node runs it (None: not on this node);
     ``new``: as the manifests now say (None: removed or placed elsewhere);
-    ``before``: the spec the node ran before ``runs`` (a kept generation), if any.
+    ``before``: what the node ran before ``runs`` (a kept generation), if any.
+    Each is a ``RoleSpec`` or a ``Version`` (the spec with its Model and Program documents).
     """
     if new == runs:
         return Change(kind=Kind.SAME, reason="unchanged")
-    if new is None:
+    was, now = _spec(runs), _spec(new)
+    if now is None:
         return Change(kind=Kind.AT_ONCE, reason="role removed")
-    if new.state is WantedState.STOPPED:
+    if now.state is WantedState.STOPPED:
         return Change(kind=Kind.AT_ONCE, reason="state: stopped")
-    if runs is None:
+    if was is None:
         return Change(kind=Kind.AT_ONCE, reason="new on this node: nothing runs to keep")
-    if runs.state is WantedState.STOPPED:
+    if was.state is WantedState.STOPPED:
         return Change(kind=Kind.AT_ONCE, reason="not running: nothing runs to keep")
     if before is not None and new == before:
         return Change(kind=Kind.AT_ONCE, reason="a revert to what this node ran before")
     return Change(kind=Kind.STAGED, reason=f"changes {', '.join(changed_fields(runs, new))}")
 
 
-def changed_fields(a: RoleSpec, b: RoleSpec) -> list[str]:
-    """The RoleSpec fields that differ (``ref``, where it was written, is not one)."""
-    return [f.name for f in attrs.fields(RoleSpec)
-            if f.eq and getattr(a, f.name) != getattr(b, f.name)] or ["the spec"]
+def changed_fields(a: Runs, b: Runs) -> list[str]:
+    """The RoleSpec fields that differ (``ref``, where it was written, is not one), then
+    each Model or Program document that differs under its name (``Program llama``)."""
+    sa, sb = _spec(a), _spec(b)
+    out = [f.name for f in attrs.fields(RoleSpec)
+           if f.eq and getattr(sa, f.name) != getattr(sb, f.name)]
+    if isinstance(a, Version) and isinstance(b, Version):
+        docs = dict(((kind, name), doc) for kind, name, doc in a.documents)
+        out += [f"{kind.capitalize()} {name}" for kind, name, doc in b.documents
+                if (kind, name) in docs and docs[kind, name] != doc]
+    return out or ["the spec"]
 
 
 # ------------------------------------------------------------ a node's pass
@@ -221,9 +265,9 @@ def rollout_for(rollouts: Sequence[Rollout], role: str) -> Rollout | None:
     return next((r for r in rollouts if r.covers(role)), None)
 
 
-def gates_to_ask(runs: Mapping[str, RoleSpec], new: Mapping[str, RoleSpec], *,
+def gates_to_ask(runs: Mapping[str, Runs], new: Mapping[str, Runs], *,
                  rollouts: Sequence[Rollout], node: str, labels: Mapping[str, str], now: float,
-                 before: Mapping[str, RoleSpec] | None = None) -> tuple[tuple[str, str], ...]:
+                 before: Mapping[str, Runs] | None = None) -> tuple[tuple[str, str], ...]:
     """The (rollout, wave) gates ``choose`` needs answered now: only where a role's change is
     staged, the node's moment has come and its wave has a gate (a pass asks nothing else)."""
     earlier = before or {}
@@ -239,14 +283,14 @@ def gates_to_ask(runs: Mapping[str, RoleSpec], new: Mapping[str, RoleSpec], *,
     return tuple(sorted(wanted))
 
 
-def choose(runs: Mapping[str, RoleSpec], new: Mapping[str, RoleSpec], *,
+def choose(runs: Mapping[str, Runs], new: Mapping[str, Runs], *,
            rollouts: Sequence[Rollout], node: str, labels: Mapping[str, str], now: float,
            gates: Mapping[tuple[str, str], GateAnswer],
-           before: Mapping[str, RoleSpec] | None = None) -> dict[str, Choice]:
+           before: Mapping[str, Runs] | None = None) -> dict[str, Choice]:
     """Per role of ``runs`` or ``new``: take the new spec, or keep the one the node runs.
 
-    ``runs``: role → spec the node runs now (the revision it last applied);
-    ``new``: role → spec of the manifests now (HEAD); ``rollouts``: HEAD's Rollout
+    ``runs``: role → spec (or ``Version``) the node runs now (the revision it last applied);
+    ``new``: role → spec (or ``Version``) of the manifests now (HEAD); ``rollouts``: HEAD's Rollout
     documents (never the staged revision's: a pause holds at once); ``gates``:
     (rollout, wave) → the gate's answer; ``before``: role → the spec the node ran
     before ``runs`` (its kept generation), for reverts.

@@ -38,7 +38,7 @@ import attrs
 
 from reconciler.core import loopback
 from reconciler.core.decisions import Decision, Plan, Reason, Status, Verb
-from reconciler.core.desired import Desired, RoleSpec
+from reconciler.core.desired import Desired, RoleSpec, document_name
 from reconciler.runtimes import spec_of
 from reconciler.runtimes.ollama import keep_alive_value
 
@@ -154,7 +154,8 @@ def routes(plan: Plan, desired: Desired, outcomes: Iterable = ()) -> Table:
         outcome = done.get(spec.name)
         runtime = spec_of(spec.runtime)
         served = runtime.wanted(spec, models.get(spec.model or ""))
-        names = tuple(dict.fromkeys(n for n in (spec.name, spec.group, spec.model, served,
+        names = tuple(dict.fromkeys(n for n in (spec.name, spec.group,
+                                                document_name(spec.model or ""), served,
                                                 *spec.aliases) if n))
         state, message = _state(decision, spec, outcome)
         if state is not RouteState.REFUSED and not _forwardable(spec, desired):

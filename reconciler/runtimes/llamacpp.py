@@ -10,7 +10,8 @@ from typing import Any, Mapping
 
 import attrs
 
-from reconciler.core.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
+from reconciler.core.desired import (ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime,
+                                     document_name)
 from reconciler.core.observed import ProbeFacts, Progress
 from reconciler.runtimes import openai
 from reconciler.runtimes.common import (
@@ -67,7 +68,7 @@ def argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None,
         args += ["--api-key-file", serve.api_key_file]
     if serve.slot_save:
         args += ["--slot-save-path", SLOT_DIR]
-    args += ["--alias", role.model or role.name]
+    args += ["--alias", _served(role)]
     args += list(render(role, TABLE))
     return tuple(args)
 
@@ -159,7 +160,12 @@ def deep_request(alias: str) -> ProbeRequest:
 
 def wanted(role: RoleSpec, model: ModelSpec | None) -> str | None:
     """The alias a managed launch passes (``--alias``); adopted: the declared model."""
-    return role.model or role.name if role.managed else role.model
+    return _served(role) if role.managed else role.model
+
+
+def _served(role: RoleSpec) -> str:
+    """The name the server answers to: its Model's own name (§13: a kept one's too)."""
+    return document_name(role.model or role.name)
 
 
 # ---------------------------------------------------------------- progress (§4.1)
@@ -196,7 +202,7 @@ def read_progress(answer: ProbeAnswer) -> Progress | None:
 
 def _deep(role: RoleSpec, model: ModelSpec | None, node: NodeConfig,
           listed: tuple[str, ...]) -> ProbeRequest:
-    return deep_request(role.model or role.name)
+    return deep_request(_served(role))
 
 
 def _modernise(words: list[str], find):  # type: ignore[no-untyped-def]

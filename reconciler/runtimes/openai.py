@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from reconciler.core.desired import ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime
+from reconciler.core.desired import (ModelFormat, ModelSpec, NodeConfig, RoleSpec, Runtime,
+                                     document_name)
 from reconciler.core.observed import Health, ProbeFacts
 from reconciler.runtimes.common import (
     Exchange,
@@ -120,13 +121,13 @@ def chat_request(model: str | None) -> ProbeRequest:
 
 def wanted(role: RoleSpec, model: ModelSpec | None) -> str | None:
     """The role's Model name, when it names one: the id the server should list."""
-    return role.model
+    return document_name(role.model) if role.model else role.model
 
 
 def _deep(role: RoleSpec, model: ModelSpec | None, node: NodeConfig,
           listed: tuple[str, ...]) -> ProbeRequest:
     # Name the id the server itself lists for the role's model, when it was seen.
-    name = role.model
+    name = document_name(role.model) if role.model else role.model
     return chat_request((listed_match(name, listed) or name) if name else None)
 
 

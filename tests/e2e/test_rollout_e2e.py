@@ -106,7 +106,7 @@ class Rolling:
     def metrics(self, node: str) -> Path:
         return self.fleet.state(node) / "metrics.prom"
 
-    def nodes_yaml(self) -> str:
+    def nodes_yaml(self, program: str = str(LLAMA_SERVER)) -> str:
         docs = []
         for name in NODES:
             docs.append(textwrap.dedent(f"""\
@@ -115,12 +115,37 @@ class Rolling:
                 metadata: {{name: {name}, labels: {json.dumps(LABELS[name])}}}
                 spec:
                   allowed_ports: {{from: {PORT_RANGE[0]}, to: {PORT_RANGE[1]}}}
-                  serve_programs: {{llamacpp: {LLAMA_SERVER}}}
+                  serve_programs: {{llamacpp: {program}}}
                   run_as: {{uid: {NOBODY}, gid: {NOBODY}}}
                   stop_grace: 1s
                   restart: {{max_restarts: 0}}
                 """))
         return "---\n".join(docs)
+
+    @staticmethod
+    def program_yaml() -> str:
+        """The testbed's llama-server pinned as the Program ``llama`` (§14)."""
+        import hashlib
+
+        sha = hashlib.sha256(LLAMA_SERVER.read_bytes()).hexdigest()
+        return textwrap.dedent(f"""\
+            apiVersion: reconciler/v1
+            kind: Program
+            metadata: {{name: llama}}
+            spec:
+              runtime: llamacpp
+              version: b11434
+              root: {LLAMA_SERVER.parent}
+              entrypoint: {LLAMA_SERVER.name}
+              files: [{{path: {LLAMA_SERVER.name}, size: {LLAMA_SERVER.stat().st_size}, sha256: {sha}}}]
+            """)
+
+    def program_of(self, node: str) -> str | None:
+        """The Program the node's server was started with (its RECONCILER_PROGRAM)."""
+        import psutil
+
+        pid = self.pids()[node]
+        return psutil.Process(pid).environ().get("RECONCILER_PROGRAM") if pid else None
 
     def roles_yaml(self, ctx: int = 256, kv_quant: str = "") -> str:
         extra = f", kv_quant: {kv_quant}" if kv_quant else ""
@@ -200,7 +225,8 @@ def test_a_bad_commit_stops_at_the_canary_a_good_one_reaches_all_in_order(rollin
     """§13 end to end: a broken launch reaches the canary only, which rolls back by itself
     (status, events, metric) while the gate stays closed; a good commit reaches node-a,
     then node-b once the gate has seen the canary healthy, then node-c; a pause holds
-    everyone; a revert applies at once on the node that had moved."""
+    everyone; a revert applies at once on the node that had moved; a Program change
+    reaches the canary only while the others wait for their moment."""
     f, r = rolling.fleet, rolling
     f.commit({"nodes.yaml": r.nodes_yaml(), "tiny.yaml": f.model, "roles.yaml": r.roles_yaml(),
               "rollout.yaml": r.rollout_yaml()}, "three roles, a rollout")
@@ -269,6 +295,20 @@ def test_a_bad_commit_stops_at_the_canary_a_good_one_reaches_all_in_order(rollin
     assert r.argv_has("node-a", "512")
     for n in ("node-b", "node-c"):
         assert "No changes" in r.converge(n, BEFORE).stdout
+
+    # A Program change (§13: staged like a spec change): the nodes now run the same binary
+    # pinned as the Program `llama` — a new launch environment. The canary takes it at its
+    # moment; node-b and node-c keep the program they run until theirs.
+    f.commit({"nodes.yaml": r.nodes_yaml(program="llama"), "llama.yaml": r.program_yaml()},
+             "pin llama-server as a Program")
+    kept = {n: r.pids()[n] for n in ("node-b", "node-c")}
+    out = r.converge("node-a", CANARY)
+    assert "~ restart r-node-a" in out.stdout, out.stdout
+    assert (r.program_of("node-a") or "").startswith("llama b11434 sha256:")
+    for n in ("node-b", "node-c"):
+        out = r.converge(n, CANARY)
+        assert f"= keep r-{n}" in out.stdout and "wave canary first" in out.stdout, out.stdout
+        assert r.pids()[n] == kept[n] and r.program_of(n) is None
 
 
 @pytest.mark.parametrize("point", ["rollout-written", "stopped", "after-spawn", "recording"])

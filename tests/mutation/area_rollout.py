@@ -36,7 +36,7 @@ MUTANTS = (
     mutant("planner/rollout.py", "revert-staged",
            "    if before is not None and new == before:", "    if False:",
            "§13: a revert to what the node ran before waits for a wave", RO),
-    mutant("planner/rollout.py", "stop-staged", "    if new.state is WantedState.STOPPED:\n"
+    mutant("planner/rollout.py", "stop-staged", "    if now.state is WantedState.STOPPED:\n"
            "        return Change(kind=Kind.AT_ONCE, reason=\"state: stopped\")",
            "    if False:\n        return Change(kind=Kind.AT_ONCE, reason=\"state: stopped\")",
            "§13: state: stopped on a bad change waits for the node's turn", RO),

@@ -14,8 +14,8 @@ PASS = "engine/rolloutpass.py"
 
 MUTANTS = (
     mutant(PASS, "waiting-node-restarts",
-           "            roles[role] = kept = runs_spec[role]",
-           "            kept = runs_spec[role]",
+           "            roles[role] = runs_spec[role].spec",
+           "            runs_spec[role].spec",
            "§13: a node whose turn has not come is given HEAD's spec anyway: every node "
            "restarts on the commit at once", RO),
     mutant(PASS, "unreadable-gate-goes",
