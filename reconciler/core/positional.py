@@ -1,0 +1,66 @@
+"""Makers by position of frozen values (PURE): the planner's way to build many of them fast.
+
+attrs' own ``__init__`` of a frozen class stores each field through
+``object.__setattr__``, a call per field: a 15-field ``Decision`` cost ~24 K
+instructions, ~20 % of a role's whole pass (``bench/bench_plan_devices.py``).
+``by_position(cls)`` gives a maker that takes every field by position, stores
+them into a twin class of the same slots as a plain class's ``__init__`` does
+(~6 K for a ``Decision``), then makes the object the ``cls`` it is: that
+class's value in every way (equal, hashed, frozen, ``attrs.evolve``). CPython
+lets an object change class only between classes of one layout, and refuses it
+for slotted classes with a weakref slot: the classes built this way have none
+(``weakref_slot=False``). Where a Python refuses the switch anyway, the maker
+is the keyword constructor (``TWINS`` says which). Tests keep each maker's values
+equal to the constructor's (``tests/plan/test_payloads.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, TypeVar
+
+import attrs
+
+T = TypeVar("T")
+
+
+def _twin(cls: type, derived: dict[str, str]) -> type:
+    """A plain class of ``cls``'s slots whose ``__init__`` stores the fields and becomes a ``cls``."""
+    fields = attrs.fields(cls)
+    names = [a.name for a in fields if a.init]
+    assert set(derived) == {a.name for a in fields if not a.init}, (cls, derived)
+    code = (f"def __init__(self, {', '.join(names)}):\n"
+            + "".join(f"    self.{name} = {name}\n" for name in names)
+            + "".join(f"    self.{name} = {value}\n" for name, value in derived.items())
+            + "    self.__class__ = cls\n")
+    scope: dict[str, Any] = {"cls": cls}
+    exec(code, scope)  # (how attrs writes its own __init__)
+    return type(f"_{cls.__name__}ByPosition", (),
+                {"__slots__": cls.__slots__, "__init__": scope["__init__"]})
+
+
+def _switches() -> bool:
+    """Whether this Python lets an object become another class of the same slots."""
+    @attrs.frozen(weakref_slot=False)
+    class Probe:
+        a: int
+
+    try:
+        _twin(Probe, {})(1)
+    except TypeError:
+        return False
+    return True
+
+
+#: Whether ``by_position`` gives plain-store makers here (else keyword constructors).
+TWINS = _switches()
+
+
+def by_position(cls: type[T], **derived: str) -> Callable[..., T]:
+    """``cls(**fields)`` by position, every init field given, in the fields' order.
+
+    ``derived``: each field that is not an init argument, as an expression of the others
+    (``verb="act.verb"``), as its default would work it out."""
+    if not TWINS:
+        names = [a.name for a in attrs.fields(cls) if a.init]
+        return lambda *values: cls(**dict(zip(names, values)))
+    return _twin(cls, derived)
