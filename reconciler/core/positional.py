@@ -3,7 +3,7 @@
 attrs' own ``__init__`` of a frozen class stores each field through
 ``object.__setattr__``, a call per field: a 15-field ``Decision`` cost ~24 K
 instructions, ~20 % of a role's whole pass (``bench/bench_plan_devices.py``).
-``by_position(cls)`` gives a maker that takes every field by position, stores
+``by_position(cls)`` gives a maker that takes the fields by position (or keyword), stores
 them into a twin class of the same slots as a plain class's ``__init__`` does
 (~6 K for a ``Decision``), then makes the object the ``cls`` it is: that
 class's value in every way (equal, hashed, frozen, ``attrs.evolve``). CPython
@@ -26,13 +26,22 @@ T = TypeVar("T")
 def _twin(cls: type, derived: dict[str, str]) -> type:
     """A plain class of ``cls``'s slots whose ``__init__`` stores the fields and becomes a ``cls``."""
     fields = attrs.fields(cls)
-    names = [a.name for a in fields if a.init]
+    given = [a for a in fields if a.init]
     assert set(derived) == {a.name for a in fields if not a.init}, (cls, derived)
-    code = (f"def __init__(self, {', '.join(names)}):\n"
-            + "".join(f"    self.{name} = {name}\n" for name in names)
+    assert all(a.validator is None and a.converter is None and a.alias == a.name
+               and not isinstance(a.default, attrs.Factory) for a in given), cls
+    scope: dict[str, Any] = {"cls": cls}
+    params = []
+    for a in given:  # a plain default as attrs' own __init__ has it
+        if a.default is attrs.NOTHING:
+            params.append(a.name)
+        else:
+            scope[f"_default_{a.name}"] = a.default
+            params.append(f"{a.name}=_default_{a.name}")
+    code = (f"def __init__(self, {', '.join(params)}):\n"
+            + "".join(f"    self.{a.name} = {a.name}\n" for a in given)
             + "".join(f"    self.{name} = {value}\n" for name, value in derived.items())
             + "    self.__class__ = cls\n")
-    scope: dict[str, Any] = {"cls": cls}
     exec(code, scope)  # (how attrs writes its own __init__)
     return type(f"_{cls.__name__}ByPosition", (),
                 {"__slots__": cls.__slots__, "__init__": scope["__init__"]})
@@ -56,11 +65,12 @@ TWINS = _switches()
 
 
 def by_position(cls: type[T], **derived: str) -> Callable[..., T]:
-    """``cls(**fields)`` by position, every init field given, in the fields' order.
+    """``cls(**fields)``, its fields given by position (in the fields' order) or by keyword,
+    plain defaults as ``cls``'s (no validators, converters or factories: asserted).
 
     ``derived``: each field that is not an init argument, as an expression of the others
     (``verb="act.verb"``), as its default would work it out."""
     if not TWINS:
         names = [a.name for a in attrs.fields(cls) if a.init]
-        return lambda *values: cls(**dict(zip(names, values)))
+        return lambda *values, **named: cls(**dict(zip(names, values)), **named)
     return _twin(cls, derived)

@@ -44,7 +44,7 @@ from reconciler.planner.rungs import (
     started,
     terminal,
 )
-from reconciler.planner.stages.values import Drafted, OnDemand, Views
+from reconciler.planner.stages.values import Drafted, OnDemand, Views, make_drafted
 from reconciler.runtimes import SPECS, spec_of
 from reconciler.runtimes.common import ANSWERING_STATUS
 from reconciler.core.units import format_duration
@@ -84,7 +84,7 @@ def stage(v: Views) -> Drafted:
                 later[name] = (demandrungs.evictable_in(r, demand, now, residency)
                                if demandrungs.holds(r, drafted) else 1.0)
         drafts.append(drafted)
-    return Drafted(views=v, drafts=tuple(drafts), claimants=roles,
+    return make_drafted(views=v, drafts=tuple(drafts), claimants=roles,
                    on_demand=OnDemand(idle=idle, later=later, claimants=frozenset(claimants))
                    if claimants else _NOBODY)
 

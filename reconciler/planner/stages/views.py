@@ -16,7 +16,7 @@ from reconciler.core.observed import RoleRecord
 from reconciler.planner.launches import Bound
 from reconciler.planner import generations, intents, launches, livenessrungs, loadrungs, policy
 from reconciler.planner.rungs import Role
-from reconciler.planner.stages.values import Inputs, Views
+from reconciler.planner.stages.values import Inputs, Views, make_views
 from reconciler.core.decisions import Target
 from reconciler.core.positional import by_position
 from reconciler.core.observed import RoleObservation
@@ -54,7 +54,7 @@ def stage(inputs: Inputs) -> Views:
     # §4 the empty-manifest guard is about the set, not this node's share (§10):
     # roles placed on other nodes make a set that is not empty.
     elsewhere = dict(desired.placed_elsewhere)
-    return Views(
+    return make_views(
         inputs=inputs, node=desired.node, models=models, specs=specs, records=records,
         observations=observations, checks={c.name: c for c in inputs.observed.models},
         elsewhere=elsewhere, guard=not specs and not elsewhere and not ctx.allow_empty,
