@@ -66,8 +66,9 @@ def stage(v: Views) -> Drafted:
     node, now, demand = v.node, v.now, v.demand
     models, checks, guard, elsewhere = v.models, v.checks, v.guard, v.elsewhere  # (read once)
     residency = (node.router or _NO_ROUTER).min_residency
-    scaled = _scaled(v) if (any("/" in name for name in v.records)
-                            or any("/" in name for name in v.specs)) else {}
+    # §12 an instance's name is group/index (the names joined: one scan in C, not a
+    # generator's step per role)
+    scaled = _scaled(v) if ("/" in "\n".join(v.records) or "/" in "\n".join(v.specs)) else {}
     for r in v.roles:
         name = r.name
         drafted = _decide(r, node, models, checks, guard, now, elsewhere.get(name), demand)
