@@ -30,6 +30,7 @@ def _twin(cls: type, derived: dict[str, str]) -> type:
     assert set(derived) == {a.name for a in fields if not a.init}, (cls, derived)
     assert all(a.validator is None and a.converter is None and a.alias == a.name
                and not isinstance(a.default, attrs.Factory) for a in given), cls
+    assert not hasattr(cls, "__attrs_pre_init__") and not hasattr(cls, "__attrs_post_init__"), cls
     scope: dict[str, Any] = {"cls": cls}
     params = []
     for a in given:  # a plain default as attrs' own __init__ has it

@@ -112,5 +112,8 @@ class Placed:
 #: The makers the stages build them with, by keyword as the classes are (``core/positional``:
 #: attrs' frozen ``__init__`` costs a setattr call per field; a pass builds one of each per
 #: node, a fleet's pass one per node of it).
-make_inputs, make_views, make_drafted, make_room, make_placed = map(
-    by_position, (Inputs, Views, Drafted, Room, Placed))
+make_inputs = by_position(Inputs)
+make_views = by_position(Views)
+make_drafted = by_position(Drafted)
+make_room = by_position(Room)
+make_placed = by_position(Placed)
