@@ -5,11 +5,11 @@ from __future__ import annotations
 from tests.mutation.mutant import mutant
 
 MUTANTS = (
-    mutant("core/positional.py", "twin-fields-out-of-order",
-           "given = [a for a in fields if a.init]",
-           "given = sorted((a for a in fields if a.init), key=lambda a: a.name)",
-           "§4: a decision or payload built by position holds its fields in the wrong slots "
-           "(a restart's count where its release should be)", "tests/plan/test_payloads.py"),
+    mutant("core/positional.py", "twin-stores-the-wrong-field",
+           'f"    self.{a.name} = {a.name}\\n" for a in given',
+           'f"    self.{a.name} = {given[-1].name}\\n" for a in given',
+           "§4: a decision or payload built by position holds its last field's value in every "
+           "slot (its devices where its role and reason should be)", "tests/plan/test_payloads.py"),
     mutant("core/positional.py", "fallback-drops-a-field",
            "return lambda *values, **named: cls(**dict(zip(names, values)), **named)",
            "return lambda *values, **named: cls(**dict(zip(names[1:], values[1:])), **named)",
