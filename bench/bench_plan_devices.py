@@ -31,9 +31,15 @@ bytecodes and ~43.5 Python calls per role; the view ~220 bytecodes, the
 ``Decision``s' init ~138 (1.2 per role: a placed claim is built twice), the
 ledger's ``place`` ~100, the role's ``Role`` ~80, the ladder ~80; callgrind
 per role per pass 138.5K → 130.9K instructions after the Role's launch fields
-became slots and the hot runtime lookups read the table. What is left is spread
-thin: ≤ 10 µs needs fewer values per role (a decision built once, not drafted
-and placed), not faster ones.
+became slots and the hot runtime lookups read the table. Round 4, session 3
+(cachegrind, the passes after the first, 1k roles): 145K → ~105K instructions
+per role per pass (round 3's tree: ~158K; at 10k roles ~112K) once decisions,
+payloads, targets and the stage values were built by position (``core/positional``: attrs' frozen
+``__init__`` made a call of ``object.__setattr__`` per field, ~24K instructions
+a ``Decision``). Stage by stage: the view ~31K, the ladder ~40K, placement
+~32K, the rest ~7K. What is left is the interpreter itself, spread thin (~37K
+in the eval loop, ~12K in ~50 Python calls per role): ≤ 10 µs needs fewer
+calls per role, not faster values.
 
 Run: ``.venv/bin/python bench/bench_plan_devices.py [--sizes 1000 10000] [--runs 5] [--where]``.
 """

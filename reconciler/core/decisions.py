@@ -20,8 +20,11 @@ from typing import ClassVar
 import attrs
 
 from reconciler.core.desired import Launch, Runtime
+from reconciler.core.positional import by_position
 
-frozen = attrs.frozen(kw_only=True)
+#: Frozen values without a weakref slot (nothing holds one weakly): ``core/positional``
+#: builds them by position only then.
+frozen = attrs.frozen(kw_only=True, weakref_slot=False)
 
 
 # ---------------------------------------------------------------- plan
@@ -284,15 +287,13 @@ class Decision:
     def placed(self, devices: tuple[tuple[str, int], ...], act: Act) -> Decision:
         """This decision with its devices (and its launch, in ``act``) placed (§7.1).
 
-        ``attrs.evolve`` spelled out: placement places every claim of every pass, and
-        evolve's generic copy costs half as much again as this. A test keeps it whole
-        (``tests/plan/test_payloads.py``: every other field is kept).
+        ``attrs.evolve`` spelled out (through ``decided``): placement places every claim of
+        every pass. A test keeps it whole (``tests/plan/test_payloads.py``: every other
+        field is kept).
         """
-        return Decision(role=self.role, act=act, reason=self.reason, why=self.why,
-                        status=self.status, detail=self.detail, runtime=self.runtime,
-                        port=self.port, host=self.host, instance_id=self.instance_id,
-                        release=self.release, retry_in=self.retry_in, restarts=self.restarts,
-                        devices=devices)
+        return decided(self.role, act, self.reason, self.why, self.status, self.detail,
+                       self.runtime, self.port, self.host, self.instance_id, self.release,
+                       self.retry_in, self.restarts, devices)
 
     @property
     def acts(self) -> bool:
@@ -344,6 +345,11 @@ class Decision:
     @property
     def keep_alive(self) -> float | None:
         return getattr(self.act, "keep_alive", None)
+
+
+#: ``Decision(role=…, act=…, …)`` by position, every field given in the fields' order: the
+#: planner's maker (a decision per role per pass, and a placed claim's; ``core/positional``).
+decided = by_position(Decision, verb="act.verb")
 
 
 #: The fields of a flat decision each payload carries (``flat``).

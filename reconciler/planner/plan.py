@@ -75,14 +75,14 @@ from reconciler.planner.stages import (
     rolling,
     views,
 )
-from reconciler.planner.stages.values import Inputs
+from reconciler.planner.stages.values import make_inputs
 
 
 def plan(
     desired: Desired, observed: Observed, remembered: Remembered, ctx: PlanContext, now: float
 ) -> Plan:
     """One decision per role in ``desired`` or ``remembered``, in execution order."""
-    viewed = views.stage(Inputs(desired=desired, observed=observed, remembered=remembered,
+    viewed = views.stage(make_inputs(desired=desired, observed=observed, remembered=remembered,
                                 ctx=ctx, now=now))
     drafted = ladder.stage(viewed)       # §4 one draft per role: the first rung that matches
     drafted = rolling.stage(drafted)     # §12 a new generation: one instance of a group at a time

@@ -19,7 +19,7 @@ from reconciler.planner import generations, policy
 from reconciler.planner.launches import Bound, Prepared
 from reconciler.core.decisions import (
     Act, Decision, Forget, GiveUp, Keep, Reason, Refuse, Restart, Start, Status, Stop, Target, Verb,
-    Wait)
+    Wait, decided)
 from reconciler.core.desired import (Launch, ProgramSpec, RestartPolicy, RoleSpec, Runtime,
                                       program_key)
 from reconciler.core.devices import Assignment
@@ -34,6 +34,7 @@ from reconciler.core.observed import (
     RoleRecord,
     Terminal,
 )
+from reconciler.core.positional import by_position
 from reconciler.core.units import format_duration
 
 
@@ -116,12 +117,11 @@ def draft(r: Role, verb: Verb | Act, reason: Reason, status: Status, detail: str
     through a dict of keywords cost twice what the decision does."""
     held = r.record.devices if holds is not None and r.record is not None else ()
     act = _OF_ROLE[verb](r.process) if isinstance(verb, Verb) else verb
-    decision = Decision(role=r.name, act=act, reason=reason, status=status, detail=detail,
-                        runtime=r.runtime, port=r.port, host=r.host, instance_id=r.instance_id,
-                        why=r.why if why is None else why, release=release, retry_in=retry_in,
-                        restarts=r.restarts if restarts is None else restarts,
-                        # §7.1 what it holds (a claim's are placed later)
-                        devices=held if devices is None else devices)
+    decision = decided(r.name, act, reason, r.why if why is None else why, status, detail,
+                       r.runtime, r.port, r.host, r.instance_id, release, retry_in,
+                       r.restarts if restarts is None else restarts,
+                       # §7.1 what it holds (a claim's are placed later)
+                       held if devices is None else devices)
     return Draft(decision=decision, holds=holds, keeps_on_refusal=keeps, devices=held,
                  claim=claim)
 
@@ -131,15 +131,18 @@ def _stop(process: Target | None) -> Stop:
     return Stop(target=process)
 
 
-#: The payloads of the verbs that carry nothing but the role's live process.
+#: The payloads of the verbs that carry nothing but the role's live process (built by
+#: position: one per role per pass, ``core/positional``).
 _OF_ROLE = {
     Verb.STOP: _stop,
-    Verb.KEEP: lambda process: Keep(running=process),
-    Verb.WAIT: lambda process: Wait(running=process),
-    Verb.REFUSE: lambda process: Refuse(running=process),
+    Verb.KEEP: by_position(Keep),
+    Verb.WAIT: by_position(Wait),
+    Verb.REFUSE: by_position(Refuse),
     Verb.GIVE_UP: lambda process: GiveUp(),
     Verb.FORGET: lambda process: Forget(),
 }
+#: Start and restart by position (launch, [replaces,] reserve, generation, restarted_at).
+_START, _RESTART = by_position(Start), by_position(Restart)
 
 
 def changes(r: Role) -> str:
@@ -236,10 +239,8 @@ def start(r: Role, checks, verb: Verb, reason: Reason, status: Status, detail: s
     picks = claim is not None and assignment is None
     launch = None if picks else r.launch()
     act: Start | Restart = (
-        Start(launch=launch, reserve=need, generation=r.generation,
-              restarted_at=spec.restarted_at) if verb is Verb.START else
-        Restart(launch=launch, replaces=r.process, reserve=need,
-                generation=r.generation, restarted_at=spec.restarted_at))
+        _START(launch, need, r.generation, spec.restarted_at) if verb is Verb.START else
+        _RESTART(launch, r.process, need, r.generation, spec.restarted_at))
     return draft(r, act, reason, status, detail, why=why, claim=claim,
                  devices=assignment.pairs() if assignment else None, release=r.reserved,
                  retry_in=policy.POLL, restarts=r.restarts if restarts is None else restarts,
@@ -288,8 +289,7 @@ def placed_launch(r: Role, d: Decision, got: Assignment) -> Decision:
     generation = prepared.generation  # (``generations.current`` of its digest, kept with it)
     act = d.act
     if isinstance(act, Start):
-        return d.placed(pairs, Start(launch=launch, reserve=act.reserve, generation=generation,
-                                     restarted_at=act.restarted_at))
+        return d.placed(pairs, _START(launch, act.reserve, generation, act.restarted_at))
     assert isinstance(act, Restart), d
-    return d.placed(pairs, Restart(launch=launch, replaces=act.replaces, reserve=act.reserve,
-                                   generation=generation, restarted_at=act.restarted_at))
+    return d.placed(pairs, _RESTART(launch, act.replaces, act.reserve, generation,
+                                    act.restarted_at))

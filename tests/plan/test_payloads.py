@@ -88,3 +88,54 @@ def test_placed_keeps_every_other_field() -> None:
     d = Decision(**values)
     act = Start(launch=None, reserve=3, generation="g")
     assert d.placed((("cuda:1", 1),), act) == attrs.evolve(d, devices=(("cuda:1", 1),), act=act)
+
+
+def test_decided_builds_the_decision_the_keywords_build(monkeypatch) -> None:
+    """``decided`` (the planner's maker, by position) gives the very ``Decision`` the keyword
+    constructor gives: equal, of that class, hashed alike, frozen, its verb its payload's;
+    the plain-store maker on this Python, and the keyword fallback gives the same."""
+    import attrs
+
+    from reconciler.core import positional
+    from reconciler.core.decisions import Start, Status, decided
+    from reconciler.core.desired import Runtime
+    values = dict(role="coder", act=Start(launch=None, reserve=3), reason=Reason.SPEC_CHANGED,
+                  why="ctx", status=Status.RUNNING, detail="d", runtime=Runtime.LLAMACPP,
+                  port=8090, host="127.0.0.1", instance_id="coder-1", release=2, retry_in=1.5,
+                  restarts=2, devices=(("cuda:0", 1),))
+    assert list(values) == [a.name for a in attrs.fields(Decision) if a.init]  # the order
+    expected = Decision(**values)
+    assert positional.TWINS and decided.__name__ == "_DecisionByPosition"
+    monkeypatch.setattr(positional, "TWINS", False)
+    for maker in (decided, positional.by_position(Decision, verb="act.verb")):
+        d = maker(*values.values())
+        assert type(d) is Decision and d == expected and hash(d) == hash(expected)
+        assert d.verb is Verb.START and attrs.evolve(d, why="x").why == "x"
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            d.role = "other"  # type: ignore[misc]
+
+
+def test_by_position_builds_the_value_the_keywords_build(monkeypatch) -> None:
+    """``by_position(cls)`` (the planner's maker of payloads and targets) gives the very value
+    ``cls(**fields)`` gives, for every payload class the planner builds by position: equal, of
+    that class, frozen; a field dropped or swapped in the maker, or in its keyword fallback,
+    fails here."""
+    import attrs
+
+    from reconciler.core import positional
+    from reconciler.core.decisions import Keep, Refuse, Restart, Start, Wait
+    target = TARGET
+    cases = ((Target, dict(pid=7, create_time=1.5, owner_id="coder-1")),
+             (Keep, dict(running=target)), (Wait, dict(running=target)),
+             (Refuse, dict(running=target)),
+             (Start, dict(launch=None, reserve=3, generation="g", restarted_at="t")),
+             (Restart, dict(launch=None, replaces=target, reserve=3, generation="g",
+                            restarted_at="t")))
+    for twins in (True, False):
+        monkeypatch.setattr(positional, "TWINS", twins)
+        for cls, values in cases:
+            assert list(values) == [a.name for a in attrs.fields(cls)]
+            got = positional.by_position(cls)(*values.values())
+            assert type(got) is cls and got == cls(**values), cls
+            with pytest.raises(attrs.exceptions.FrozenInstanceError):
+                setattr(got, next(iter(values)), None)

@@ -15,8 +15,10 @@ from reconciler.planner.stages.values import Drafted
 def stage(d: Drafted) -> Drafted:
     v = d.views
     desired = v.inputs.desired
+    # (most nodes fetch no Program: none of them has a source, and no role asks for one)
     programs = {r.name: p for r in desired.roles if r.managed
-                and (p := desired.program_for(r)) is not None and p.source is not None}
+                and (p := desired.program_for(r)) is not None and p.source is not None
+                } if any(p.source is not None for p in desired.programs) else {}
     drafts, fetches = fetchrungs.gate(d.drafts, v.specs, v.models,
                                       {f.model: f for f in v.inputs.observed.fetches}, v.node,
                                       programs)

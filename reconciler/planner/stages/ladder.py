@@ -43,7 +43,7 @@ from reconciler.planner.rungs import (
     started,
     terminal,
 )
-from reconciler.planner.stages.values import Drafted, OnDemand, Views
+from reconciler.planner.stages.values import Drafted, OnDemand, Views, make_drafted
 from reconciler.runtimes import SPECS, spec_of
 from reconciler.runtimes.common import ANSWERING_STATUS
 from reconciler.core.units import format_duration
@@ -65,8 +65,9 @@ def stage(v: Views) -> Drafted:
     node, now, demand = v.node, v.now, v.demand
     models, checks, guard, elsewhere = v.models, v.checks, v.guard, v.elsewhere  # (read once)
     residency = (node.router or _NO_ROUTER).min_residency
-    scaled = _scaled(v) if (any("/" in name for name in v.records)
-                            or any("/" in name for name in v.specs)) else {}
+    # §12 an instance's name is group/index (the names joined: one scan in C, not a
+    # generator's step per role)
+    scaled = _scaled(v) if ("/" in "\n".join(v.records) or "/" in "\n".join(v.specs)) else {}
     for r in v.roles:
         name = r.name
         drafted = _decide(r, node, models, checks, guard, now, elsewhere.get(name), demand)
@@ -83,7 +84,7 @@ def stage(v: Views) -> Drafted:
                 later[name] = (demandrungs.evictable_in(r, demand, now, residency)
                                if demandrungs.holds(r, drafted) else 1.0)
         drafts.append(drafted)
-    return Drafted(views=v, drafts=tuple(drafts), claimants=roles,
+    return make_drafted(views=v, drafts=tuple(drafts), claimants=roles,
                    on_demand=OnDemand(idle=idle, later=later, claimants=frozenset(claimants))
                    if claimants else _NOBODY)
 

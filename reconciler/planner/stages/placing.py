@@ -15,22 +15,22 @@ from reconciler.core.decisions import Decision
 from reconciler.planner import ledger, placement
 from reconciler.planner.ledger import Draft
 from reconciler.planner.rungs import placed_launch
-from reconciler.planner.stages.values import Drafted, Placed, Room
+from reconciler.planner.stages.values import Drafted, Placed, Room, make_placed, make_room
 
 
 def stage(d: Drafted) -> Placed:
     v = d.views
     node = v.node
     devices = node.devices
-    room = Room(
+    room = make_room(
         budget=node.memory_budget,
-        excludes={name: spec.excludes for name, spec in v.specs.items()},
+        excludes={name: spec.excludes for name, spec in v.specs.items() if spec.excludes},
         together={name: frozenset(group - {name}) for here in v.served.values()
                   for _, group in here if len(group) > 1 for name in group},
         devices=devices,
         broken=placement.unusable(devices, v.inputs.observed.devices) if devices else None,
         apart=_apart(v.specs) if devices else {})
-    return Placed(drafted=d, room=room, decisions=tuple(place(d, room, d.drafts)))
+    return make_placed(drafted=d, room=room, decisions=tuple(place(d, room, d.drafts)))
 
 
 def place(d: Drafted, room: Room, drafts: Sequence[Draft]) -> list[Decision]:

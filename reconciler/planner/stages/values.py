@@ -18,11 +18,12 @@ from reconciler.core.demand import Demand
 from reconciler.core.desired import Desired, ModelSpec, NodeConfig, RoleSpec
 from reconciler.core.devices import Device
 from reconciler.core.observed import ModelCheck, Observed, Remembered, RoleObservation, RoleRecord
+from reconciler.core.positional import by_position
 from reconciler.planner.launches import Bound
 from reconciler.planner.ledger import Draft
 from reconciler.planner.rungs import Role
 
-frozen = attrs.frozen(kw_only=True)
+frozen = attrs.frozen(kw_only=True, weakref_slot=False)  # (``core/positional``)
 
 
 @frozen
@@ -106,3 +107,13 @@ class Placed:
     drafted: Drafted
     room: Room
     decisions: tuple[Decision, ...]
+
+
+#: The makers the stages build them with, by keyword as the classes are (``core/positional``:
+#: attrs' frozen ``__init__`` costs a setattr call per field; a pass builds one of each per
+#: node, a fleet's pass one per node of it).
+make_inputs = by_position(Inputs)
+make_views = by_position(Views)
+make_drafted = by_position(Drafted)
+make_room = by_position(Room)
+make_placed = by_position(Placed)

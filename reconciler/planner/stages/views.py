@@ -16,8 +16,9 @@ from reconciler.core.observed import RoleRecord
 from reconciler.planner.launches import Bound
 from reconciler.planner import generations, intents, launches, livenessrungs, loadrungs, policy
 from reconciler.planner.rungs import Role
-from reconciler.planner.stages.values import Inputs, Views
+from reconciler.planner.stages.values import Inputs, Views, make_views
 from reconciler.core.decisions import Target
+from reconciler.core.positional import by_position
 from reconciler.core.observed import RoleObservation
 from reconciler.runtimes import SPECS, spec_of
 
@@ -53,7 +54,7 @@ def stage(inputs: Inputs) -> Views:
     # §4 the empty-manifest guard is about the set, not this node's share (§10):
     # roles placed on other nodes make a set that is not empty.
     elsewhere = dict(desired.placed_elsewhere)
-    return Views(
+    return make_views(
         inputs=inputs, node=desired.node, models=models, specs=specs, records=records,
         observations=observations, checks={c.name: c for c in inputs.observed.models},
         elsewhere=elsewhere, guard=not specs and not elsewhere and not ctx.allow_empty,
@@ -61,10 +62,26 @@ def stage(inputs: Inputs) -> Views:
         roles=tuple([view(tables, name) for name in sorted(specs.keys() | records.keys())]))
 
 
+#: ``Target(pid=…, create_time=…, owner_id=…)`` by position (one per running role per pass).
+_target = by_position(Target)
+#: role → its observation when nothing was observed of it (a role never started): the
+#: same value pass after pass, built once (bounded as ``launches.LIMIT`` bounds its tables).
+_UNSEEN: dict[str, RoleObservation] = {}
+
+
+def _unseen(name: str) -> RoleObservation:
+    got = _UNSEEN.get(name)
+    if got is None:
+        if len(_UNSEEN) >= launches.LIMIT:
+            _UNSEEN.clear()
+        got = _UNSEEN[name] = RoleObservation(name=name)
+    return got
+
+
 def view(v: Tables, name: str) -> Role:
     """Everything the ladder knows about role ``name`` this pass."""
     spec, record, node, now = v.specs.get(name), v.records.get(name), v.node, v.now
-    obs = v.observations.get(name) or RoleObservation(name=name)
+    obs = v.observations.get(name) or _unseen(name)
     proc = obs.process
     running = proc is not None and proc.owned and proc.alive
     interrupted = None
@@ -116,8 +133,8 @@ def view(v: Tables, name: str) -> Role:
         instance,  # instance_id
         # process: an edit of model, port or host changes the instance id; the running
         # process still carries the id it was started with: stops use that.
-        Target(pid=proc.pid, create_time=proc.create_time,
-               owner_id=record.instance_id if record is not None else instance)
+        _target(proc.pid, proc.create_time,
+                record.instance_id if record is not None else instance)
         if running and proc is not None else None,
         record.instance_id if running and record is not None else None,  # owner_id
         generation, fresh, interrupted,
