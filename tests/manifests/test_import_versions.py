@@ -16,20 +16,31 @@ from reconciler.manifests import translate
 OLD_LINE = ["llama-server", "-m", "m.gguf", "--no-mmap", "--mlock", "-t", "2"]
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
 def _reconcile(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "reconciler", *args], cwd=cwd,
+    """The command line of this tree's reconciler (not another one installed)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "reconciler", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
 def test_a_line_is_read_with_its_builds_table_and_keeps_its_spellings():
     """§1.7: read for b10068 (`--program-version`), --no-mmap --mlock are that build's own
-    flags and stay as written; read for the default (b11434) they become --load-mode mlock."""
+    flags and stay as written; read for the default (b11434) they become --load-mode mlock;
+    --draft-max/--draft-min stay for b5361 and become --spec-draft-n-* for b11434."""
     kept = translate.translate(OLD_LINE, lookup=importer._lookup("b10068"))
     assert kept.expressed, kept.lost
     assert kept.serve["extra_args"] == ["--no-mmap", "--mlock", "-t", "2"]
     assert not [n for n in kept.notes if n.changed]
     modern = translate.translate(OLD_LINE, lookup=importer._lookup(None))
     assert modern.serve["extra_args"] == ["-t", "2", "--load-mode", "mlock"]
+    draft = ["llama-server", "-m", "m.gguf", "--draft-max", "16", "--draft-min", "4"]
+    assert translate.translate(draft, lookup=importer._lookup("b5361")).serve["extra_args"] \
+        == ["--draft-max", "16", "--draft-min", "4"]
+    assert translate.translate(draft).serve["extra_args"] == [
+        "--spec-draft-n-max", "16", "--spec-draft-n-min", "4"]
 
 
 def _fake_server(tmp_path: Path) -> Path:
