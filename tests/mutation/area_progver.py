@@ -9,6 +9,8 @@ from tests.mutation.mutant import mutant
 
 VS, PV = "planner/versions.py", "world/pkgversion.py"
 PROG = "tests/programs"
+IM, IMT = "commands/importer.py", "tests/manifests/test_import_versions.py"
+TB, TBT = "runtimes/llamacpp_tables.py", "tests/manifests/test_flag_tables_b5361.py"
 
 MUTANTS = (
     # ---------------------------------------------------------------- mlx-lm's version
@@ -31,4 +33,16 @@ MUTANTS = (
            "                        return line[start:at]",
            "§14: the running mlx-lm's version is never found: every pinned mlx role says "
            "not confirmed", PROG),
+    # ---------------------------------------------------------------- import per version
+    mutant(IM, "import-ignores-program-version",
+           "    return lambda runtime, spelling: flags_for(runtime, version).find(spelling)",
+           "    return translate.flag_lookup",
+           "§1.7: `import --program-version b10068` still rewrites --no-mmap as b11434 says "
+           "it, and the written role is refused by the Program's own build", IMT),
+    # ---------------------------------------------------------------- b5361's table
+    mutant(TB, "b5361-table-dropped",
+           "{11434: TABLE, 10068: _b10068(), 5361: B5361}",
+           "{11434: TABLE, 10068: _b10068()}",
+           "§1.4: a Program of b5361 (or b5142) is judged by b10068's table: --draft-max "
+           "and --draft-min, its own flags, are refused", TBT),
 )
