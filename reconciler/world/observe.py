@@ -429,7 +429,7 @@ def observe(
     for t in all_targets:
         process, exposed, taken, ended = sides[t.name]
         facts = probes.get(t.name) or not_probed(t.port, desired)
-        if t.ctx.version and t.runtime is Runtime.MLX_LM:  # §14 no version over HTTP
+        if t.ctx.version and t.rt.version_of_process:  # §14 no version over HTTP
             facts = pkgversion.observed(facts, process)
         if not t.managed and facts.timed_out:
             # An adopted server that took the connection and never answered is
