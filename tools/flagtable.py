@@ -4,7 +4,8 @@ Runs ``BIN --help`` and prints, one line per flag of that help, a table for
 ``reconciler/runtimes/llamacpp_tables.py``: a flag any supported build's table already has
 (by any spelling) keeps that table's classification (newest first), with this help's
 spellings; a flag no table has is printed as allowed text and marked ``# NEW: classify``
-(a person decides whether the reconciler owns, refuses or allows it, §1.4).
+(a person decides whether the reconciler owns, refuses or allows it, §1.4); one whose
+number of values moved (``-fa``, a switch in b5361) is marked ``# CHANGED``.
 ``--diff b11434`` prints instead the spellings this help has that the b11434 table lacks
 (``+``) and the other way round (``-``): what a build changed. Then add the build's table
 with its number in ``TABLES`` and its line in ``tests/manifests/test_flag_tables.py``'s
@@ -21,45 +22,54 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from reconciler.runtimes.flags import Flag  # noqa: E402
+from reconciler.runtimes.llamacpp_flags import REMOVED  # noqa: E402
 from reconciler.runtimes.llamacpp_tables import TABLES  # noqa: E402
 from tests.manifests.test_flag_tables import help_flags  # noqa: E402
 
 
-def help_groups(text: str) -> list[dict[str, int]]:
-    """Each flag line of llama-server's ``--help``: its spellings → arity, in order."""
-    return [found for line in text.splitlines() if (found := help_flags(line, ""))]
+def help_groups(text: str) -> list[tuple[dict[str, int], str]]:
+    """Each flag line of llama-server's ``--help``: its spellings → arity, and the line."""
+    return [(found, line) for line in text.splitlines() if (found := help_flags(line, ""))]
 
 
-def known(spellings: dict[str, int]) -> Flag | None:
-    """The classification a supported build's table gives one of these spellings."""
+def known(spellings: dict[str, int], stub: bool = True) -> Flag | None:
+    """The classification a supported build's table gives one of these spellings. Where
+    this help takes the flag for real (``stub`` False: its line does not say "has been
+    removed"), a build's "removed" stub (``--draft-max`` in b11434) classifies nothing:
+    an older build that still takes it is a person's to classify."""
     for build in sorted(TABLES, reverse=True):
         for spelling in spellings:
             found = TABLES[build].find(spelling)
-            if found is not None:
+            if found is not None and (stub or not found.instead.startswith(REMOVED)):
                 return found
     return None
 
 
 def draft(text: str) -> list[str]:
     out = []
-    for group in help_groups(text):
+    for group, line in help_groups(text):
         names = " ".join(group)
         arity = max(group.values())
-        found = known(group)
+        found = known(group, stub="has been removed" in line)
         if found is None:
             value = "T" if arity else "N"
             count = f", count={arity}" if arity > 1 else ""
             out.append(f'    flag("{names}", ValueType.{"TEXT" if arity else "NONE"}{count}),'
                        f"  # NEW: classify ({value})")
             continue
-        parts = [f'"{names}"', f"ValueType.{found.value.name}"]
+        # A flag whose number of values moved (`-fa` once a switch): this help's arity.
+        moved = found.arity != arity
+        value = ("NONE" if arity == 0 else found.value.name if found.arity else "TEXT"
+                 ) if moved else found.value.name
+        parts = [f'"{names}"', f"ValueType.{value}"]
         if found.cls.name != "ALLOWED":
             parts += [f"FlagClass.{found.cls.name}", repr(found.instead)]
-        if found.choices:
+        if found.choices and not moved:
             parts.append(f"choices={found.choices!r}")
-        if found.count != 1:
-            parts.append(f"count={found.count}")
-        out.append(f"    flag({', '.join(parts)}),")
+        if (arity if moved else found.count) > 1:
+            parts.append(f"count={arity if moved else found.count}")
+        note = f"  # CHANGED: {arity} values here: classify" if moved else ""
+        out.append(f"    flag({', '.join(parts)}),{note}")
     return out
 
 

@@ -31,7 +31,7 @@ from reconciler.core.exitcodes import Exit
 from reconciler.manifests import importdocs, llamaswap, modeldoc, translate
 from reconciler.manifests.importdocs import Located, RoleDraft
 from reconciler.manifests.translate import ModelNeed, Note
-from reconciler.runtimes import spec_of
+from reconciler.runtimes import flags_for, llamacpp_tables, spec_of
 
 MAX_COPIED_FILE = 1 << 20  # what a manifest may carry as a server-read file (§1)
 
@@ -41,6 +41,7 @@ class ImportCmdOptions:
     command: tuple[str, ...] = attrs.field(default=(), converter=opt.tuple_of)
     name: str | None = None
     output: str | None = None
+    program_version: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -48,26 +49,37 @@ class ImportSwapOptions:
     config: str
     listen: int = 8080
     output: str | None = None
+    program_version: str | None = None
+
+
+def _lookup(version: str | None):  # type: ignore[no-untyped-def]
+    """§1.7 the lookup the lines are read with: the table a Program of ``version`` has."""
+    if version is None:
+        return translate.flag_lookup
+    if llamacpp_tables.number(version) is None:
+        raise ValueError(f"--program-version {version!r}: a llama.cpp build, b<number> (b5361)")
+    return lambda runtime, spelling: flags_for(runtime, version).find(spelling)
 
 
 def run_cmd(g: GlobalOptions, o: ImportCmdOptions) -> int:
     """``reconcile import cmd -- llama-server …``."""
     try:
         argv = [a for a in o.command if a != "--"]
-        tr = translate.translate(argv)
+        tr = translate.translate(argv, lookup=_lookup(o.program_version))
         name = o.name or translate.role_name(importdocs.model_name(tr.models[0])
                                              if tr.models else "role")
         drafts, router, config_notes = [RoleDraft(name=name, translation=tr)], None, ()
     except (OSError, ValueError, yaml.YAMLError) as e:
         print(f"reconcile: error: {e}", file=sys.stderr)
         return Exit.ERROR
-    return _write(drafts, router, config_notes, out=o.output or ".")
+    return _write(drafts, router, config_notes, out=o.output or ".", version=o.program_version)
 
 
 def run_swap(g: GlobalOptions, o: ImportSwapOptions) -> int:
     """``reconcile import llama-swap CONFIG.yaml``."""
     try:
-        drafts, router, config_notes = _swap_drafts(o.config, o.listen)
+        _lookup(o.program_version)  # a bad --program-version: refused before anything
+        drafts, router, config_notes = _swap_drafts(o.config, o.listen, o.program_version)
     except (OSError, ValueError, yaml.YAMLError) as e:
         print(f"reconcile: error: {e}", file=sys.stderr)
         return Exit.ERROR
@@ -75,10 +87,11 @@ def run_swap(g: GlobalOptions, o: ImportSwapOptions) -> int:
         print(f"reconcile: error: no model of {o.config} could be imported (above: why); "
               "nothing written", file=sys.stderr)
         return Exit.ERROR
-    return _write(drafts, router, config_notes, out=o.output or ".")
+    return _write(drafts, router, config_notes, out=o.output or ".", version=o.program_version)
 
 
-def _swap_drafts(path: str, listen: int) -> tuple[list[RoleDraft], int, tuple[Note, ...]]:
+def _swap_drafts(path: str, listen: int, version: str | None = None
+                 ) -> tuple[list[RoleDraft], int, tuple[Note, ...]]:
     with open(path, "rb") as f:
         config = llamaswap.parse(f.read())
     if not isinstance(config, dict):
@@ -87,7 +100,7 @@ def _swap_drafts(path: str, listen: int) -> tuple[list[RoleDraft], int, tuple[No
     drafts = []
     for m in swap.models:
         try:
-            tr = translate.translate(m.argv, port=m.port)
+            tr = translate.translate(m.argv, port=m.port, lookup=_lookup(version))
         except ValueError as e:
             why = next((str(n) for n in m.notes if n.flag == "cmd" and not n.kept), e)
             print(f"{m.model_id}: not imported: {why}", file=sys.stderr)
@@ -104,13 +117,15 @@ def _swap_drafts(path: str, listen: int) -> tuple[list[RoleDraft], int, tuple[No
 
 
 def _write(drafts: list[RoleDraft], router: int | None, config_notes: tuple[Note, ...], *,
-           out: str) -> int:
+           out: str, version: str | None = None) -> int:
     drafts = [importdocs.checked_env(d) for d in drafts]
     needs = [n for d in drafts for n in d.translation.models]
     located, unlocated = _locate(needs, importdocs.model_names(needs))
     programs = {r: _program(r, drafts) for r in {d.translation.runtime for d in drafts}}
     drafts = [_other_program(d, programs) for d in drafts]
+    pinned, pin_steps = _pinned(programs, version, out)
     written = importdocs.documents(drafts, located, programs=programs, router_port=router)
+    written = attrs.evolve(written, documents=(*pinned, *written.documents))
     files = _file_plan(drafts, out)
     targets = _targets(written.documents, out)
     clash = [p for p in [*targets, *(dst for _, dst in files)] if os.path.exists(p)]
@@ -124,7 +139,7 @@ def _write(drafts: list[RoleDraft], router: int | None, config_notes: tuple[Note
         with open(path, "x") as f:
             f.write(text)
         print(f"wrote {path}", file=sys.stderr)
-    steps = _copy(files)
+    steps = [*pin_steps, *_copy(files)]
     problems = _problems(out)
     _report(drafts, config_notes, written.missing, unlocated, steps,
             whole=_whole(drafts, problems, [name for name, _ in written.missing]))
@@ -181,6 +196,28 @@ def _program(runtime: Runtime, drafts: list[RoleDraft]) -> str:
     name = spec_of(runtime).command_line.programs[0]
     found = given or shutil.which(name)
     return os.path.realpath(found) if found else f"/usr/local/bin/{name}"
+
+
+def _pinned(programs: dict[Runtime, str], version: str | None, out: str
+            ) -> tuple[tuple[dict, ...], list[str]]:
+    """§1.7 ``--program-version``: the llama-server the lines run, pinned as a Program of that
+    version when it is on this machine (as ``programs add``), the NodeConfig then naming it
+    (``programs`` is changed in place); else the step that pins it."""
+    runtime = next((r for r in programs if getattr(spec_of(r).command_line, "modernise", None)),
+                   None)  # the runtime whose lines are read per build (llama-server's)
+    if version is None or runtime is None:
+        return (), []
+    from reconciler.commands import programs as program_commands
+    path = programs[runtime]
+    try:
+        doc = program_commands.program_document(path, version=version, runtime=str(runtime))
+    except (OSError, ValueError):
+        return (), [f"pin the llama-server these lines run as {version}: `reconcile programs "
+                    f"add PATH --version {version} -o {os.path.join(out, 'program.yaml')}`, and "
+                    f"name it in node.yaml's serve_programs (now {path}, judged as b11434)"]
+    programs[runtime] = doc["metadata"]["name"]
+    print(f"pinned {path} as Program {programs[runtime]} ({version})", file=sys.stderr)
+    return (doc,), []
 
 
 def _other_program(draft: RoleDraft, programs: dict[Runtime, str]) -> RoleDraft:

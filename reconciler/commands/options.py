@@ -278,6 +278,11 @@ def programs_add_flags(p: argparse.ArgumentParser) -> None:
 def _import_output(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="DIR",
                    help="write the manifests into this directory (default: .); only new files")
+    p.add_argument("--program-version", metavar="BUILD",
+                   help="the llama-server build the lines run (b5361): read with that build's "
+                        "flag table, its spellings kept (default: the testbed's b11434, older "
+                        "spellings rewritten), and its binary pinned as a Program of that "
+                        "version where it is on this machine (§1.7, §14)")
 
 
 def import_cmd_flags(p: argparse.ArgumentParser) -> None:

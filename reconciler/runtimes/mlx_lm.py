@@ -130,6 +130,7 @@ def _no_name(role: RoleSpec, model: ModelSpec | None) -> None:
 SPEC = RuntimeSpec(
     runtime=Runtime.MLX_LM,
     title="mlx-lm (mlx_lm.server)",
+    version_of_process=True,  # §14 no version over HTTP
     launched=True,
     managed=True,
     shared_endpoint=False,

@@ -142,6 +142,9 @@ class RuntimeSpec:
     #: §9.1 requests its server serves at once, when the runtime fixes it (mlx-lm: 1);
     #: None: asked of the server (llama-server's ``/props`` ``total_slots``).
     slots: int | None = None
+    #: §14 its server says no version over HTTP: the observer reads it from the running
+    #: process (mlx-lm: the mlx_lm package it imports, ``world/pkgversion.py``).
+    version_of_process: bool = False
     formats: frozenset[ModelFormat]  # the Model formats a role of it may name
     serve_options: frozenset[str] = frozenset()  # optional spec.serve fields it takes
     #: Every flag of the real server, classified (``flags.py``); empty when never launched.

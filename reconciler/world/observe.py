@@ -33,7 +33,7 @@ from typing import Callable, Iterable, Mapping, TypeVar
 
 import attrs
 
-from reconciler.world import instances, probe, procs
+from reconciler.world import instances, pkgversion, probe, procs
 from reconciler.models import modelchecks
 from reconciler.core import loopback
 from reconciler.core.desired import Desired, Mode, ModelSpec, RoleSpec, Runtime
@@ -429,6 +429,8 @@ def observe(
     for t in all_targets:
         process, exposed, taken, ended = sides[t.name]
         facts = probes.get(t.name) or not_probed(t.port, desired)
+        if t.ctx.version and t.rt.version_of_process:  # §14 no version over HTTP
+            facts = pkgversion.observed(facts, process)
         if not t.managed and facts.timed_out:
             # An adopted server that took the connection and never answered is
             # there, hung: its port is taken (unknown), not free (exited) (§4).

@@ -23,8 +23,9 @@ pytestmark = pytest.mark.e2e
 
 def test_a_role_runs_its_program_and_a_changed_byte_refuses_the_next_start(world):
     """§14: the pinned copy runs (argv[0] in the Program's root, RECONCILER_PROGRAM in its
-    environment, the testbed's build 0 said as not confirmed); a byte appended to it refuses
-    the next start with both digests and no server."""
+    environment, its build confirmed: the testbed is compiled with its real build number,
+    /props says b11434-…, nothing is said "not confirmed" nor degraded); a byte appended
+    to it refuses the next start with both digests and no server."""
     bindir = world.root / "llama-b11434"
     bindir.mkdir()
     os.chmod(bindir, 0o755)
@@ -42,19 +43,19 @@ def test_a_role_runs_its_program_and_a_changed_byte_refuses_the_next_start(world
     converge(world)
     assert ready(port, 30)
     pid = world.pid("chat")
-    import json
     (row,) = json.loads(world.reconcile("status", "--json").stdout)["roles"]
     assert (row["program"]["name"], row["program"]["version"]) == ("llama-b11434", "b11434")
     assert os.readlink(f"/proc/{pid}/exe") == str(copy)
     with open(f"/proc/{pid}/environ", "rb") as f:
         environ = f.read().split(b"\0")
     assert any(e.startswith(b"RECONCILER_PROGRAM=llama-b11434 b11434 sha256:") for e in environ)
-    def said() -> str | None:
-        out = world.reconcile("status").stdout
-        return out if "not confirmed" in out else None
-    out = wait_for(said, 20)
-    assert out and "program llama-b11434 version b11434 not confirmed" in out, \
-        world.reconcile("status").stdout + world.reconcile("plan", "--json").stdout
+    build = json.loads(http_get(port, "/props")[1])["build_info"]
+    assert build.startswith("b11434-"), (
+        f"the testbed's llama-server reports {build!r}: rebuild it with its build number "
+        "(bash testbed/setup.sh)")
+    out = converge(world).stdout + world.reconcile("status").stdout
+    assert "not confirmed" not in out and "version_mismatch" not in out, out
+    assert "degraded" not in out, out
 
     os.kill(pid, signal.SIGKILL)  # (a running binary cannot be written: ETXTBSY)
     assert wait_for(lambda: not alive(pid), 10)
@@ -128,5 +129,31 @@ def test_a_role_switched_to_another_program_restarts_once_and_runs_its_build(wor
     assert build_after != build_before and build_after.startswith("b1-571d0d5"), build_after
     again = converge(world)
     assert "restart" not in again.stdout and world.pid("chat") == after, again.stdout
+    # §14 the prebuilt reports a commit and no number (`version: 1 (571d0d5)`): said, not
+    # degraded.
+    said = wait_for(lambda: (o := world.reconcile("status").stdout) and
+                    "not confirmed" in o and o, 20)
+    assert said and "program llama-b10068 version b10068 not confirmed" in said, said
+    assert "degraded" not in said, said
     table = world.reconcile("status").stdout  # the table names the Program, name@version
     assert "PROGRAM" in table.splitlines()[0] and "llama-b10068@b10068" in table, table
+
+
+def test_a_program_whose_version_is_not_the_running_build_is_degraded(world):
+    """§14 the version check with a real number: the testbed's binary (b11434) pinned as a
+    Program that says b11400 starts, is kept (no restart loop) and is `degraded` with the
+    reason naming both builds; `status` says it."""
+    _pinned(world, [LLAMA_SERVER], "llama-b11400", "b11400")
+    port = free_port()
+    world.node(program="llama-b11400")
+    world.model()
+    world.role("chat", port)
+    converge(world)
+    assert ready(port, 30)
+    pid = world.pid("chat")
+    out = converge(world).stdout
+    assert "version_mismatch" in out, out
+    assert ("program llama-b11400 is version b11400, the server reports b11434-" in out), out
+    assert world.pid("chat") == pid and "restart" not in out, out
+    status = world.reconcile("status").stdout
+    assert "degraded" in status and "the server reports b11434-unknown" in status, status

@@ -259,8 +259,8 @@ def test_newer_flags_are_refused_for_an_older_build_naming_it() -> None:
 
 @pytest.mark.parametrize(("version", "judged_by"), [
     ("b10068", "b10068"), ("b11434", "b11434"), ("b10500", "b10068"), ("b11433", "b10068"),
-    ("b11435", "b11434"), ("b20000", "b11434"), ("b9000", "b10068"), ("10068", "b10068"),
-    ("1.2.3", "b11434")])
+    ("b11435", "b11434"), ("b20000", "b11434"), ("b9000", "b5361"), ("10068", "b10068"),
+    ("b5361", "b5361"), ("b5142", "b5361"), ("1.2.3", "b11434")])
 def test_a_version_without_a_table_takes_the_nearest_older(version: str, judged_by: str) -> None:
     """§1.4 a build with no table of its own is judged by the nearest older build's (the
     oldest's when none is older; the newest's for a version that is no build number)."""

@@ -50,7 +50,9 @@ def help_flags(text: str, indent: str) -> dict[str, int]:
             i += 1
             if not tokens[i - 1].endswith(","):
                 break
-        rest = line[line.index(spellings[-1]) + len(spellings[-1]):]
+        # the last spelling as a whole word (`--reranking, --rerank`: not inside the first)
+        last = re.search(re.escape(spellings[-1]) + r"(?![\w-])", line)
+        rest = line[last.end():] if last else ""
         hint = re.split(r"\s{2,}", rest.strip(), maxsplit=1)[0] if rest[:2].strip() else ""
         arity = 0 if not hint else 2 if re.fullmatch(r"[A-Z]+ [A-Z]+", hint) else 1
         for spelling in spellings:
@@ -64,11 +66,13 @@ def test_help_parser_reads_spellings_and_arity() -> None:
             "--jinja, --no-jinja     jinja\n"
             "-fa,   --flash-attn [on|off|auto]   fa\n"
             "--control-vector-layer-range START END\n"
+            "--reranking, --rerank   a spelling that begins another\n"
             "                                        - none: a description line\n"
             "not a flag line\n")
     assert help_flags(text, "") == {"-t": 1, "--threads": 1, "--jinja": 0, "--no-jinja": 0,
                                      "-fa": 1, "--flash-attn": 1,
-                                     "--control-vector-layer-range": 2}
+                                     "--control-vector-layer-range": 2,
+                                     "--reranking": 0, "--rerank": 0}
     argparse = ("options:\n  -h, --help            show this\n  --model MODEL         The\n"
                 "  --adapter-path ADAPTER_PATH\n                        Optional\n")
     assert help_flags(argparse, "  ") == {"-h": 0, "--help": 0, "--model": 1, "--adapter-path": 1}

@@ -18,9 +18,10 @@ def program(version: str = "b11434", runtime: Runtime = Runtime.LLAMACPP) -> Pro
 @pytest.mark.parametrize("reported, want", [
     ("b11434-4f0e1a2", None),
     ("b11434", None),
+    ("b11434-unknown", None),  # the testbed's build: its number given, no commit (setup.sh)
     ("b11500-4f0e1a2", True),
     ("b9628-abc", True),
-    ("b0-unknown", False),   # the testbed's build from a source tarball (build 0)
+    ("b0-unknown", False),   # a build from a source tarball without LLAMA_BUILD_NUMBER
     ("b1-571d0d5", False),   # the prebuilt wheel: a commit, no number
     ("unknown", False),
     (None, None),            # nothing reported: nothing to say
@@ -106,3 +107,68 @@ def test_a_server_running_another_build_is_degraded(reported, reason, status):
         assert d.detail.startswith("program llama is version b11434, the server reports b11500")
     if reported == "b0-unknown":
         assert "program llama version b11434 not confirmed" in d.detail
+
+
+def test_an_unreadable_mlx_version_is_not_confirmed():
+    """§14: an mlx-lm server whose version could not be read (``unknown``) is said as not
+    confirmed, never degraded; the same text for a llama.cpp build is no number either."""
+    said = versions.check(program("0.32.2", Runtime.MLX_LM), versions.UNKNOWN)
+    assert said is not None and said[0] is False
+    assert "program llama version 0.32.2 not confirmed" in said[1]
+
+
+def test_a_dist_info_version_is_read_from_its_metadata(tmp_path):
+    """§14 world/pkgversion: ``Version:`` of the project's dist-info (``mlx_lm-*``), only
+    from the headers; none for a folder without it."""
+    from reconciler.world import pkgversion
+
+    info = tmp_path / "mlx_lm-0.32.2.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mlx-lm\nVersion: 0.32.2\n\n"
+                                   "Version: 9.9 (the description, not a header)\n")
+    (tmp_path / "mlx_lm_extra-1.0.dist-info").mkdir()
+    assert pkgversion.dist_version(str(tmp_path), "mlx_lm") == "0.32.2"
+    assert pkgversion.dist_version(str(tmp_path), "mlx-lm") == "0.32.2"
+    assert pkgversion.dist_version(str(tmp_path), "numpy") is None
+    assert pkgversion.dist_version(str(tmp_path / "nowhere"), "mlx_lm") is None
+
+
+def test_the_mlx_lm_version_of_a_running_interpreter_is_its_own():
+    """§14 world/pkgversion on a real process: an interpreter of the testbed's mlx venv that
+    has imported mlx is read as running that venv's mlx_lm (the version its own
+    importlib.metadata says); a process without mlx mapped reads as None, and the observer
+    reports it ``unknown`` (not confirmed); only our own live, answering server is read."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    import attrs
+
+    from reconciler.core.observed import Health, ProbeFacts, ProcessFacts
+    from reconciler.world import pkgversion
+
+    python = Path(os.environ.get("RECONCILER_TESTBED", "/opt/reconciler-testbed"),
+                  "mlx-venv", "bin", "python")
+    if not python.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"the mlx testbed is missing ({python}): run testbed/setup_mlx.sh")
+        pytest.skip(f"the mlx testbed is missing ({python})")
+    child = subprocess.Popen(
+        [str(python), "-c", "import importlib.metadata as m, sys, mlx.core; "
+         "print(m.version('mlx-lm'), flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    with child:
+        want = child.stdout.readline().strip()
+        assert want and pkgversion.mlx_lm(child.pid) == want
+        # the observer: our live, answering server's version; a stranger's is never read
+        ours = ProcessFacts(pid=child.pid, create_time=0.0, alive=True, owned=True)
+        up = ProbeFacts(health=Health.UP)
+        assert pkgversion.observed(up, ours).version == want
+        assert pkgversion.observed(up, attrs.evolve(ours, owned=False)).version is None
+        assert pkgversion.observed(ProbeFacts(health=Health.LOADING), ours).version is None
+        child.stdin.close()
+        child.wait(timeout=30)
+    assert pkgversion.mlx_lm(os.getpid()) is None
+    me = ProcessFacts(pid=os.getpid(), create_time=0.0, alive=True, owned=True)
+    assert pkgversion.observed(ProbeFacts(health=Health.UP), me).version == versions.UNKNOWN
+    assert pkgversion.mlx_lm(child.pid) is None  # gone
