@@ -23,6 +23,7 @@ Run: ``.venv/bin/python bench/bench_once.py [--roles 20] [--runs 7]``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import shutil
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 TESTBED = Path(os.environ.get("RECONCILER_TESTBED", "/opt/reconciler-testbed"))
@@ -89,28 +91,19 @@ def main() -> int:
     parser.add_argument("--roles", type=int, default=20)
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
-    if not LLAMA.exists():
-        sys.exit(f"bench_once: {LLAMA} missing: run `bash testbed/setup.sh`")
-    root = Path(tempfile.mkdtemp(prefix="reconciler-bench-", dir="/var/tmp"))
-    os.chmod(root, 0o755)
-    manifests = write_manifests(root, args.roles)
-    env = {**os.environ, "RECONCILER_STATE_DIR": str(root / "state")}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = str(root / "pycache")
-    source_env = {**env, "PYTHONDONTWRITEBYTECODE": "1"}
-    source_env.pop("PYTHONPYCACHEPREFIX")
-    once = [sys.executable, "-m", "reconciler", "-f", str(manifests), "--once"]
-    try:
+    with servers_root("bench_once") as root:
+        manifests = write_manifests(root, args.roles)
+        env = {**os.environ, "RECONCILER_STATE_DIR": str(root / "state")}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(root / "pycache")
+        source_env = {**env, "PYTHONDONTWRITEBYTECODE": "1"}
+        source_env.pop("PYTHONPYCACHEPREFIX")
+        once = [sys.executable, "-m", "reconciler", "-f", str(manifests), "--once"]
         first = subprocess.run(once, capture_output=True, text=True, env=env)
         if first.returncode != 0:
             print(first.stdout, first.stderr)
             return 1
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # until every server answers (in sync)
-            out = subprocess.run(once, capture_output=True, text=True, env=env)
-            if _in_sync(out.stdout):
-                break
-            time.sleep(0.5)
+        wait_in_sync(once, env, 60)
         floor = [sys.executable, "-c", "import httpx, yaml, jsonschema, psutil, attrs"]
         timed(floor, env)  # the floor's bytecode cache, warm like the reconciler's
         a, b = compare(once, floor, env, args.runs)
@@ -122,9 +115,48 @@ def main() -> int:
         print(f"without bytecode (PYTHONDONTWRITEBYTECODE=1): {a * 1000:.0f} ms vs "
               f"{b * 1000:.0f} ms, ratio {a / b:.2f}x (not the goal: see the docstring)")
         return 0
+
+
+@contextlib.contextmanager
+def servers_root(tool: str) -> Iterator[Path]:
+    """A scratch directory for one run's state and servers (exit when the testbed's
+    llama-server is missing); at the end every process under it is killed and it is removed."""
+    if not LLAMA.exists():
+        sys.exit(f"{tool}: {LLAMA} missing: run `bash testbed/setup.sh`")
+    root = Path(tempfile.mkdtemp(prefix="reconciler-bench-", dir="/var/tmp"))
+    os.chmod(root, 0o755)
+    try:
+        yield root
     finally:
         _stop_all(root)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def wait_in_sync(once: list[str], env: dict[str, str], seconds: float) -> bool:
+    """Run ``once`` until a pass finds every server answering and in sync (or time is up)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if _in_sync(subprocess.run(once, capture_output=True, text=True, env=env).stdout):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def timed_in_sync(once: list[str], env: dict[str, str]) -> tuple[float, str]:
+    """Seconds of one whole-process pass, and its plan; the pass must find all in sync."""
+    t, out = timed(once, env)
+    assert out.returncode == 0 and _in_sync(out.stdout), out.stdout + out.stderr
+    return t, out.stdout
+
+
+def medians(runs: int, *cases: Callable[[], float]) -> list[float]:
+    """Median seconds of each case over ``runs`` rounds; in each round every case runs once,
+    one after the other, so that load from elsewhere hits them alike."""
+    times: list[list[float]] = [[] for _ in cases]
+    for _ in range(runs):
+        for seconds, case in zip(times, cases):
+            seconds.append(case())
+    return [statistics.median(seconds) for seconds in times]
 
 
 def _in_sync(plan_text: str) -> bool:
@@ -136,13 +168,8 @@ def _in_sync(plan_text: str) -> bool:
 def compare(once: list[str], floor: list[str], env: dict[str, str], runs: int
             ) -> tuple[float, float]:
     """Median seconds of ``once`` and of ``floor``, interleaved so load hits both alike."""
-    once_times, floor_times = [], []
-    for _ in range(runs):
-        t, out = timed(once, env)
-        assert out.returncode == 0 and _in_sync(out.stdout), out.stdout + out.stderr
-        once_times.append(t)
-        floor_times.append(timed(floor, env)[0])
-    return statistics.median(once_times), statistics.median(floor_times)
+    a, b = medians(runs, lambda: timed_in_sync(once, env)[0], lambda: timed(floor, env)[0])
+    return a, b
 
 
 def _stop_all(root: Path) -> None:

@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_once import LLAMA, _in_sync, _stop_all, timed, write_manifests  # noqa: E402
+from bench_once import (  # noqa: E402
+    medians,
+    servers_root,
+    timed_in_sync,
+    wait_in_sync,
+    write_manifests,
+)
 
 ROLLOUT = """---
 apiVersion: reconciler/v1
@@ -87,47 +89,37 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--commits", type=int, default=1000)
     args = parser.parse_args()
-    if not LLAMA.exists():
-        sys.exit(f"bench_rollout_once: {LLAMA} missing: run `bash testbed/setup.sh`")
-    root = Path(tempfile.mkdtemp(prefix="reconciler-bench-", dir="/var/tmp"))
-    os.chmod(root, 0o755)
-    manifests = build_repo(root, args.roles, args.commits)
-    repo = manifests.parent
-    env = {**os.environ, "RECONCILER_STATE_DIR": str(root / "state"),
-           "RECONCILER_ROLLOUT_NOW": BEFORE, "PYTHONPYCACHEPREFIX": str(root / "pycache")}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    once = [sys.executable, "-m", "reconciler", "-f", str(manifests), "--once", "--node",
-            "bench"]
-    try:
+    with servers_root("bench_rollout_once") as root:
+        manifests = build_repo(root, args.roles, args.commits)
+        repo = manifests.parent
+        env = {**os.environ, "RECONCILER_STATE_DIR": str(root / "state"),
+               "RECONCILER_ROLLOUT_NOW": BEFORE, "PYTHONPYCACHEPREFIX": str(root / "pycache")}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        once = [sys.executable, "-m", "reconciler", "-f", str(manifests), "--once", "--node",
+                "bench"]
         git(repo, "checkout", "-q", "plain")
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:  # every server up, in sync
-            if _in_sync(subprocess.run(once, capture_output=True, text=True, env=env).stdout):
-                break
-            time.sleep(0.5)
-        times: dict[str, list[float]] = {"plain": [], "staged": []}
-        for _ in range(args.runs):
-            for branch in ("plain", "staged"):
-                if branch == "staged":  # (plain forgot rollout.json: no Rollout there)
-                    git(repo, "checkout", "-q", "staged~1")  # the node records HEAD~1
-                    subprocess.run(once, capture_output=True, text=True, env=env, check=True)
-                git(repo, "checkout", "-q", branch)
-                t, out = timed(once, env)
-                assert out.returncode == 0 and _in_sync(out.stdout), out.stdout + out.stderr
-                if branch == "staged":
-                    assert "rollout: up: the rollout starts at" in out.stdout, out.stdout
-                times[branch].append(t)
-        plain, staged = (statistics.median(times[b]) for b in ("plain", "staged"))
+        wait_in_sync(once, env, 90)  # every server up, in sync
+
+        def plain() -> float:
+            git(repo, "checkout", "-q", "plain")
+            return timed_in_sync(once, env)[0]
+
+        def staged() -> float:  # (plain forgot rollout.json: no Rollout there)
+            git(repo, "checkout", "-q", "staged~1")  # the node records HEAD~1
+            subprocess.run(once, capture_output=True, text=True, env=env, check=True)
+            git(repo, "checkout", "-q", "staged")
+            t, plan = timed_in_sync(once, env)
+            assert "rollout: up: the rollout starts at" in plan, plan
+            return t
+
+        without, staged_median = medians(args.runs, plain, staged)
         print(f"reconcile --once, {args.roles} servers in sync, {args.commits} commits:")
-        print(f"  without a rollout: median {plain * 1000:.0f} ms over {args.runs} runs")
+        print(f"  without a rollout: median {without * 1000:.0f} ms over {args.runs} runs")
         print(f"  a rollout, every role waiting (previous revision read from git): "
-              f"median {staged * 1000:.0f} ms")
-        print(f"  ratio: {staged / plain:.2f}x (goal <= 1.2x); load average "
+              f"median {staged_median * 1000:.0f} ms")
+        print(f"  ratio: {staged_median / without:.2f}x (goal <= 1.2x); load average "
               f"{os.getloadavg()[0]:.2f}")
         return 0
-    finally:
-        _stop_all(root)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

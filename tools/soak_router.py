@@ -17,7 +17,7 @@ server it was sent to died); **ours** otherwise (a stop of ours cut it, a
 503 while an evictable holder existed, a timeout in the queue …). The
 figures: requests, failures by kind, ours, 503s, kills, cold starts and
 evictions (swaps per minute), the daemon's descriptors before and after.
-``tests/router/test_soak_e2e.py`` runs this for a minute and asserts 0 ours,
+``tests/router/test_soak_e2e.py`` runs this for 35 s and asserts 0 ours,
 0 503s and the descriptors back to their baseline. ``--repo`` runs another
 checkout's daemon (the same figures for the code before a change).
 

@@ -91,7 +91,8 @@ def test_a_sigstopped_server_is_restarted_within_failures_periods(world):
         _stop(daemon)
 
 
-def _generate(port: int, tokens: int, done: list) -> None:
+def _generate(port: int, tokens: int, done: list, seconds: float | None = None) -> None:
+    """Stream a generation of ``tokens``; stop reading (the connection closed) after ``seconds``."""
     body = json.dumps({"prompt": "once upon a time", "n_predict": tokens, "ignore_eos": True,
                        "stream": True}).encode()
     request = urllib.request.Request(f"http://127.0.0.1:{port}/completion", data=body,
@@ -100,12 +101,15 @@ def _generate(port: int, tokens: int, done: list) -> None:
     started = time.monotonic()
     with opener.open(request, timeout=120) as answer:
         for _ in answer:
-            pass
+            if seconds is not None and time.monotonic() - started > seconds:
+                break
     done.append(time.monotonic() - started)
 
 
 def test_a_busy_server_making_progress_is_never_restarted(world):
-    """A long streaming generation while the daemon checks every second: same pid throughout."""
+    """A long streaming generation while the daemon checks every second: same pid throughout
+    (the stream is read for 4 periods × failures + 4 s, then let go: long enough for a detector
+    that would fire to have fired)."""
     port = free_port()
     world.node()
     world.model()
@@ -116,7 +120,8 @@ def test_a_busy_server_making_progress_is_never_restarted(world):
         assert wait_for(lambda: http_get(port, "/health")[0] == 200, 30)
         pid = world.pid("chat")
         done: list = []
-        run = threading.Thread(target=_generate, args=(port, 30000, done))
+        busy = 4 * PERIOD * FAILURES + 4
+        run = threading.Thread(target=_generate, args=(port, 30000, done, busy))
         run.start()
         run.join(120)
         assert len(done) == 1, done

@@ -4,25 +4,11 @@ from __future__ import annotations
 
 from reconciler.commands import status
 from reconciler.core.decisions import Plan, Reason, Status, Verb, flat
-from reconciler.core.desired import (
-    Desired,
-    Mode,
-    ModelFile,
-    ModelFormat,
-    ModelSpec,
-    NodeConfig,
-    PortRange,
-    RoleSpec,
-    Runtime,
-    ServeSpec,
-)
+from reconciler.core.desired import Mode, RoleSpec, Runtime, ServeSpec
 from reconciler.core.instances import instances
 from reconciler.router import rules
 from reconciler.router.rules import RouteState
-
-MODEL = ModelSpec(name="qwen", format=ModelFormat.GGUF, root="/m",
-                  shards=(ModelFile(path="q.gguf", sha256="0" * 64, size=10),))
-NODE = NodeConfig(allowed_ports=PortRange(start=8000, end=8999))
+from tests.support.routing import routes
 CHAT = RoleSpec(name="chat", runtime=Runtime.LLAMACPP, mode=Mode.MANAGED, model="qwen",
                 serve=ServeSpec(port=8091), replicas=3)
 
@@ -33,7 +19,7 @@ def test_routes_carry_group_and_replica_and_answer_to_the_group_name() -> None:
     specs = instances(CHAT)
     plan = Plan(decisions=tuple(flat(role=s.name, verb=Verb.KEEP, reason=Reason.IN_SYNC,
                                      status=Status.RUNNING) for s in specs))
-    table = rules.routes(plan, Desired(roles=specs, models=(MODEL,), node=NODE))
+    table = routes(plan, specs)
     got = [(r.role, r.group, r.replica, r.port) for r in table.routes]
     assert got == [("chat", "chat", 0, 8091), ("chat/1", "chat", 1, 8092),
                    ("chat/2", "chat", 2, 8093)]
@@ -50,7 +36,7 @@ def test_an_instance_waiting_for_its_rolling_turn_is_served() -> None:
         flat(role="chat", verb=Verb.RESTART, reason=Reason.SPEC_CHANGED, status=Status.RUNNING),
         flat(role="chat/1", verb=Verb.WAIT, reason=Reason.ROLLING_UPDATE,
              status=Status.RUNNING)))
-    table = rules.routes(plan, Desired(roles=specs, models=(MODEL,), node=NODE))
+    table = routes(plan, specs)
     assert [r.state for r in table.routes] == [RouteState.WAIT, RouteState.READY]
 
 

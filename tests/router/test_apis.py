@@ -18,15 +18,15 @@ import os
 import tempfile
 import threading
 
-import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from reconciler.core.desired import RouterConfig
 from reconciler.report.metrics import RouterMetrics
 from reconciler.router import clients
 from reconciler.router.rules import RouteState
-from tests.router.test_proxy import Rig, _route
+from tests.support import proxyrig
+from tests.support.proxyrig import AppUpstream
+from tests.support.proxyrig import route as _route
 
 #: An Anthropic stream as llama-server writes it: the input tokens in ``message_start``,
 #: the output tokens in ``message_delta``.
@@ -53,16 +53,16 @@ RESPONSES_STREAM = (
     b'"input_tokens_details":{"cached_tokens":53}}}}\n\n')
 
 
-class ApiUpstream:
+class ApiUpstream(AppUpstream):
     """The role's server: Anthropic's and the Responses API's answers, recorded requests."""
 
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, dict, dict]] = []
-        self.port = 0
-        self.go_on = asyncio.Event()  # for "hold": the stream's end waits for this
-        self._runner: web.AppRunner | None = None
+    paths = ("/v1/messages", "/v1/messages/count_tokens", "/v1/responses")
 
-    async def _answer(self, request: web.Request) -> web.StreamResponse:
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[str, dict, dict]] = []
+
+    async def answer(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.seen.append((request.path, body, dict(request.headers)))
         if request.path.endswith("/count_tokens"):
@@ -84,36 +84,10 @@ class ApiUpstream:
         await answer.write_eof()
         return answer
 
-    async def start(self) -> None:
-        app = web.Application()
-        for path in ("/v1/messages", "/v1/messages/count_tokens", "/v1/responses"):
-            app.router.add_post(path, self._answer)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # noqa: SLF001
-
-    async def close(self) -> None:
-        await self._runner.cleanup()
-
 
 def run(test, *, key: str | None = None, **config) -> None:
     """Run ``test(rig, session)`` with a started proxy and an Anthropic-speaking upstream."""
-    async def main():
-        rig = Rig(RouterConfig(host="127.0.0.1", port=0, **config), key)
-        rig.upstream = ApiUpstream()
-        await rig.upstream.start()
-        host, port = await rig.proxy.start()
-        rig.url = f"http://{host}:{port}"
-        try:
-            async with aiohttp.ClientSession() as session:
-                await test(rig, session)
-        finally:
-            rig.book.fail_all("closing")
-            await rig.proxy.close()
-            await rig.upstream.close()
-    asyncio.run(main())
+    proxyrig.run(test, ApiUpstream, key=key, **config)
 
 
 HI = {"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}

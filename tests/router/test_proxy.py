@@ -3,37 +3,32 @@
 A real aiohttp ``Proxy`` on a loopback port, a ``Book`` whose ``wake`` is
 counted, a routing table set by hand (as ``Router._apply`` does after a
 pass) and, as the role's server, a small aiohttp application that answers
-chat completions and streams. No planner, no daemon, no real server: those
-are in ``test_router_e2e.py``.
+chat completions and streams (tests/support/proxyrig.py). No planner, no
+daemon, no real server: those are in ``test_router_e2e.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import tempfile
 
-import aiohttp
-import pytest
 from aiohttp import web
 
-from reconciler.core.desired import RouterConfig
-from reconciler.router.proxy import Proxy
-from reconciler.router.queues import Book
-from reconciler.router.rules import Route, RouteState, Table
+from reconciler.router.rules import RouteState
+from tests.support import proxyrig
+from tests.support.proxyrig import AppUpstream
 
 
-class Upstream:
+class Upstream(AppUpstream):
     """The role's server: records what it got; streams three SSE events on request."""
 
-    def __init__(self) -> None:
-        self.seen: list[tuple[dict, dict]] = []
-        self.port = 0
-        self.go_on = asyncio.Event()  # for "hold": the second event waits for this
-        self._runner: web.AppRunner | None = None
+    paths = ("/v1/chat/completions",)
 
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[dict, dict]] = []
+
+    async def answer(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.seen.append((body, dict(request.headers)))
         if body.get("die"):
@@ -64,60 +59,13 @@ class Upstream:
         await answer.write_eof()
         return answer
 
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._chat)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # noqa: SLF001
 
-    async def close(self) -> None:
-        await self._runner.cleanup()
-
-
-def _route(state: RouteState, port: int, **kw) -> Route:
-    return Route(role="chat", names=("chat", "qwen"), host="127.0.0.1", port=port, state=state,
-                 upstream_model="served", **kw)
-
-
-class Rig:
-    def __init__(self, config: RouterConfig, key: str | None) -> None:
-        self.wakes = 0
-        self.book = Book(self._wake)
-        self.proxy = Proxy(config, self.book, api_key=key)
-        self.upstream = Upstream()
-        self.url = ""
-
-    def _wake(self) -> None:
-        self.wakes += 1
-
-    def publish(self, *routes: Route, seq: int = 10**9) -> None:
-        table = Table(routes=routes)
-        self.proxy.table = table
-        self.book.publish(table, seq)
-
-    async def post(self, session, body, path="/v1/chat/completions", **kw):
-        async with session.post(self.url + path, data=json.dumps(body).encode(), **kw) as r:
-            return r.status, dict(r.headers), await r.read()
+_route = proxyrig.route
 
 
 def run(test, *, key: str | None = None, **config) -> None:
     """Run ``test(rig, session)`` with a started proxy and upstream."""
-    async def main():
-        rig = Rig(RouterConfig(host="127.0.0.1", port=0, **config), key)
-        await rig.upstream.start()
-        host, port = await rig.proxy.start()
-        rig.url = f"http://{host}:{port}"
-        try:
-            async with aiohttp.ClientSession() as session:
-                await test(rig, session)
-        finally:
-            rig.book.fail_all("closing")
-            await rig.proxy.close()
-            await rig.upstream.close()
-    asyncio.run(main())
+    proxyrig.run(test, Upstream, key=key, **config)
 
 
 def _error(raw: bytes) -> dict:

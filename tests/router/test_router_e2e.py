@@ -152,7 +152,7 @@ def test_two_roles_that_do_not_fit_together_swap_on_alternating_requests(routed)
     sampler = threading.Thread(target=sample)
     sampler.start()
     try:
-        for name in ["coder", "chat"] * 3:
+        for name in ["coder", "chat"] * 2:  # 3 swaps: each role evicted, coder twice
             answer = client.chat.completions.create(model=name, messages=HI, max_tokens=1)
             assert answer.usage.completion_tokens == 1
             assert alive(world.pid(name))
@@ -161,14 +161,14 @@ def test_two_roles_that_do_not_fit_together_swap_on_alternating_requests(routed)
         sampler.join()
     assert samples and max(held for held, _ in samples) <= 10**6, max(samples)
     assert max(running for _, running in samples) <= 1
-    assert wait_for(lambda: sum(len(kinds(world, n, "stop")) for n in ports) == 5, 5)
+    assert wait_for(lambda: sum(len(kinds(world, n, "stop")) for n in ports) == 3, 5)
     evicted = [(e.role, e.detail) for n in ports for e in kinds(world, n, "stop")]
-    assert len(evicted) == 5, evicted
+    assert len(evicted) == 3, evicted
     assert all(e.reason == "evicted" for n in ports for e in kinds(world, n, "stop"))
     fams = daemon.metrics()
-    assert value(fams, "reconciler_router_evictions", role="coder") == 3
-    assert value(fams, "reconciler_router_evictions", role="chat") == 2
-    assert value(fams, "reconciler_router_cold_starts", role="chat") == 3
+    assert value(fams, "reconciler_router_evictions", role="coder") == 2
+    assert value(fams, "reconciler_router_evictions", role="chat") == 1
+    assert value(fams, "reconciler_router_cold_starts", role="chat") == 2
 
 
 def test_32_concurrent_requests_at_a_cold_role_start_it_once(routed):

@@ -7,25 +7,10 @@ import json
 import attrs
 
 from reconciler.core.decisions import Decision, Plan, Reason, Status, Verb, flat
-from reconciler.core.desired import (
-    Desired,
-    Mode,
-    ModelFile,
-    ModelFormat,
-    ModelSpec,
-    NodeConfig,
-    PortRange,
-    RoleSpec,
-    Runtime,
-    ServeSpec,
-    WantedState,
-)
+from reconciler.core.desired import Mode, NodeConfig, RoleSpec, Runtime, ServeSpec, WantedState
 from reconciler.router import apis, rules
 from reconciler.router.rules import Api, Route, RouteState, Table
-
-MODEL = ModelSpec(name="qwen", format=ModelFormat.GGUF, root="/m",
-                  shards=(ModelFile(path="q.gguf", sha256="0" * 64, size=10),))
-NODE = NodeConfig(allowed_ports=PortRange(start=8000, end=8999))
+from tests.support.routing import NODE, routes
 
 
 def _role(name: str, port: int, *, state=WantedState.RUNNING, host: str = "127.0.0.1",
@@ -35,8 +20,8 @@ def _role(name: str, port: int, *, state=WantedState.RUNNING, host: str = "127.0
 
 
 def _table(*pairs: tuple[RoleSpec, Decision | None], node: NodeConfig = NODE) -> Table:
-    desired = Desired(roles=tuple(p[0] for p in pairs), models=(MODEL,), node=node)
-    return rules.routes(Plan(decisions=tuple(d for _, d in pairs if d is not None)), desired)
+    return routes(Plan(decisions=tuple(d for _, d in pairs if d is not None)),
+                  (p[0] for p in pairs), node=node)
 
 
 def test_a_running_role_in_sync_is_ready_and_named_by_role_and_model() -> None:
@@ -192,7 +177,7 @@ def test_routes_follow_what_the_pass_did_not_what_it_planned() -> None:
         Outcome(role="b", verb=Verb.STOP, ok=False,
                 refusal=Refusal(guard=Guard.IN_USE, detail="1 request(s) in flight")),
         Outcome(role="c", verb=Verb.START, ok=True, pid=5))
-    table = rules.routes(plan, Desired(roles=roles, models=(MODEL,), node=NODE), outcomes)
+    table = routes(plan, roles, outcomes)
     got = {r.role: (r.state, r.status) for r in table.routes}
     assert got == {"a": (RouteState.WAIT, "stopped"), "b": (RouteState.READY, "running"),
                    "c": (RouteState.WAIT, "starting")}
