@@ -56,6 +56,7 @@ class Prepared:
     claim: Claim | None = None  # what it asks of the devices (None: host-only)
     generation: str | None = None  # what it runs (§4): this launch, or the load it asks for
     whole: Launch | None = None
+    program: ProgramSpec | None = None  # §14 the Program it runs (``Launcher.pinned``)
 
 
 class Launches:
@@ -145,7 +146,7 @@ class Bound:
         digest = (self.launcher.digest(argv, instance, extra, spec)
                   if argv is not None else None)
         return Prepared(instance_id=instance, assignment=assignment, argv=argv, digest=digest,
-                        extra_env=extra)
+                        extra_env=extra, program=self.launcher.pinned(spec))
 
 
 def device_env(runtime: Runtime, assignment: Assignment | None) -> tuple[tuple[str, str], ...]:

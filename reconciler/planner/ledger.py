@@ -108,7 +108,10 @@ class Ledger:
         self._excluders: dict[str, set[str]] = {}  # role → the holders that exclude it
         self._text: _HoldersText | None = None  # "held by …", built once per state
 
-    def hold(self, name: str, size: int) -> None:
+    def hold(self, name: str, size: int, pairs: tuple[tuple[str, int], ...] | None = None
+             ) -> None:
+        """``name`` holds ``size`` bytes, and ``pairs`` on devices (``()`` gives up any it
+        held there; None leaves them as they are): one call per holder."""
         old = self.held.get(name)
         if old is None:
             for other in self._excludes.get(name, ()):
@@ -118,10 +121,9 @@ class Ledger:
         self.used += size - (old or 0)
         self.held[name] = size
         self._text = None
-
-    def hold_devices(self, name: str, pairs: tuple[tuple[str, int], ...]) -> None:
-        if self.devices is not None and (pairs or name in self.devices.held):
-            if self.devices.hold(name, pairs):
+        devices = self.devices
+        if pairs is not None and devices is not None and (pairs or name in devices.held):
+            if devices.hold(name, pairs):
                 self.loosened += 1
 
     def release(self, name: str) -> None:
@@ -272,9 +274,7 @@ def place(
                     DeviceLedger(devices, broken, apart) if devices else None)
     for draft in drafts:
         if draft.holds is not None:
-            ledger.hold(draft.decision.role, draft.holds)
-            if draft.devices:
-                ledger.hold_devices(draft.decision.role, draft.devices)
+            ledger.hold(draft.decision.role, draft.holds, draft.devices or None)
     assigned: dict[str, Assignment] = {}
     pending = sorted([dr for dr in drafts if dr.decision.verb in CLAIMS], key=claim_order)
     tried: dict[str, int] = {}  # refused claim → ``ledger.loosened`` at its last try
@@ -289,11 +289,10 @@ def place(
             d = draft.decision
             if tried.get(d.role) == ledger.loosened:
                 still.append(draft)  # nothing left since: refused as before
-            elif ledger.fits(d.role, d.reserve) and (
+            elif ledger.fits(d.role, reserve := d.reserve) and (
                     draft.claim is None or _picked(ledger, d.role, draft.claim, assigned)):
-                ledger.hold(d.role, d.reserve)
                 # A claim without devices (placement.devices removed) gives up any it held.
-                ledger.hold_devices(d.role, assigned[d.role].pairs() if draft.claim else ())
+                ledger.hold(d.role, reserve, assigned[d.role].pairs() if draft.claim else ())
             else:
                 if not draft.keeps_on_refusal:
                     ledger.release(d.role)

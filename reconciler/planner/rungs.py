@@ -147,7 +147,7 @@ _START, _RESTART = by_position(Start), by_position(Restart)
 
 def changes(r: Role) -> str:
     assert r.record is not None
-    program = r.launcher.launcher.pinned(r.spec) if r.spec is not None else None
+    program = r.prepared.program if r.prepared is not None else None
     return generations.launch_changes(r.record, r.spec, r.argv, r.digest, fresh=r.fresh,
                                       owner_id=r.owner_id, instance_id=r.instance_id,
                                       devices=r.assignment.ids if r.assignment else (),
@@ -254,7 +254,8 @@ def model_refusal(r: Role, checks, *, release: int, kept: int | None) -> Draft |
     assert spec is not None
     if not checks:
         return None  # nothing hashed yet (a plan-only run): the executor verifies first
-    program = r.launcher.launcher.pinned(spec)
+    assert r.prepared is not None
+    program = r.prepared.program  # (``Launcher.pinned``, kept with the launch)
     for name in (spec.model, *spec.serve.weight_refs,
                  program_key(program.name) if program is not None else None):
         check = checks.get(name) if name else None

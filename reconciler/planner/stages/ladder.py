@@ -131,7 +131,9 @@ def _decide(r: Role, node: NodeConfig, models, checks, guard: bool, now: float,
             placed: tuple[str, ...] | None = None, demand: Demand | None = None) -> Draft:
     """The ladder for one role, top to bottom: the first rung that matches decides."""
     spec, rec = r.spec, r.record
-    managed = spec.managed if spec is not None else rec is not None and rec.mode is Mode.MANAGED
+    # (``spec.managed``, ``spec.on_demand``, ``node.port_allowed`` spelled out: every role)
+    managed = (spec.mode if spec is not None else rec.mode if rec is not None else None
+               ) is Mode.MANAGED
     # §5 loopback only: our own server reachable beyond loopback is stopped
     # first of all (even under the empty-manifest guard, and even once its role
     # was switched to adopted: the process is still the one we started, proven
@@ -145,7 +147,8 @@ def _decide(r: Role, node: NodeConfig, models, checks, guard: bool, now: float,
     if spec is None:
         return _removed(r, guard, placed)
     # §1.3/§2 port allowlist: a role outside it gets no packet and no action.
-    if not node.port_allowed(spec.serve.port):
+    allowed = node.allowed_ports
+    if allowed is not None and spec.serve.port not in allowed:
         return draft(r, Verb.REFUSE, Reason.PORT_NOT_ALLOWED, Status.REFUSED,
                      f"port {spec.serve.port} is outside allowed_ports {node.allowed_ports}; "
                      "not probed", release=0 if r.running else r.reserved,
@@ -165,7 +168,7 @@ def _decide(r: Role, node: NodeConfig, models, checks, guard: bool, now: float,
     if rec is not None and rec.terminal is not None and not r.operator and not r.fresh:
         return terminal(r, rec)
     # §9 on-demand: nobody asks → stays stopped; no request for idle_after → stop.
-    if spec.on_demand and not r.operator:
+    if spec.state is WantedState.ON_DEMAND and not r.operator:
         held = demandrungs.on_demand(r, demand, now)
         if held is not None:
             return held
@@ -253,20 +256,23 @@ def _running(r: Role, checks: Mapping[str, ModelCheck], now: float) -> Draft:
     if hung is not None:
         return hung
     # §4 in sync: alive and answering; §14 its build the Program's (or not confirmed).
-    if r.health is Health.UP:
-        said = versions.check(r.launcher.launcher.pinned(r.spec), r.obs.probe.version) if (
-            r.spec is not None and r.obs.probe is not None) else None
+    probe = r.obs.probe  # (``r.health``, read once: every running role comes here)
+    health = probe.health if probe is not None else None
+    if health is Health.UP:
+        assert probe is not None
+        said = versions.check(r.prepared.program, probe.version) if (
+            r.prepared is not None) else None
         if said is not None and said[0]:
             return draft(r, Verb.KEEP, Reason.VERSION_MISMATCH, Status.DEGRADED, said[1],
                          holds=holds)
-        detail = r.probe_detail("up") + (f"; {said[1]}" if said is not None else "")
+        detail = (probe.detail or "up") + (f"; {said[1]}" if said is not None else "")
         return draft(r, Verb.KEEP, Reason.IN_SYNC, Status.RUNNING, detail, holds=holds)
     # §2 loading (503): poll again soon (polling, not backoff).
-    if r.health is Health.LOADING:
+    if health is Health.LOADING:
         return draft(r, Verb.KEEP, Reason.LOADING, Status.LOADING, r.probe_detail("loading"),
                      retry_in=policy.POLL, holds=holds)
     # §4 a live but unhealthy server is reported, not restarted.
-    if r.health is Health.UNHEALTHY:
+    if health is Health.UNHEALTHY:
         return draft(r, Verb.KEEP, Reason.UNHEALTHY, Status.DEGRADED, r.probe_detail("unhealthy"),
                      holds=holds)
     # Unknown is not down: alive, not answering (yet) → starting, else unknown.
