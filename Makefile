@@ -34,8 +34,10 @@ tools:
 	@command -v node >/dev/null 2>&1 || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs; }
 
+# Two workers: every test with real servers (e2e, mlx) on one, in file order (tests/conftest.py
+# groups them), the pure tests on the other: the server tests mostly wait.
 test: $(STAMP) testbed tools
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 # The pure and fast part only: no real servers.
 test-quick: $(STAMP) tools
