@@ -17,7 +17,11 @@ Run it on an otherwise idle machine: the twenty servers answer the probes of
 every ``--once`` run, so load from elsewhere slows that run more than the
 floor's imports (the load average is printed with the figures).
 
-Run: ``.venv/bin/python bench/bench_once.py [--roles 20] [--runs 7]``.
+With ``--pinned`` the node runs its servers from a ``kind: Program`` that pins the testbed's
+``llama-server`` by sha256 (§14) instead of naming its path: the same goal, ≤ 1.5×
+(issue 29: a Program-pinned node is no slower than today).
+
+Run: ``.venv/bin/python bench/bench_once.py [--roles 20] [--runs 7] [--pinned]``.
 """
 
 from __future__ import annotations
@@ -43,17 +47,18 @@ GGUF = TESTBED / "models" / "tiny.gguf"
 BASE_PORT = 31000
 
 
-def write_manifests(root: Path, roles: int) -> Path:
+def write_manifests(root: Path, roles: int, pinned: bool = False) -> Path:
     manifests = root / "manifests"
     manifests.mkdir()
     digest = hashlib.sha256(GGUF.read_bytes()).hexdigest()
+    program = "llama-pinned" if pinned else str(LLAMA)
     docs = [textwrap.dedent(f"""\
         apiVersion: reconciler/v1
         kind: NodeConfig
         metadata: {{name: bench}}
         spec:
           allowed_ports: {{from: {BASE_PORT}, to: {BASE_PORT + roles}}}
-          serve_programs: {{llamacpp: {LLAMA}}}
+          serve_programs: {{llamacpp: {program}}}
           run_as: {{uid: 65534, gid: 65534}}
           stop_grace: 2s
         """), textwrap.dedent(f"""\
@@ -65,6 +70,18 @@ def write_manifests(root: Path, roles: int) -> Path:
           root: {GGUF.parent}
           shards: [{{path: {GGUF.name}, size: {GGUF.stat().st_size}, sha256: {digest}}}]
         """)]
+    if pinned:
+        docs.append(textwrap.dedent(f"""\
+            apiVersion: reconciler/v1
+            kind: Program
+            metadata: {{name: llama-pinned}}
+            spec:
+              runtime: llamacpp
+              version: b11434
+              root: {LLAMA.parent}
+              entrypoint: {LLAMA.name}
+              files: [{{path: {LLAMA.name}, size: {LLAMA.stat().st_size}, sha256: {hashlib.sha256(LLAMA.read_bytes()).hexdigest()}}}]
+            """))
     for i in range(roles):
         docs.append(textwrap.dedent(f"""\
             apiVersion: reconciler/v1
@@ -90,9 +107,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--roles", type=int, default=20)
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--pinned", action="store_true",
+                        help="run the servers from a Program pinning llama-server by sha256 (§14)")
     args = parser.parse_args()
     with servers_root("bench_once") as root:
-        manifests = write_manifests(root, args.roles)
+        manifests = write_manifests(root, args.roles, pinned=args.pinned)
         env = {**os.environ, "RECONCILER_STATE_DIR": str(root / "state")}
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(root / "pycache")
@@ -107,7 +126,8 @@ def main() -> int:
         floor = [sys.executable, "-c", "import httpx, yaml, jsonschema, psutil, attrs"]
         timed(floor, env)  # the floor's bytecode cache, warm like the reconciler's
         a, b = compare(once, floor, env, args.runs)
-        print(f"reconcile --once, {args.roles} servers in sync: median {a * 1000:.0f} ms "
+        how = "from a pinned Program" if args.pinned else "by path"
+        print(f"reconcile --once, {args.roles} servers ({how}) in sync: median {a * 1000:.0f} ms "
               f"over {args.runs} runs")
         print(f"python -c 'import httpx, yaml, jsonschema, psutil, attrs': median {b * 1000:.0f} ms")
         print(f"ratio: {a / b:.2f}x (goal <= 1.5x); load average {os.getloadavg()[0]:.2f}")

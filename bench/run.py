@@ -31,6 +31,8 @@ BENCHES = [
     ("Model fetch vs curl -o, resume, --once (issue 21: weights by commit)", ["bench_fetch.py"]),
     ("a Program's check at start vs sha256sum (issue 29: programs by digest)",
      ["bench_programs.py"]),
+    ("--once with 20 servers from a pinned Program (issue 29: no slower than today)",
+     ["bench_once.py", "--pinned"]),
     ("a Program's release archive: fetch + unpack vs curl -o + unzip (issue 29)",
      ["bench_program_fetch.py"]),
 ]
