@@ -66,7 +66,7 @@ each answer leaves in one write (Go buffers a small answer), so a client
 cut off by it gets all of an answer or none of it, never half.
 
 Test hooks (not part of Ollama): ``evict(tag)``, ``requests``,
-``clear_requests()``, ``set_load_seconds(s)``, ``pulled``, ``add_pulled(tag)``,
+``clear_requests()``, ``set_load_seconds(s)``, ``finish_loads()``, ``pulled``, ``add_pulled(tag)``,
 ``remove_pulled(tag)``, ``resident()``, ``loading()``, ``loads``,
 ``keep_alive_remaining(tag)``. ``ManualClock`` is a clock tests can advance.
 """
@@ -296,6 +296,7 @@ class OllamaDouble:
         self._loads: list[str] = []
         self._requests: list[tuple[str, str, Any]] = []
         self._stopping = threading.Event()
+        self._finish = threading.Event()  # finish_loads(): every load in flight ends now
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._connections: set[socket.socket] = set()
@@ -384,6 +385,11 @@ class OllamaDouble:
         with self._cond:
             self._load_seconds = float(seconds)
 
+    def finish_loads(self) -> None:
+        """End every load in flight now (and every later one at once): a test that holds
+        a load for as long as it looks at it, whatever the machine's load, then lets it go."""
+        self._finish.set()
+
     def evict(self, name: str) -> bool:
         """Unload a model behind the client's back; True if it was resident."""
         key = canonical_name(name).lower()
@@ -461,8 +467,12 @@ class OllamaDouble:
             seconds = self._load_seconds
         started = time.monotonic()
         try:
-            if seconds > 0:
-                self._stopping.wait(seconds)
+            deadline = started + seconds
+            while not (self._stopping.is_set() or self._finish.is_set()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._finish.wait(min(left, 0.05))
         finally:
             with self._cond:
                 self._loading.discard(key)

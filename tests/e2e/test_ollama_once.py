@@ -179,7 +179,9 @@ def test_a_tag_reloaded_by_a_client_after_our_load_was_evicted_is_not_ours(world
 
 def test_a_load_in_flight_is_waited_for_not_doubled(world, port):
     """While a client's load blocks /api/ps the role is loading: no second load, nothing to unload."""
-    with OllamaDouble(pulled=[TAG], port=port, load_seconds=2.0) as ollama:
+    # The load lasts until the pass has looked (at most 60 s), not a fixed 2 s: a pass on a
+    # loaded machine once took longer than that and found the model already in sync.
+    with OllamaDouble(pulled=[TAG], port=port, load_seconds=60.0) as ollama:
         world.node()
         world.ollama_model("llama", TAG)
         world.ollama_role("chat", port, model="llama")
@@ -191,6 +193,7 @@ def test_a_load_in_flight_is_waited_for_not_doubled(world, port):
             assert f"= keep chat :{port} (loading" in out.stdout, out.stdout
             assert len(posts(ollama)) == 1  # the client's load only
         finally:
+            ollama.finish_loads()
             loader.join(10)
         assert ollama.resident() == [TAG] and ollama.loads == [TAG]
         world.ollama_role("chat", port, model="llama", state="stopped")
