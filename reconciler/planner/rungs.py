@@ -66,6 +66,7 @@ class Role:
     host: str
     instance_id: str
     process: Target | None  # our own live process, the one a stop/restart targets
+    kept: Keep  # a keep of it (kept across passes: ``stages/views``)
     owner_id: str | None  # the instance id that process was started with
     generation: str | None  # what the role runs now (§4), None: nothing to run
     fresh: bool  # a new generation: the record's holds, backoff and count do not apply
@@ -116,7 +117,8 @@ def draft(r: Role, verb: Verb | Act, reason: Reason, status: Status, detail: str
     Every field named (no ``**kw``): a decision is built per role per pass, and a call
     through a dict of keywords cost twice what the decision does."""
     held = r.record.devices if holds is not None and r.record is not None else ()
-    act = _OF_ROLE[verb](r.process) if isinstance(verb, Verb) else verb
+    act = ((r.kept if verb is Verb.KEEP else _OF_ROLE[verb](r.process))
+           if isinstance(verb, Verb) else verb)
     decision = decided(r.name, act, reason, r.why if why is None else why, status, detail,
                        r.runtime, r.port, r.host, r.instance_id, release, retry_in,
                        r.restarts if restarts is None else restarts,
@@ -135,7 +137,7 @@ def _stop(process: Target | None) -> Stop:
 #: position: one per role per pass, ``core/positional``).
 _OF_ROLE = {
     Verb.STOP: _stop,
-    Verb.KEEP: by_position(Keep),
+    Verb.KEEP: by_position(Keep),  # (``draft`` reads the role's own: ``Role.kept``)
     Verb.WAIT: by_position(Wait),
     Verb.REFUSE: by_position(Refuse),
     Verb.GIVE_UP: lambda process: GiveUp(),
