@@ -13,6 +13,8 @@ the other way round.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 import attrs
 
 from reconciler.planner import generations, policy
@@ -239,10 +241,12 @@ def start(r: Role, checks, verb: Verb, reason: Reason, status: Status, detail: s
     # (The launch's claim and devices read once: every start and restart of every pass.)
     claim, assignment, need = r.claim, r.assignment, spec.host_need
     picks = claim is not None and assignment is None
-    launch = None if picks else r.launch()
-    act: Start | Restart = (
-        _START(launch, need, r.generation, spec.restarted_at) if verb is Verb.START else
-        _RESTART(launch, r.process, need, r.generation, spec.restarted_at))
+    if verb is not Verb.START:
+        act: Start | Restart | None = _RESTART(None if picks else r.launch(), r.process, need,
+                                               r.generation, spec.restarted_at)
+    elif (act := r.prepared.start) is None:  # a start: built once, kept with its launch
+        act = r.prepared.start = _START(None if picks else r.launch(), need, r.generation,
+                                        spec.restarted_at)
     return draft(r, act, reason, status, detail, why=why, claim=claim,
                  devices=assignment.pairs() if assignment else None, release=r.reserved,
                  retry_in=policy.POLL, restarts=r.restarts if restarts is None else restarts,
@@ -278,21 +282,19 @@ def model_refusal(r: Role, checks, *, release: int, kept: int | None) -> Draft |
 _BAD_MODEL = (ModelState.MISMATCH, ModelState.MISSING, ModelState.DETACHED)
 
 
-def placed_launch(r: Role, d: Decision, got: Assignment) -> Decision:
-    """§7.1 a placed claim's decision: its devices, and a launch that follows them.
-
-    The launch (and so the generation) was built with the devices the role ran
-    on; when placement picked others, both are built again with those.
-    """
-    pairs = got.pairs()
+def placed_launch(roles: Mapping[str, Role], d: Decision, got: Assignment) -> Decision:
+    """§7.1 a placed claim's decision (``roles``: by name): its devices, and a launch that
+    follows them: built with the devices the role ran on, again with any others picked."""
+    r, pairs = roles[d.role], got.pairs()
     if r.spec is None or not pairs or (r.assignment is not None and r.assignment.ids == got.ids):
         return d if d.devices == pairs else d.placed(pairs, d.act)
     prepared = r.launcher.placed(r.spec, got, r.instance_id)
-    launch = r.launcher.launch(r.spec, prepared)
-    generation = prepared.generation  # (``generations.current`` of its digest, kept with it)
-    act = d.act
-    if isinstance(act, Start):
-        return d.placed(pairs, _START(launch, act.reserve, generation, act.restarted_at))
+    act, generation = d.act, prepared.generation  # (``generations.current`` of its digest)
+    if isinstance(act, Start):  # (as ``start``'s: spec.host_need, spec.restarted_at; kept)
+        if prepared.start is None:
+            prepared.start = _START(r.launcher.launch(r.spec, prepared), act.reserve,
+                                    generation, act.restarted_at)
+        return d.placed(pairs, prepared.start)
     assert isinstance(act, Restart), d
-    return d.placed(pairs, _RESTART(launch, act.replaces, act.reserve, generation,
-                                    act.restarted_at))
+    return d.placed(pairs, _RESTART(r.launcher.launch(r.spec, prepared), act.replaces,
+                                    act.reserve, generation, act.restarted_at))
