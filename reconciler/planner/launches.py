@@ -29,7 +29,7 @@ from typing import Mapping
 
 import attrs
 
-from reconciler.core.decisions import Start
+from reconciler.core.decisions import Restart, Start
 from reconciler.core.desired import Launch, ModelSpec, NodeConfig, ProgramSpec, RoleSpec, Runtime
 from reconciler.core.devices import Assignment
 from reconciler.core.observed import RoleRecord
@@ -61,6 +61,7 @@ class Prepared:
     #: The ``Start`` of this launch (``rungs``: built once, then kept with it; fewer values
     #: built per start per pass, and fewer of each pass left for the collector).
     start: Start | None = None
+    restart: Restart | None = None  # (its ``replaces``: the role's process, the same object)
 
 
 class Launches:

@@ -236,17 +236,17 @@ def start(r: Role, checks, verb: Verb, reason: Reason, status: Status, detail: s
         return refused
     # A crashed server keeps its reservation (its bytes, its devices).
     held = r.reserved if keeps else r.resident_hold
-    # §7.1 a claim whose devices placement picks gets its launch after placement; one
-    # built on its devices already says them (placement keeps it as is when they fit).
-    # (The launch's claim and devices read once: every start and restart of every pass.)
+    # §7.1 a claim whose devices placement picks gets its launch then; one built on them keeps it.
     claim, assignment, need = r.claim, r.assignment, spec.host_need
     picks = claim is not None and assignment is None
-    if verb is not Verb.START:
-        act: Start | Restart | None = _RESTART(None if picks else r.launch(), r.process, need,
-                                               r.generation, spec.restarted_at)
-    elif (act := r.prepared.start) is None:  # a start: built once, kept with its launch
-        act = r.prepared.start = _START(None if picks else r.launch(), need, r.generation,
-                                        spec.restarted_at)
+    act: Start | Restart | None
+    if verb is Verb.START:  # a start or restart: built once, kept with its launch
+        if (act := r.prepared.start) is None:
+            act = r.prepared.start = _START(None if picks else r.launch(), need, r.generation,
+                                            spec.restarted_at)
+    elif (act := r.prepared.restart) is None or act.replaces is not r.process:
+        act = r.prepared.restart = _RESTART(None if picks else r.launch(), r.process, need,
+                                            r.generation, spec.restarted_at)
     return draft(r, act, reason, status, detail, why=why, claim=claim,
                  devices=assignment.pairs() if assignment else None, release=r.reserved,
                  retry_in=policy.POLL, restarts=r.restarts if restarts is None else restarts,
