@@ -29,6 +29,7 @@ from typing import Mapping
 
 import attrs
 
+from reconciler.core.decisions import Restart, Start
 from reconciler.core.desired import Launch, ModelSpec, NodeConfig, ProgramSpec, RoleSpec, Runtime
 from reconciler.core.devices import Assignment
 from reconciler.core.observed import RoleRecord
@@ -57,6 +58,10 @@ class Prepared:
     generation: str | None = None  # what it runs (§4): this launch, or the load it asks for
     whole: Launch | None = None
     program: ProgramSpec | None = None  # §14 the Program it runs (``Launcher.pinned``)
+    #: The ``Start`` of this launch (``rungs``: built once, then kept with it; fewer values
+    #: built per start per pass, and fewer of each pass left for the collector).
+    start: Start | None = None
+    restart: Restart | None = None  # (its ``replaces``: the role's process, the same object)
 
 
 class Launches:

@@ -13,6 +13,8 @@ the other way round.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 import attrs
 
 from reconciler.planner import generations, policy
@@ -66,6 +68,7 @@ class Role:
     host: str
     instance_id: str
     process: Target | None  # our own live process, the one a stop/restart targets
+    kept: Keep  # a keep of it (kept across passes: ``stages/views``)
     owner_id: str | None  # the instance id that process was started with
     generation: str | None  # what the role runs now (§4), None: nothing to run
     fresh: bool  # a new generation: the record's holds, backoff and count do not apply
@@ -116,7 +119,8 @@ def draft(r: Role, verb: Verb | Act, reason: Reason, status: Status, detail: str
     Every field named (no ``**kw``): a decision is built per role per pass, and a call
     through a dict of keywords cost twice what the decision does."""
     held = r.record.devices if holds is not None and r.record is not None else ()
-    act = _OF_ROLE[verb](r.process) if isinstance(verb, Verb) else verb
+    act = ((r.kept if verb is Verb.KEEP else _OF_ROLE[verb](r.process))
+           if isinstance(verb, Verb) else verb)
     decision = decided(r.name, act, reason, r.why if why is None else why, status, detail,
                        r.runtime, r.port, r.host, r.instance_id, release, retry_in,
                        r.restarts if restarts is None else restarts,
@@ -135,7 +139,7 @@ def _stop(process: Target | None) -> Stop:
 #: position: one per role per pass, ``core/positional``).
 _OF_ROLE = {
     Verb.STOP: _stop,
-    Verb.KEEP: by_position(Keep),
+    Verb.KEEP: by_position(Keep),  # (``draft`` reads the role's own: ``Role.kept``)
     Verb.WAIT: by_position(Wait),
     Verb.REFUSE: by_position(Refuse),
     Verb.GIVE_UP: lambda process: GiveUp(),
@@ -232,15 +236,17 @@ def start(r: Role, checks, verb: Verb, reason: Reason, status: Status, detail: s
         return refused
     # A crashed server keeps its reservation (its bytes, its devices).
     held = r.reserved if keeps else r.resident_hold
-    # §7.1 a claim whose devices placement picks gets its launch after placement; one
-    # built on its devices already says them (placement keeps it as is when they fit).
-    # (The launch's claim and devices read once: every start and restart of every pass.)
+    # §7.1 a claim whose devices placement picks gets its launch then; one built on them keeps it.
     claim, assignment, need = r.claim, r.assignment, spec.host_need
     picks = claim is not None and assignment is None
-    launch = None if picks else r.launch()
-    act: Start | Restart = (
-        _START(launch, need, r.generation, spec.restarted_at) if verb is Verb.START else
-        _RESTART(launch, r.process, need, r.generation, spec.restarted_at))
+    act: Start | Restart | None
+    if verb is Verb.START:  # a start or restart: built once, kept with its launch
+        if (act := r.prepared.start) is None:
+            act = r.prepared.start = _START(None if picks else r.launch(), need, r.generation,
+                                            spec.restarted_at)
+    elif (act := r.prepared.restart) is None or act.replaces is not r.process:
+        act = r.prepared.restart = _RESTART(None if picks else r.launch(), r.process, need,
+                                            r.generation, spec.restarted_at)
     return draft(r, act, reason, status, detail, why=why, claim=claim,
                  devices=assignment.pairs() if assignment else None, release=r.reserved,
                  retry_in=policy.POLL, restarts=r.restarts if restarts is None else restarts,
@@ -276,21 +282,19 @@ def model_refusal(r: Role, checks, *, release: int, kept: int | None) -> Draft |
 _BAD_MODEL = (ModelState.MISMATCH, ModelState.MISSING, ModelState.DETACHED)
 
 
-def placed_launch(r: Role, d: Decision, got: Assignment) -> Decision:
-    """§7.1 a placed claim's decision: its devices, and a launch that follows them.
-
-    The launch (and so the generation) was built with the devices the role ran
-    on; when placement picked others, both are built again with those.
-    """
-    pairs = got.pairs()
+def placed_launch(roles: Mapping[str, Role], d: Decision, got: Assignment) -> Decision:
+    """§7.1 a placed claim's decision (``roles``: by name): its devices, and a launch that
+    follows them: built with the devices the role ran on, again with any others picked."""
+    r, pairs = roles[d.role], got.pairs()
     if r.spec is None or not pairs or (r.assignment is not None and r.assignment.ids == got.ids):
         return d if d.devices == pairs else d.placed(pairs, d.act)
     prepared = r.launcher.placed(r.spec, got, r.instance_id)
-    launch = r.launcher.launch(r.spec, prepared)
-    generation = prepared.generation  # (``generations.current`` of its digest, kept with it)
-    act = d.act
-    if isinstance(act, Start):
-        return d.placed(pairs, _START(launch, act.reserve, generation, act.restarted_at))
+    act, generation = d.act, prepared.generation  # (``generations.current`` of its digest)
+    if isinstance(act, Start):  # (as ``start``'s: spec.host_need, spec.restarted_at; kept)
+        if prepared.start is None:
+            prepared.start = _START(r.launcher.launch(r.spec, prepared), act.reserve,
+                                    generation, act.restarted_at)
+        return d.placed(pairs, prepared.start)
     assert isinstance(act, Restart), d
-    return d.placed(pairs, _RESTART(launch, act.replaces, act.reserve, generation,
-                                    act.restarted_at))
+    return d.placed(pairs, _RESTART(r.launcher.launch(r.spec, prepared), act.replaces,
+                                    act.reserve, generation, act.restarted_at))

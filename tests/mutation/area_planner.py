@@ -23,7 +23,7 @@ MUTANTS = (
            "return attrs.evolve(d, drafts=d.drafts + tuple(extra))", "return d",
            "§4: a server of ours that no role wants is left running", "tests/plan"),
     mutant("planner/rungs.py", "restart-forgets-its-process",
-           "_RESTART(launch, r.process, need,", "_RESTART(launch, None, need,",
+           "r.launch(), r.process, need,", "r.launch(), None, need,",
            "§4: a restart spawns beside the running server instead of stopping it first",
            "tests/plan", "tests/records"),
 )

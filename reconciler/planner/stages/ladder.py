@@ -251,17 +251,19 @@ def _running(r: Role, checks: Mapping[str, ModelCheck], now: float) -> Draft:
             or r.owner_id != r.instance_id):
         return start(r, checks, Verb.RESTART, Reason.SPEC_CHANGED, Status.RUNNING,
                      "running a previous launch", why=changes(r), keeps=True)
-    # §4.1 liveness (opt-in): alive but failing its checks.
-    hung = livenessrungs.managed(r, checks, now)
-    if hung is not None:
-        return hung
+    # §4.1 liveness (opt-in: most roles have no checks, and no call here): alive but failing.
+    if r.spec is not None and r.spec.liveness is not None:
+        hung = livenessrungs.managed(r, checks, now)
+        if hung is not None:
+            return hung
     # §4 in sync: alive and answering; §14 its build the Program's (or not confirmed).
     probe = r.obs.probe  # (``r.health``, read once: every running role comes here)
     health = probe.health if probe is not None else None
     if health is Health.UP:
         assert probe is not None
-        said = versions.check(r.prepared.program, probe.version) if (
-            r.prepared is not None) else None
+        program = r.prepared.program if r.prepared is not None else None
+        said = versions.check(program, probe.version) if (
+            program is not None and probe.version is not None) else None  # (§14 most: none)
         if said is not None and said[0]:
             return draft(r, Verb.KEEP, Reason.VERSION_MISMATCH, Status.DEGRADED, said[1],
                          holds=holds)

@@ -9,6 +9,7 @@ the same room again: the eviction stage tries stops with it.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Sequence
 
 from reconciler.core.decisions import Decision
@@ -35,13 +36,9 @@ def stage(d: Drafted) -> Placed:
 
 def place(d: Drafted, room: Room, drafts: Sequence[Draft]) -> list[Decision]:
     """``drafts`` placed in ``room``: one decision each, in their order."""
-    roles = d.claimants
-
-    def placed(decision, got):  # §7.1 a claim on devices: its launch follows them
-        return placed_launch(roles[decision.role], decision, got)
-
+    # §7.1 a claim on devices: its launch follows them (a partial: no Python call of its own)
     return ledger.place(list(drafts), room.budget, room.excludes, room.together, room.devices,
-                        room.broken, placed, room.apart)
+                        room.broken, partial(placed_launch, d.claimants), room.apart)
 
 
 def _apart(specs) -> dict[str, str]:

@@ -17,7 +17,7 @@ from reconciler.planner.launches import Bound
 from reconciler.planner import generations, intents, launches, livenessrungs, loadrungs, policy
 from reconciler.planner.rungs import Role
 from reconciler.planner.stages.values import Inputs, Views, make_views
-from reconciler.core.decisions import Target
+from reconciler.core.decisions import Keep, Target
 from reconciler.core.positional import by_position
 from reconciler.core.observed import RoleObservation
 from reconciler.runtimes import SPECS, spec_of
@@ -62,8 +62,15 @@ def stage(inputs: Inputs) -> Views:
         roles=tuple([view(tables, name) for name in sorted(specs.keys() | records.keys())]))
 
 
-#: ``Target(pid=…, create_time=…, owner_id=…)`` by position (one per running role per pass).
+#: ``Target(pid=…, create_time=…, owner_id=…)`` by position.
 _target = by_position(Target)
+#: (pid, create time, owner id) → the ``Keep`` of that running process (its ``running``: the
+#: role's ``process``): the same values pass after pass, built once, as ``_UNSEEN``'s are.
+#: Fewer values built per running role per pass, and fewer left alive for the collector
+#: (the decisions of a pass outlive it: at 10k roles the collector's share grew with them).
+_KEPT: dict[tuple[int, float, str], Keep] = {}
+#: The ``Keep`` of a role with no live process of ours.
+_KEEP_NOTHING = Keep(running=None)
 #: role → its observation when nothing was observed of it (a role never started): the
 #: same value pass after pass, built once (bounded as ``launches.LIMIT`` bounds its tables).
 _UNSEEN: dict[str, RoleObservation] = {}
@@ -115,6 +122,15 @@ def view(v: Tables, name: str) -> Role:
             and livenessrungs.failing(spec, record, probe, now))
     restarts = policy.restart_count(record, rpolicy, now, answering=answering,
                                     operator_start=operator or fresh)
+    kept = _KEEP_NOTHING
+    if running:  # its process: an edit of model, port or host changes the instance id; the
+        # running process still carries the id it was started with: stops use that.
+        key = (proc.pid, proc.create_time, record.instance_id if record is not None else instance)
+        kept = _KEPT.get(key)
+        if kept is None:
+            if len(_KEPT) >= launches.LIMIT:
+                _KEPT.clear()
+            kept = _KEPT[key] = Keep(running=_target(*key))
     sharing: frozenset[str] = frozenset()
     load = record.load if record is not None else None  # §2 an Ollama role's load part
     if load is not None and spec_of(record.runtime).shared_endpoint:
@@ -131,11 +147,8 @@ def view(v: Tables, name: str) -> Role:
         spec.serve.port if spec is not None else record.port,  # port
         spec.serve.host if spec is not None else record.host,  # host
         instance,  # instance_id
-        # process: an edit of model, port or host changes the instance id; the running
-        # process still carries the id it was started with: stops use that.
-        _target(proc.pid, proc.create_time,
-                record.instance_id if record is not None else instance)
-        if running and proc is not None else None,
+        kept.running,  # process
+        kept,
         record.instance_id if running and record is not None else None,  # owner_id
         generation, fresh, interrupted,
         argv, digest, assignment, claim,
