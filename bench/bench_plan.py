@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from reconciler.planner import identity, launches
+from reconciler.planner import identity
 from reconciler.core.desired import (
     Desired,
     MemorySpec,
@@ -59,7 +59,7 @@ from reconciler.core.observed import (
     RoleObservation,
     RoleRecord,
 )
-from reconciler.planner.plan import plan
+from reconciler.planner.plan import forget, plan
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # the repository, for tests/support
 from tests.support.worlds import CTX, ENVIRON, GB, QWEN, SERVE_PROGRAMS  # noqa: E402
@@ -197,7 +197,7 @@ def world(n: int, replicas: int = 1):
 
 def measure(n: int, runs: int, replicas: int = 1) -> tuple[float, float, collections.Counter]:
     desired, observed, remembered = world(n, replicas)
-    launches.forget()  # the first pass works out every launch (planner/launches.py)
+    forget()  # the first pass works out every launch (every memo of the planner emptied)
     times, result = [], None
     for _ in range(runs):
         started = time.perf_counter()

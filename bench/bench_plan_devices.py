@@ -74,8 +74,8 @@ from reconciler.core.observed import (
     RoleObservation,
     RoleRecord,
 )
-from reconciler.planner import identity, launches
-from reconciler.planner.plan import plan
+from reconciler.planner import identity
+from reconciler.planner.plan import forget, plan
 from reconciler.planner.launches import device_env
 
 from bench_plan import verdict  # the same goal, judged the same way (bench/ is the script's folder)
@@ -134,7 +134,7 @@ def measure(n: int, runs: int, devices: bool = True, same: bool = False
     """(first pass, best later pass, verbs); ``same``: one node's world, n/10 times over."""
     worlds = ([node_world(0, devices)] * (n // len(KINDS)) if same
               else [node_world(first, devices) for first in range(0, n, len(KINDS))])
-    launches.forget()  # the first pass works out every launch (planner/launches.py)
+    forget()  # the first pass works out every launch (every memo of the planner emptied)
     times, results = [], []
     for _ in range(runs):
         started = time.perf_counter()

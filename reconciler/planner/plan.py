@@ -64,6 +64,7 @@ from __future__ import annotations
 from reconciler.core.decisions import Plan, PlanContext
 from reconciler.core.desired import Desired
 from reconciler.core.observed import Observed, Remembered
+from reconciler.planner import launches, rungs
 from reconciler.planner.stages import (
     deviceuse,
     eviction,
@@ -92,3 +93,13 @@ def plan(
     placed = eviction.stage(placed)      # §9 idle on-demand roles make room
     placed = deviceuse.stage(placed)     # §7.1 over its reservation on a device: degraded
     return order.stage(placed)           # §7 execution order; when to look again
+
+
+def forget() -> None:
+    """Empty every memo the planner keeps across passes (the launches, ``views``' kept
+    processes and unseen roles, ``rungs``' steady drafts): the next pass works everything
+    out anew. Plans are the same either way (``tests/plan/test_launches.py``); benchmarks
+    time a first pass with this."""
+    launches.forget()
+    views.forget()
+    rungs.forget()

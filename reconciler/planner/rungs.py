@@ -9,6 +9,10 @@ places. Here too are the gates and holds more than one rung shares:
 ``changes`` (the words for a new generation). The rung modules (``plan``,
 ``loadrungs``, ``demandrungs``, ``livenessrungs``) import from here, never
 the other way round.
+
+Size: the role's view and the one funnel every verdict goes through (``draft``,
+with its memo of steady drafts) belong together; the gates are small and
+shared by several rung modules, so they live beside them.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Mapping
 
 import attrs
 
-from reconciler.planner import generations, policy
+from reconciler.planner import generations, launches, policy
 from reconciler.planner.launches import Bound, Prepared
 from reconciler.core.decisions import (
     Act, Decision, Forget, GiveUp, Keep, Reason, Refuse, Restart, Start, Status, Stop, Target, Verb,
@@ -119,15 +123,48 @@ def draft(r: Role, verb: Verb | Act, reason: Reason, status: Status, detail: str
     Every field named (no ``**kw``): a decision is built per role per pass, and a call
     through a dict of keywords cost twice what the decision does."""
     held = r.record.devices if holds is not None and r.record is not None else ()
+    why = r.why if why is None else why
+    restarts = r.restarts if restarts is None else restarts
+    devices = held if devices is None else devices  # §7.1 what it holds (a claim's: placed later)
+    if verb is Verb.KEEP:  # the steady state: the same draft as the last pass's, if it is one
+        was = _STEADY.get(r.name)
+        if was is not None and _same(was, r, reason, status, detail, holds, keeps, claim, why,
+                                     release, retry_in, restarts, devices, held):
+            return was
     act = ((r.kept if verb is Verb.KEEP else _OF_ROLE[verb](r.process))
            if isinstance(verb, Verb) else verb)
-    decision = decided(r.name, act, reason, r.why if why is None else why, status, detail,
-                       r.runtime, r.port, r.host, r.instance_id, release, retry_in,
-                       r.restarts if restarts is None else restarts,
-                       # §7.1 what it holds (a claim's are placed later)
-                       held if devices is None else devices)
-    return Draft(decision=decision, holds=holds, keeps_on_refusal=keeps, devices=held,
+    decision = decided(r.name, act, reason, why, status, detail, r.runtime, r.port, r.host,
+                       r.instance_id, release, retry_in, restarts, devices)
+    made = Draft(decision=decision, holds=holds, keeps_on_refusal=keeps, devices=held,
                  claim=claim)
+    if verb is Verb.KEEP:
+        if len(_STEADY) >= launches.LIMIT:
+            _STEADY.clear()
+        _STEADY[r.name] = made
+    return made
+
+
+#: role → its last keep's draft (a running role in sync, loading, adopted…): most roles
+#: keep, pass after pass, with the same fields; the same (frozen) decision is handed out
+#: again rather than a new one built and left alive for the collector (bounded as
+#: ``launches.LIMIT`` bounds its tables). ``_same`` compares every field ``draft`` sets.
+_STEADY: dict[str, Draft] = {}
+
+
+def forget() -> None:
+    """Empty ``_STEADY`` (``plan.forget``)."""
+    _STEADY.clear()
+
+
+def _same(was: Draft, r: Role, reason, status, detail, holds, keeps, claim, why, release,
+          retry_in, restarts, devices, held) -> bool:
+    """Would ``draft`` build ``was`` again? Every field it sets, compared (identity first)."""
+    d = was.decision
+    return (d.act, d.reason, d.status, d.detail, d.why, d.runtime, d.port, d.host,
+            d.instance_id, d.release, d.retry_in, d.restarts, d.devices, was.holds,
+            was.devices, was.keeps_on_refusal, was.claim) == (
+        r.kept, reason, status, detail, why, r.runtime, r.port, r.host, r.instance_id,
+        release, retry_in, restarts, devices, holds, held, keeps, claim)
 
 
 def _stop(process: Target | None) -> Stop:

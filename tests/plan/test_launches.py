@@ -25,7 +25,7 @@ from reconciler.core.desired import (
 from reconciler.core.devices import Device, DeviceKind, DeviceRequest
 from reconciler.core.observed import Observed, Remembered, RoleRecord
 from reconciler.planner import launches
-from reconciler.planner.plan import plan
+from reconciler.planner.plan import forget, plan
 from tests.devices import worlds as device_worlds
 from tests.plan.worlds import CTX, NOW, SERVE_PROGRAMS, World, worlds
 from tests.support.worlds import GB, QWEN, gguf
@@ -45,7 +45,7 @@ def _plan(w: World):
 
 
 def _fresh(w: World):
-    launches.forget()
+    forget()
     return _plan(w)
 
 

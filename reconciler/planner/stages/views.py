@@ -76,6 +76,12 @@ _KEEP_NOTHING = Keep(running=None)
 _UNSEEN: dict[str, RoleObservation] = {}
 
 
+def forget() -> None:
+    """Empty ``_KEPT`` and ``_UNSEEN`` (``plan.forget``)."""
+    _KEPT.clear()
+    _UNSEEN.clear()
+
+
 def _unseen(name: str) -> RoleObservation:
     got = _UNSEEN.get(name)
     if got is None:
