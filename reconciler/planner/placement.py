@@ -309,7 +309,7 @@ def _declared(devices: Sequence[Device]) -> tuple[
                     for kind in sorted(set(kinds.values())))
     tables = (MappingProxyType(capacity), MappingProxyType(kinds), order,
               MappingProxyType({d: i for i, d in enumerate(order)}), by_kind)
-    if len(_DECLARED) >= 256:
+    if len(_DECLARED) >= 4096:  # (a fleet of nodes planned in one process: as launches.NODES)
         _DECLARED.clear()
     _DECLARED[id(devices)] = (devices, tables)  # keeps the tuple: its id stays its own
     return tables
