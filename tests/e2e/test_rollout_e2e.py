@@ -17,9 +17,7 @@ import json
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ import pytest
 from tests.e2e.conftest import LLAMA_SERVER, NOBODY, PORT_RANGE, free_port
 from tests.e2e.test_fleet import NODES, Fleet, fleet, git, processes_under  # noqa: F401
 from tests.fleet.test_deploy import need
+from tests.support import exposition
 
 pytestmark = pytest.mark.e2e
 
@@ -72,25 +71,14 @@ class Scraped:
             s.server_close()
 
 
-def _serve_file(path: Path) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            try:
-                body = path.read_bytes()
-            except OSError:
-                body = b""
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+def _serve_file(path: Path):
+    """The node's exposition as the test last wrote it (nothing yet: an empty body)."""
+    def body() -> bytes:
+        try:
+            return path.read_bytes()
+        except OSError:
+            return b""
+    return exposition.serve(body)
 
 
 class Rolling:

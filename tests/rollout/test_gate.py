@@ -9,9 +9,7 @@ the query the documentation gives.
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import attrs
@@ -27,6 +25,7 @@ from reconciler.report import metrics
 from reconciler.world.gate import PrometheusAsk
 from tests.fleet.test_deploy import need
 from tests.doubles.fileserver import free_port
+from tests.support import exposition
 from tests.support.fakes import desired, good, keep
 
 ROOT = Path(__file__).parents[2]
@@ -116,21 +115,8 @@ def _node_metrics(node: str, status: Status) -> bytes:
                           duration=0.1, node=node).encode()
 
 
-def _serve(body: bytes) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            self.send_response(200)
-            self.send_header("Content-Type", metrics.CONTENT_TYPE)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+def _serve(body: bytes):
+    return exposition.serve(lambda: body)
 
 
 @pytest.fixture
