@@ -12,6 +12,7 @@ from reconciler.commands.options import GlobalOptions
 from reconciler.core.decisions import NEEDS_OPERATOR, Decision
 from reconciler.core.errors import LockHeld
 from reconciler.core.exitcodes import Exit
+from reconciler.core.instances import group_of
 from reconciler.engine import loop
 from reconciler.planner import render
 from reconciler.repo import sources
@@ -79,19 +80,28 @@ def run_start(g: GlobalOptions, o: StartOptions) -> int:
         print(f"reconcile: error: no role {o.name!r} in the manifests{where}",
               file=sys.stderr)
         return Exit.ERROR
+    names = _instances(loaded.desired, o.name)
     lock = Lock(common.state_dir(g))
     try:
         lock.acquire(timeout=g.lock_timeout or 0.0)
     except LockHeld:
         from reconciler.commands import handoff  # (signals, the lock holder's pid)
 
-        return handoff.hand_over(g, o, lock)
+        return handoff.hand_over(g, o, lock, names)
     try:
         with common.open_store(g) as store:
             return _pass_and_report(g, ApplyOptions(json=o.json), store,
-                                    _take_operator_starts(store, o.name))
+                                    _take_operator_starts(store, *names))
     finally:
         lock.release()
+
+
+def _instances(desired, name: str) -> tuple[str, ...]:
+    """§12 what ``reconcile start NAME`` starts: every instance of a role with replicas
+    (``chat`` → ``chat``, ``chat/1``, …), or the one instance named (``chat/1``)."""
+    if "/" in name:
+        return (name,)
+    return tuple(sorted(r.name for r in desired.roles if group_of(r.name) == name))
 
 
 def _take_operator_starts(store, *names: str) -> frozenset[str]:

@@ -4,7 +4,8 @@
 ``start`` cannot run a pass of its own while it runs. Instead it:
 
 1. queues the start in the store (``Store.request_start``: one short write,
-   which SQLite's WAL and busy timeout allow beside the daemon's);
+   which SQLite's WAL and busy timeout allow beside the daemon's; one per
+   instance of a role with replicas, §12);
 2. reads the holder's pid from the lock file and, only if that pid is alive
    and runs ``reconcile … watch``, sends it SIGHUP ("reconcile now");
 3. waits (``--lock-timeout`` or ``WAIT`` seconds, whichever is longer) for
@@ -39,13 +40,16 @@ POLL = 0.1
 HOLDER_GRACE = 1.0
 
 
-def hand_over(g: GlobalOptions, o: StartOptions, lock) -> int:
-    """Queue ``o.name``'s start for the lock holder, wake it, wait and report."""
+def hand_over(g: GlobalOptions, o: StartOptions, lock, names: tuple[str, ...] = ()) -> int:
+    """Queue the starts of ``names`` (``o.name``'s instances, §12; by default ``o.name``) for
+    the lock holder, wake it, wait and report (the answer for ``o.name``: the holder takes
+    every queued start in one pass)."""
     name = o.name
     wait = max(WAIT, float(g.lock_timeout or 0.0))
     with common.open_store(g) as store:
         before = store.last_event_id()
-        store.request_start(name)
+        for each in names or (name,):
+            store.request_start(each)
         holder = _holder(lock)
         if not _wake(holder):
             who = f"pid {holder}" if holder else "another process"

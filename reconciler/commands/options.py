@@ -211,7 +211,8 @@ def start_flags(p: argparse.ArgumentParser) -> None:
         "SIGHUP) and this waits for its pass, 30 s or --lock-timeout if longer. Exit 0 "
         "done; 1 not taken in time (it stays queued for the next pass) or a failed action; "
         "3 a role still needs an operator.")
-    p.add_argument("name", help="the role")
+    p.add_argument("name", help="the role (every instance of a role with replicas), or one "
+                                "instance: NAME/i")
     _json(p, "print the plan and outcomes as JSON")
 
 

@@ -150,6 +150,43 @@ def test_start_hands_the_request_to_a_running_watch(site, child, capsys):
         assert store.queued_starts() == frozenset()
 
 
+def _replicated(site) -> None:
+    """The site's role with ``replicas: 3``, every instance gave up."""
+    (site / "m" / "all.yaml").write_text(MANIFESTS.replace("  serve: {port: 20001}",
+                                                           "  replicas: 3\n  serve: {port: 20001}"))
+    with store_of(site) as store:
+        for name in ("chat/1", "chat/2"):
+            store.put_role(attrs.evolve(gave_up(), name=name, instance_id=f"{name}-1"))
+
+
+def test_start_of_a_role_with_replicas_hands_every_instance_to_the_watch(site, child, capsys):
+    """§12 `reconcile start chat` of a role with replicas: 3 starts its three instances, in
+    the daemon's one pass."""
+    _replicated(site)
+    daemon = child(FAKE_WATCH, "reconcile", "watch")
+    assert reconcile(site, "start", "chat") == 0
+    assert daemon.stdout.readline().strip() == "pass ['chat', 'chat/1', 'chat/2']"
+    with store_of(site) as store:
+        assert [store.role(n).terminal for n in ("chat", "chat/1", "chat/2")] == [None] * 3
+
+
+def test_start_of_one_instance_clears_that_instance_only(site, capsys):
+    """§12 `reconcile start chat/1` is that instance's operator start; `reconcile start chat`
+    then clears the others too (no daemon: the start runs its own pass)."""
+    _replicated(site)
+    reconcile(site, "start", "chat/1")
+    with store_of(site) as store:
+        assert [e.kind for e in store.events("chat/1")][:1] == ["operator-start"]
+        for name in ("chat", "chat/2"):
+            assert "operator-start" not in [e.kind for e in store.events(name)], name
+        assert store.role("chat/2").terminal is Terminal.GAVE_UP
+    reconcile(site, "start", "chat")
+    with store_of(site) as store:
+        for name in ("chat", "chat/2"):
+            assert "operator-start" in [e.kind for e in store.events(name)], name
+            assert store.role(name).terminal is None, name
+
+
 def test_a_holder_that_is_not_a_watch_is_not_signalled_and_the_start_stays_queued(
         site, child, capsys):
     """A `--once`-like holder gets no SIGHUP; exit 1 says queued; the next --once takes it."""
