@@ -41,6 +41,7 @@ from reconciler.manifests import fleet as fleets
 from reconciler.fleet import offline
 from reconciler.core.decisions import Decision, Fetch, NEEDS_OPERATOR, Verb
 from reconciler.core.desired import Launch, NodeConfig, RoleSpec
+from reconciler.core.instances import group_of
 from reconciler.manifests.fleet import Fleet
 from reconciler.planner.render import SYMBOLS, reason_text
 from reconciler.core.units import format_size
@@ -160,7 +161,10 @@ def text(fleet_view: FleetView) -> str:
     if fleet_view.unplaced:
         lines.append(f"not placed on any node: {', '.join(fleet_view.unplaced)}")
     count = len(fleet_view.nodes)
-    tail = [f"{placed} role{'' if placed == 1 else 's'} placed"]
+    # §12 a role with replicas is one role (per node it is placed on) of several instances
+    groups = len({(n.name, group_of(r.name)) for n in fleet_view.nodes for r in n.roles})
+    tail = [f"{groups} role{'' if groups == 1 else 's'} placed"
+            + (f" ({placed} instances)" if placed != groups else "")]
     if refused:
         tail.append(f"{refused} refused")
     if fleet_view.unplaced:

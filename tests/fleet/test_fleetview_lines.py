@@ -42,6 +42,18 @@ def test_the_closing_line_counts_the_roles_a_node_would_refuse() -> None:
     assert "refuse (unplaceable" in text
 
 
+def test_the_closing_line_counts_a_role_with_replicas_once_with_its_instances() -> None:
+    """§12/§10 a role with ``replicas: 3`` is one role placed, of three instances (each its
+    own row); a fleet with no replicas says nothing of instances."""
+    chat = role("chat", 8001)
+    chat["spec"]["replicas"] = 3
+    text = fleetview.text(_view(node("gpu-1"), model(), chat, role("solo", 8010)))
+    assert text.endswith("Fleet: 1 node, 2 roles placed (4 instances).\n"), text
+    assert sum(" chat/" in line for line in text.splitlines()) == 2, text
+    plain = fleetview.text(_view(node("gpu-1"), model(), role("solo", 8010)))
+    assert plain.endswith("Fleet: 1 node, 1 role placed.\n"), plain
+
+
 def test_a_stopped_role_is_shown_stopped_not_kept() -> None:
     """§10 a role with ``state: stopped`` is shown as what the node does with it: ``stopped``
     (its offline plan keeps it absent), beside the roles it starts."""
