@@ -149,10 +149,12 @@ class Launcher:
         program = self.executable(role)
         model = models.get(role.model or "")
         draft = models.get(role.serve.draft_model or "")
+        pinned = self.pinned(role)  # §14 its build's flag table cuts --flag=value (§1.4)
+        args = launch_argv(role, model, draft, models,
+                           pinned.version if pinned is not None else None)
         if assignment and rt.devices is not None:
-            return (program, *launch_argv(role, model, draft, models),
-                    *rt.devices.argv(assignment))
-        return (program, *launch_argv(role, model, draft, models))
+            return (program, *args, *rt.devices.argv(assignment))
+        return (program, *args)
 
     def pinned(self, role: RoleSpec) -> ProgramSpec | None:
         """§14 the Program a role runs: its ``spec.program``, else the node's; None for a path."""

@@ -61,12 +61,16 @@ def launched() -> tuple[RuntimeSpec, ...]:
 
 
 def launch_argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None,
-                weights: Mapping[str, ModelSpec] | None = None) -> tuple[str, ...]:
+                weights: Mapping[str, ModelSpec] | None = None,
+                version: str | None = None) -> tuple[str, ...]:
     """The server's arguments (without the program) for a managed role.
 
     ``weights``: the Models by name, for the role's other weight files (mmproj, LoRAs).
+    ``version``: the version of the Program that runs it (§14; None: a path): its build's
+    flag table, the one ``validate`` judged ``extra_args`` by, cuts each ``--flag=value``
+    in two (a flag another build does not know stays one entry there).
     """
     build = spec_of(role.runtime).argv
     if build is None:
         raise ValueError(f"runtime {role.runtime} is never launched")
-    return build(role, model, draft, weights or {})
+    return build(role, model, draft, weights or {}, flags_for(role.runtime, version))

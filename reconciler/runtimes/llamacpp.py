@@ -22,7 +22,7 @@ from reconciler.runtimes.common import (
     argv_value,
 )
 from reconciler.core.devices import DeviceKind
-from reconciler.runtimes.flags import render
+from reconciler.runtimes.flags import FlagTable, render
 from reconciler.runtimes.llamacpp_flags import TABLE
 from reconciler.runtimes.spec import CommandLine, DeviceLaunch, ProgressProbe, RuntimeSpec
 
@@ -43,9 +43,11 @@ def work_dirs(role: RoleSpec) -> tuple[str, ...]:
 
 
 def argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None,
-         weights: Mapping[str, ModelSpec] | None = None) -> tuple[str, ...]:
+         weights: Mapping[str, ModelSpec] | None = None,
+         table: FlagTable = TABLE) -> tuple[str, ...]:
     """BEHAVIOUR §2: the reconciler owns host, port, model, draft, ctx, cache types,
-    the weight files (``weights``: the role's other Models by name) and the API key."""
+    the weight files (``weights``: the role's other Models by name) and the API key.
+    ``table``: the flag table of the build that runs it (its ``--flag=value`` entries)."""
     serve = role.serve
     weights = weights or {}
     args = ["--model", model_path(model), "--host", serve.host, "--port", str(serve.port)]
@@ -69,7 +71,7 @@ def argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None,
     if serve.slot_save:
         args += ["--slot-save-path", SLOT_DIR]
     args += ["--alias", _served(role)]
-    args += list(render(role, TABLE))
+    args += list(render(role, table))
     return tuple(args)
 
 

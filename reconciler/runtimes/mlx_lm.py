@@ -26,7 +26,7 @@ from reconciler.runtimes.common import (
     unreachable,
 )
 from reconciler.core.devices import DeviceKind
-from reconciler.runtimes.flags import render
+from reconciler.runtimes.flags import FlagTable, render
 from reconciler.runtimes.mlx_lm_flags import TABLE
 from reconciler.runtimes.spec import CommandLine, DeviceLaunch, RuntimeSpec
 
@@ -36,7 +36,8 @@ def _root(model: ModelSpec | None) -> str:
 
 
 def argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None = None,
-         weights: Mapping[str, ModelSpec] | None = None) -> tuple[str, ...]:
+         weights: Mapping[str, ModelSpec] | None = None,
+         table: FlagTable = TABLE) -> tuple[str, ...]:
     """``--model <abs root>``; identity is read back from exactly this argv. A draft
     model and an adapter are Models too (their roots)."""
     serve = role.serve
@@ -45,7 +46,7 @@ def argv(role: RoleSpec, model: ModelSpec | None, draft: ModelSpec | None = None
         args += ["--draft-model", _root(draft)]
     if serve.adapter is not None:
         args += ["--adapter-path", _root((weights or {}).get(serve.adapter))]
-    return (*args, *render(role, TABLE))
+    return (*args, *render(role, table))
 
 
 # ---------------------------------------------------------------- probes

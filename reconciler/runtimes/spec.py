@@ -81,10 +81,10 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-#: (role, its model, its draft model, every Model by name) → the server's arguments,
-#: without the program.
-ArgvBuilder = Callable[[RoleSpec, ModelSpec | None, ModelSpec | None, Mapping[str, ModelSpec]],
-                       tuple[str, ...]]
+#: (role, its model, its draft model, every Model by name, the flag table of the program
+#: that runs it: §1.4, ``runtimes.flags_for``) → the server's arguments, without the program.
+ArgvBuilder = Callable[[RoleSpec, ModelSpec | None, ModelSpec | None, Mapping[str, ModelSpec],
+                        FlagTable], tuple[str, ...]]
 #: (role, its model, the node, the names the server listed) → the one-token request, or why none.
 DeepBuilder = Callable[[RoleSpec, ModelSpec | None, NodeConfig, tuple[str, ...]],
                        ProbeRequest | str]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from reconciler.core.desired import Runtime
+from reconciler.planner import identity
+from reconciler.runtimes import flags_for
+from reconciler.runtimes.flags import FlagClass
 from tests.programs.test_program_docs import load, messages, program, world
 
 OLD = "serve: {port: 8080, extra_args: [--no-mmap, --mlock]}"
@@ -51,3 +55,31 @@ def test_a_build_without_a_table_is_warned_with_the_one_that_judges_it() -> None
     assert [w.message for w in result.warnings] == [
         "no flag table for llama-server b10500: its roles' extra_args are judged by b10068's "
         "(the nearest older build with one)"]
+
+
+def test_a_flag_only_an_older_build_has_is_launched_split_by_that_builds_table() -> None:
+    """§1.4/§14 ``--ctx-size-draft=2048`` is a flag of b5361 (gone from b11434): a role on a
+    b5361 Program validates with it and is launched with the flag and its value as two
+    arguments, as llama-server's parser wants them (cut by b11434's table it stayed one)."""
+    text = _with_args(world("llama-b5361", programs=program("llama-b5361", "b5361")),
+                      "serve: {port: 8080, extra_args: [--ctx-size-draft=2048]}")
+    result = load(text)
+    assert result.problems == ()
+    desired = result.desired
+    launcher = identity.Launcher(desired.node, {}, "/d", desired.programs)
+    argv = launcher.argv(desired.roles[0], {m.name: m for m in desired.models})
+    assert argv[-2:] == ("--ctx-size-draft", "2048"), argv
+
+
+def test_every_older_builds_file_flag_is_a_file_flag_of_todays_table() -> None:
+    """§1.4 the repository files a role's ``extra_args`` name are found with today's table
+    (``extra_args.file_values``: a role may run on several builds): that holds only while
+    every build's FILE flags are today's too. A table that adds one must teach
+    ``file_values`` the role's builds."""
+    today = flags_for(Runtime.LLAMACPP, None)
+    for version in ("b5361", "b10068"):
+        table = flags_for(Runtime.LLAMACPP, version)
+        files = [s for s in table if table.find(s).cls is FlagClass.FILE]
+        assert files, version
+        assert all(today.find(s) is not None and today.find(s).cls is FlagClass.FILE
+                   for s in files), version
