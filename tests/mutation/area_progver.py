@@ -33,6 +33,16 @@ MUTANTS = (
            "                        return line[start:at]",
            "§14: the running mlx-lm's version is never found: every pinned mlx role says "
            "not confirmed", PROG),
+    mutant("world/observe.py", "mlx-version-never-read",
+           "        if t.ctx.version and t.rt.version_of_process:  # §14 no version over HTTP",
+           "        if False:",
+           "§14: a pinned mlx-lm server's version is never read from its process: nothing "
+           "checks the build it runs", "tests/observe"),
+    mutant("world/observe.py", "unpinned-version-read",
+           "        if t.ctx.version and t.rt.version_of_process:  # §14 no version over HTTP",
+           "        if t.rt.version_of_process:",
+           "§14: an unpinned mlx-lm server's process is read for a version nothing asks for "
+           "(said not confirmed)", "tests/observe"),
     # ---------------------------------------------------------------- import per version
     mutant(IM, "import-ignores-program-version",
            "    return lambda runtime, spelling: flags_for(runtime, version).find(spelling)",

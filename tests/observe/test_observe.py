@@ -19,9 +19,11 @@ from reconciler.core.ownership import MARKER_ENV
 from reconciler.core.desired import (
     Desired,
     Mode,
+    ModelFile,
     ModelFormat,
     ModelSourceInfo,
     ModelSpec,
+    ProgramSpec,
     RoleSpec,
     Runtime,
     ServeSpec,
@@ -210,6 +212,29 @@ def test_mlx_readiness_post_only_after_a_start(children: list[Child]) -> None:
                          healthy_since=2.0)
         observe(Desired(roles=(spec,)), Remembered(roles=(healthy,)), probe_timeout=1)
         assert server.paths() == [("GET", "/health")]
+
+
+def test_an_mlx_server_running_a_program_is_asked_its_version_by_its_process(
+        children: list[Child]) -> None:
+    """§14 mlx-lm answers no version over HTTP: the observer reads it from our running
+    process (``world/pkgversion``), only for a role that runs a Program. A process that
+    maps no mlx package reads ``unknown`` (not confirmed); an unpinned role, nothing."""
+    ours = Child("127.0.0.1", free_port(), "voice-0000abcd")
+    children.append(ours)
+    with Scripted(MLX_ROUTES) as server:
+        healthy = record("voice", server.port, ours, runtime=Runtime.MLX_LM, started_at=1.0,
+                         healthy_since=2.0)
+        mlx = ProgramSpec(name="mlx-0.26", runtime=Runtime.MLX_LM, version="0.26.3",
+                          entrypoint="bin/mlx_lm.server", root="/p",
+                          files=(ModelFile(path="bin/mlx_lm.server", sha256="a" * 64, size=1),))
+        pinned = managed("voice", server.port, runtime=Runtime.MLX_LM, program="mlx-0.26")
+        obs = observe(Desired(roles=(pinned,), programs=(mlx,)), Remembered(roles=(healthy,)),
+                      probe_timeout=1)
+        assert obs.role("voice").probe.health is Health.UP
+        assert obs.role("voice").probe.version == "unknown"
+        plain = managed("voice", server.port, runtime=Runtime.MLX_LM)
+        obs = observe(Desired(roles=(plain,)), Remembered(roles=(healthy,)), probe_timeout=1)
+        assert obs.role("voice").probe.version is None
 
 
 def test_mlx_readiness_post_never_reaches_a_port_our_process_left() -> None:
