@@ -543,7 +543,7 @@ MUTANTS: tuple[Mutant, ...] = (
        "§2: the alias is the role, not the model"),
     _m(RU, "llamacpp.draft", 'args += ["--model-draft", model_path(draft)]',
        'args += ["--model-draft", model_path(model)]', "§2: the draft flag names the main model"),
-    _m(RU, "llamacpp.extra-args", "args += list(render(role, TABLE))", "args += []",
+    _m(RU, "llamacpp.extra-args", "args += list(render(role, table))", "args += []",
        "§1.4: extra_args are dropped"),
     _m(RU, "openai.loading", "if gate.status == 503:", "if gate.status == 502:",
        "§2: a 503 while loading reads as unhealthy"),
