@@ -56,8 +56,9 @@ def claim_order(draft: Draft) -> tuple[int, bool, int, str]:
 
 @attrs.define(kw_only=True)
 class Draft:
-    """A decision before memory is placed (never changed once built; not frozen, as ``Role``
-    is not: it never leaves the planner, and one is built per role per pass).
+    """A decision before memory is placed (never changed once built: ``rungs._STEADY`` hands
+    a keep's out again, pass after pass; not frozen, as ``Role`` is not: it never leaves the
+    planner, and one is built per role per pass).
 
     ``holds`` is what the role holds while this pass runs (None = not resident):
     a running or backing-off server keeps its reservation; a claim's ``holds``
