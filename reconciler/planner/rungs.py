@@ -126,29 +126,37 @@ def draft(r: Role, verb: Verb | Act, reason: Reason, status: Status, detail: str
     why = r.why if why is None else why
     restarts = r.restarts if restarts is None else restarts
     devices = held if devices is None else devices  # §7.1 what it holds (a claim's: placed later)
-    if verb is Verb.KEEP:  # the steady state: the same draft as the last pass's, if it is one
+    if verb is Verb.KEEP:
+        act, steady = r.kept, True
+    elif isinstance(verb, Verb):
+        act, steady = _OF_ROLE[verb](r.process), False
+    else:  # a claim whose launch placement builds (§7.1) is decided there: this is its carrier
+        act, steady = verb, type(verb) in _CARRIED and verb.launch is None
+    if steady:  # the same draft as the last pass's, if it is one
         was = _STEADY.get(r.name)
-        if was is not None and _same(was, r, reason, status, detail, holds, keeps, claim, why,
-                                     release, retry_in, restarts, devices, held):
+        if was is not None and _same(was, act, r, reason, status, detail, holds, keeps, claim,
+                                     why, release, retry_in, restarts, devices, held):
             return was
-    act = ((r.kept if verb is Verb.KEEP else _OF_ROLE[verb](r.process))
-           if isinstance(verb, Verb) else verb)
     decision = decided(r.name, act, reason, why, status, detail, r.runtime, r.port, r.host,
                        r.instance_id, release, retry_in, restarts, devices)
     made = Draft(decision=decision, holds=holds, keeps_on_refusal=keeps, devices=held,
                  claim=claim)
-    if verb is Verb.KEEP:
+    if steady:
         if len(_STEADY) >= launches.LIMIT:
             _STEADY.clear()
         _STEADY[r.name] = made
     return made
 
 
-#: role → its last keep's draft (a running role in sync, loading, adopted…): most roles
-#: keep, pass after pass, with the same fields; the same (frozen) decision is handed out
-#: again rather than a new one built and left alive for the collector (bounded as
+#: role → its last keep's draft (a running role in sync, loading, adopted…), or its last
+#: claim's whose devices placement picks (the decision placement builds replaces it: the
+#: carrier is built once, not once per pass while the claim waits or is refused): most
+#: roles keep, pass after pass, with the same fields; the same (frozen) decision is handed
+#: out again rather than a new one built and left alive for the collector (bounded as
 #: ``launches.LIMIT`` bounds its tables). ``_same`` compares every field ``draft`` sets.
 _STEADY: dict[str, Draft] = {}
+#: The payloads of a claim placed on devices placement picks (``start``: launch None).
+_CARRIED = (Start, Restart)
 
 
 def forget() -> None:
@@ -156,14 +164,14 @@ def forget() -> None:
     _STEADY.clear()
 
 
-def _same(was: Draft, r: Role, reason, status, detail, holds, keeps, claim, why, release,
-          retry_in, restarts, devices, held) -> bool:
+def _same(was: Draft, act: Act, r: Role, reason, status, detail, holds, keeps, claim, why,
+          release, retry_in, restarts, devices, held) -> bool:
     """Would ``draft`` build ``was`` again? Every field it sets, compared (identity first)."""
     d = was.decision
     return (d.act, d.reason, d.status, d.detail, d.why, d.runtime, d.port, d.host,
             d.instance_id, d.release, d.retry_in, d.restarts, d.devices, was.holds,
             was.devices, was.keeps_on_refusal, was.claim) == (
-        r.kept, reason, status, detail, why, r.runtime, r.port, r.host, r.instance_id,
+        act, reason, status, detail, why, r.runtime, r.port, r.host, r.instance_id,
         release, retry_in, restarts, devices, holds, held, keeps, claim)
 
 

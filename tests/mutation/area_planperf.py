@@ -30,7 +30,7 @@ MUTANTS = (
            "d.reason, d.status, d.detail,", "d.reason, status, d.detail,",
            "§1.2 an adopted role's status stays the last pass's probe's", "tests/plan"),
     mutant("planner/rungs.py", "steady-ignores-process",
-           "return (d.act, d.reason,", "return (r.kept, d.reason,",
+           "return (d.act, d.reason,", "return (act, d.reason,",
            "§4 a role whose server was replaced keeps the old process as its own (a stop "
            "would target the old pid)", "tests/plan"),
     mutant("planner/rungs.py", "steady-ignores-address",
