@@ -39,14 +39,16 @@ payloads, targets and the stage values were built by position (``core/positional
 a ``Decision``). Stage by stage: the view ~31K, the ladder ~40K, placement
 ~32K, the rest ~7K. What is left is the interpreter itself, spread thin (~37K
 in the eval loop, ~12K in ~50 Python calls per role): ≤ 10 µs needs fewer
-calls per role, not faster values. Round 4, session 4: a keep's draft handed out
-again while its fields are the same (``rungs._STEADY``): ~93K instructions per role
-per pass at 1k and 10k roles (round 3's tree ~158K: 58.7 %). On a quiet machine
-where round 3's tree measures the issue's 17 µs per role at 10k: ~10.4 µs at 1k,
-~12 µs at 10k, of which one node's world planned 1,000 times over (the compute)
-is ~9.9 µs and the rest the working set of 1,000 distinct nodes' roles, records,
-observations and memo entries (cold in the caches: ~2 µs per role); the
-collector adds nothing measurable to the best pass.
+calls per role, not faster values. Round 4, session 4: a keep's draft (and a
+claim's that placement decides) handed out again while its fields are the same
+(``rungs._STEADY``): ~92K instructions per role per pass at 1k and 10k roles
+(round 3's tree ~158K: 58 %). On a quiet machine where round 3's tree measures
+the issue's 17 µs per role at 10k (15.4–15.5 at 1k, 16.9–17.2 at 10k): 10.3–10.4
+µs at 1k, 11.7–11.9 at 10k. One node's world planned 1,000 times over (the
+compute) is ~9.9 µs; the rest is memory: 1,000 distinct nodes' roles, records,
+observations and memo entries cold in the caches (~71 misses of a 2 MB cache per
+role per pass, simulated; round 3 ~80) and the collector's young collections
+(0.3–0.8 µs per role with it off).
 
 Run: ``.venv/bin/python bench/bench_plan_devices.py [--sizes 1000 10000] [--runs 5] [--where]``.
 """
