@@ -92,9 +92,10 @@ def test_eviction_reloads_with_backoff_until_gave_up(world, port):
         assert ollama.resident() == [TAG]
         for attempt, delay in ((1, 1.0), (2, 2.0)):
             assert ollama.evict(TAG)
-            seen = time.monotonic()
             ollama.clear_requests()
-            out = converge(world)
+            out = converge(world)  # this pass sees the eviction: its backoff starts in it
+            seen = time.monotonic()  # (after it: a slow start of `--once` under load does
+            # not eat into the wait; from before it, a pass that began 0.4 s late came early)
             assert "wait chat" in out.stdout and "backoff" in out.stdout, out.stdout
             assert ollama.resident() == [] and posts(ollama) == []  # not before the delay
             time.sleep(max(0.0, delay - (time.monotonic() - seen)) + 0.3)
