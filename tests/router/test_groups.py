@@ -280,7 +280,9 @@ def test_an_instance_the_plan_stopped_is_no_longer_looked_at() -> None:
                 break
             await asyncio.sleep(0.02)
         assert "chat/1" not in g.proxy._out  # noqa: SLF001
-        looks = [t for t in g.proxy._tasks if "_recover" in repr(t.get_coro())]  # noqa: SLF001
+        # (a look that has just ended leaves the set in its done callback, a step later)
+        looks = [t for t in g.proxy._tasks  # noqa: SLF001
+                 if "_recover" in repr(t.get_coro()) and not t.done()]
         assert not looks
     run(test)
 
