@@ -53,8 +53,17 @@ def test_a_once_run_knows_the_code_of_a_server_that_dies_while_it_waits(world):
     world.model()
     _role(world, name, free_port(), kv_quant="q8_0")
     world.reconcile("--once")
-    assert wait_for(lambda: not _alive(world.pid(name)), 10)
-    row = _status(world, name)
+    for _ in range(2):
+        assert wait_for(lambda: not _alive(world.pid(name)), 10)
+        row = _status(world, name)
+        if row["exit"] is None or row["exit"]["known"] or "not recorded" not in row["detail"]:
+            break
+        # The premise needs the server to die within the pass's wait for it to listen
+        # (exposure.LISTEN_WAIT, 2 s): a machine loaded enough to take longer to load the
+        # tiny model ends the pass first, and the exit is honestly not recorded (the next
+        # test). Start it again, with a pass that waits the same: the checks below are of
+        # what a pass knows when the premise holds, and fail if it never does.
+        world.reconcile("start", name)
     assert row["status"] == "backoff", json.dumps(row)
     assert row["detail"].startswith(
         f"exited (code 1): llama_init_from_model: {WHY}; restart 1 of 3 in "), row["detail"]
