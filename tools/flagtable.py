@@ -9,7 +9,10 @@ number of values moved (``-fa``, a switch in b5361) is marked ``# CHANGED``.
 ``--diff b11434`` prints instead the spellings this help has that the b11434 table lacks
 (``+``) and the other way round (``-``): what a build changed. Then add the build's table
 with its number in ``TABLES`` and its line in ``tests/manifests/test_flag_tables.py``'s
-both-ways test (which runs the real binary).
+both-ways test (which runs the real binary). ``--check-capture FILE`` compares this help's
+spellings and their numbers of values with a stored capture's (exit 1 and each difference
+when they differ): how a capture kept for a build ``make testbed`` does not compile
+(``tests/manifests/corpus/help/llama-server-b5361.txt``) is checked against that binary.
 """
 
 from __future__ import annotations
@@ -73,13 +76,31 @@ def draft(text: str) -> list[str]:
     return out
 
 
+def check_capture(real: dict[str, int], stored: dict[str, int]) -> int:
+    """Print each spelling the binary's help and the capture disagree on; 0 when none."""
+    differ = sorted(s for s in real.keys() | stored.keys() if real.get(s) != stored.get(s))
+    for spelling in differ:
+        print(f"{spelling}: the binary says {real.get(spelling, 'absent')}, "
+              f"the capture {stored.get(spelling, 'absent')}")
+    if not real:
+        print("the binary's --help lists no flag")
+    print("the capture is the binary's help" if not differ and real else
+          f"{len(differ)} spelling(s) differ")
+    return 0 if real and not differ else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("binary", help="a llama-server (its --help is read)")
     parser.add_argument("--diff", metavar="BUILD", help="compare with this table (b11434)")
+    parser.add_argument("--check-capture", metavar="FILE", type=Path,
+                        help="compare with a stored --help of this build")
     args = parser.parse_args()
     done = subprocess.run([args.binary, "--help"], capture_output=True, text=True, timeout=60)
     text = done.stdout + done.stderr
+    if args.check_capture:
+        return check_capture(help_flags(text, ""),
+                             help_flags(args.check_capture.read_text(), ""))
     if args.diff:
         table = TABLES[int(args.diff.lstrip("b"))]
         real = help_flags(text, "")
