@@ -40,15 +40,15 @@ POLL = 0.1
 HOLDER_GRACE = 1.0
 
 
-def hand_over(g: GlobalOptions, o: StartOptions, lock, names: tuple[str, ...] = ()) -> int:
-    """Queue the starts of ``names`` (``o.name``'s instances, §12; by default ``o.name``) for
-    the lock holder, wake it, wait and report (the answer for ``o.name``: the holder takes
-    every queued start in one pass)."""
+def hand_over(g: GlobalOptions, o: StartOptions, lock, names: tuple[str, ...]) -> int:
+    """Queue the starts of ``names`` (``o.name``'s instances, §12) for the lock holder, wake
+    it, wait and report (the answer for ``o.name``: the holder takes every queued start in
+    one pass)."""
     name = o.name
     wait = max(WAIT, float(g.lock_timeout or 0.0))
     with common.open_store(g) as store:
         before = store.last_event_id()
-        for each in names or (name,):
+        for each in names:
             store.request_start(each)
         holder = _holder(lock)
         if not _wake(holder):

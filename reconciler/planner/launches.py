@@ -39,10 +39,10 @@ from reconciler.runtimes import spec_of
 
 #: Entries a table holds before it is emptied (a launch is ~2 KB: ~100 MB at worst).
 LIMIT = 50_000
-#: Nodes remembered at once (``reconcile fleet`` plans every node of a fleet in one process:
-#: a bound below the fleet's size empties the tables every pass; a fleet's nodes mostly share
-#: their launch settings, so ``_NODES`` stays small and ``_SAME`` holds one entry per node).
-NODES = 4096
+#: Nodes remembered at once (placement's bound: a fleet planned in one process; a fleet's nodes
+#: mostly share their launch settings, so ``_NODES`` stays small and ``_SAME`` holds one entry
+#: per node).
+NODES = placement.NODES
 #: Sets of Models remembered per node settings (a new set comes with an edited Model).
 MODEL_SETS = 64
 

@@ -291,6 +291,10 @@ class DeviceLedger:
         return {d: (self.used[d], self.capacity[d]) for d in self.order}
 
 
+#: Nodes whose declared devices are remembered at once (``reconcile fleet`` plans every node
+#: of a fleet in one process: a bound below the fleet's size empties the table every pass;
+#: ``launches.NODES`` is this bound too).
+NODES = 4096
 _DECLARED: dict[int, tuple[Sequence[Device], tuple]] = {}  # id → (the devices, their tables)
 
 
@@ -309,7 +313,7 @@ def _declared(devices: Sequence[Device]) -> tuple[
                     for kind in sorted(set(kinds.values())))
     tables = (MappingProxyType(capacity), MappingProxyType(kinds), order,
               MappingProxyType({d: i for i, d in enumerate(order)}), by_kind)
-    if len(_DECLARED) >= 4096:  # (a fleet of nodes planned in one process: as launches.NODES)
+    if len(_DECLARED) >= NODES:
         _DECLARED.clear()
     _DECLARED[id(devices)] = (devices, tables)  # keeps the tuple: its id stays its own
     return tables
